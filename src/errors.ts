@@ -1,0 +1,85 @@
+/**
+ * Typed errors. Every error tx-outbox raises on purpose is an OutboxError (or,
+ * for bad input, an OutboxValidationError, which is a TypeError) so callers can
+ * branch on `retryable` and `code` instead of parsing messages.
+ */
+
+export class OutboxError extends Error {
+  readonly code: string;
+  readonly retryable: boolean;
+
+  constructor(message: string, options: { code: string; retryable?: boolean; cause?: unknown }) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'OutboxError';
+    this.code = options.code;
+    this.retryable = options.retryable ?? false;
+  }
+}
+
+/** Bad input: names the offending field and says how to fix it. Nothing was written. */
+export class OutboxValidationError extends TypeError {
+  readonly code = 'TXO_INVALID_INPUT';
+  readonly retryable = false;
+  readonly field: string;
+
+  constructor(field: string, problem: string, fix: string) {
+    super(`${field}: ${problem}. ${fix}`);
+    this.name = 'OutboxValidationError';
+    this.field = field;
+  }
+}
+
+/** A publisher's verdict on one message; `retryAfterMs` is a broker's hint (HTTP Retry-After). */
+export class PublishError extends OutboxError {
+  readonly retryAfterMs: number | undefined;
+
+  constructor(
+    message: string,
+    options: { retryable: boolean; code?: string; cause?: unknown; retryAfterMs?: number },
+  ) {
+    super(message, {
+      code: options.code ?? (options.retryable ? 'TXO_PUBLISH_RETRYABLE' : 'TXO_PUBLISH_PERMANENT'),
+      retryable: options.retryable,
+      cause: options.cause,
+    });
+    this.name = 'PublishError';
+    this.retryAfterMs = options.retryAfterMs;
+  }
+}
+
+const RETRYABLE_PG_CODES = new Set([
+  '40001', // serialization_failure
+  '40P01', // deadlock_detected
+  '57P01', // admin_shutdown
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now
+  '53300', // too_many_connections
+  '08000',
+  '08003',
+  '08006',
+  '08001',
+  '08004',
+]);
+
+const RETRYABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN']);
+
+/** True for PostgreSQL and network errors that a retry may cure (lost connection, deadlock, restart). */
+export function isRetryableDatabaseError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === 'string' && (RETRYABLE_PG_CODES.has(code) || RETRYABLE_NODE_CODES.has(code))) {
+    return true;
+  }
+  const message = error.message;
+  return (
+    message.includes('Connection terminated') ||
+    message.includes('connection timeout') ||
+    message.includes('Client has encountered a connection error') ||
+    message.includes('terminating connection')
+  );
+}
+
+export function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  return String(error);
+}

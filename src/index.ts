@@ -1,0 +1,19 @@
+export { isRetryableDatabaseError, OutboxError, OutboxValidationError, PublishError } from './errors.js';
+export { type Logger, silentLogger } from './logger.js';
+export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
+export type { OutboxEvent } from './producer/event.js';
+export { assertInTransaction, type SqlExecutor } from './producer/executor.js';
+export type { OutboxMessage, PublishOutcome, Publisher } from './publishers/contract.js';
+export { envelopeHeaders } from './publishers/envelope.js';
+export { fullJitterDelay } from './relay/backoff.js';
+export type { RelayOptions } from './relay/options.js';
+export { createRelay, type Relay, type RelayStats } from './relay/relay.js';
+export {
+  DEFAULT_PARTITIONS,
+  DEFAULT_SCHEMA,
+  type MigrateOptions,
+  type MigrateResult,
+  type MigrationSql,
+  migrate,
+  migrationSql,
+} from './schema/migrate.js';

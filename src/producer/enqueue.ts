@@ -1,0 +1,113 @@
+import { createHash } from 'node:crypto';
+import { v7 as uuidv7 } from 'uuid';
+import { OutboxValidationError } from '../errors.js';
+import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+import { quoteSchema } from '../schema/identifiers.js';
+import { insertEventsSql, wakeChannel } from './enqueue-sql.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, type OutboxEvent, type PreparedEvent, prepareEvent } from './event.js';
+import { assertInTransaction } from './executor.js';
+import { activeTraceHeaders } from './trace.js';
+
+export interface EnqueueOptions {
+  /** Outbox schema. Default `outbox`. */
+  readonly schema?: string;
+  /** Wake idle relays with one NOTIFY per transaction. Default true. See docs/performance.md for its cost. */
+  readonly notify?: boolean;
+  /** Largest payload accepted, in bytes (serialised JSON or raw bytes). Default 1 MiB. */
+  readonly maxPayloadBytes?: number;
+  /** Use a named prepared statement (default true). Turn off behind PgBouncer in transaction mode. */
+  readonly prepared?: boolean;
+}
+
+export interface EnqueueResult {
+  readonly eventId: string;
+  readonly sequence: number;
+}
+
+interface Statement {
+  readonly name: string | undefined;
+  readonly text: string;
+}
+
+const statements = new Map<string, Statement>();
+
+function statementFor(schema: string, notify: boolean, prepared: boolean): Statement {
+  const key = `${schema}\u0000${notify}\u0000${prepared}`;
+  let statement = statements.get(key);
+  if (!statement) {
+    const text = insertEventsSql(quoteSchema(schema), notify ? wakeChannel(schema) : null);
+    const digest = createHash('sha1').update(text).digest('hex').slice(0, 16);
+    statement = { name: prepared ? `txo_enqueue_${digest}` : undefined, text };
+    statements.set(key, statement);
+  }
+  return statement;
+}
+
+export const MAX_BATCH = 10_000;
+
+/**
+ * Writes events into the outbox on the caller's transaction handle, in one
+ * round trip. Validates everything first: on bad input it throws an
+ * OutboxValidationError naming the field, and writes nothing.
+ */
+export async function enqueue(tx: unknown, event: OutboxEvent, options?: EnqueueOptions): Promise<EnqueueResult>;
+export async function enqueue(
+  tx: unknown,
+  events: readonly OutboxEvent[],
+  options?: EnqueueOptions,
+): Promise<EnqueueResult[]>;
+export async function enqueue(
+  tx: unknown,
+  input: OutboxEvent | readonly OutboxEvent[],
+  options: EnqueueOptions = {},
+): Promise<EnqueueResult | EnqueueResult[]> {
+  const single = !Array.isArray(input);
+  const events = single ? [input as OutboxEvent] : (input as readonly OutboxEvent[]);
+  const maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+  if (!Number.isInteger(maxPayloadBytes) || maxPayloadBytes < 1) {
+    throw new OutboxValidationError('maxPayloadBytes', `is ${String(maxPayloadBytes)}`, 'Pass a positive integer.');
+  }
+  if (events.length > MAX_BATCH) {
+    throw new OutboxValidationError('events', `holds ${events.length} events`, `Split it into batches of ${MAX_BATCH}.`);
+  }
+  const statement = statementFor(options.schema ?? DEFAULT_SCHEMA, options.notify ?? true, options.prepared ?? true);
+  assertInTransaction(tx);
+  if (events.length === 0) return [];
+
+  const traceHeaders = await activeTraceHeaders();
+  const prepared: PreparedEvent[] = [];
+  const seen = new Set<string>();
+  for (let i = 0; i < events.length; i++) {
+    const field = single ? 'event' : `events[${i}]`;
+    const p = prepareEvent(events[i]!, field, { maxPayloadBytes, newEventId: uuidv7, traceHeaders });
+    if (seen.has(p.eventId)) {
+      throw new OutboxValidationError(`${field}.eventId`, `repeats ${p.eventId} within the batch`, 'Event ids are unique.');
+    }
+    seen.add(p.eventId);
+    prepared.push(p);
+  }
+
+  const { rows } = await tx.query<{ event_id: string; sequence: string }>({
+    name: statement.name,
+    text: statement.text,
+    values: columns(prepared),
+  });
+  const sequences = new Map(rows.map((r) => [r.event_id, Number(r.sequence)]));
+  const results = prepared.map((p) => ({ eventId: p.eventId, sequence: sequences.get(p.eventId) ?? 0 }));
+  return single ? results[0]! : results;
+}
+
+function columns(events: readonly PreparedEvent[]): unknown[] {
+  return [
+    events.map((e) => e.eventId),
+    events.map((e) => e.aggregateType),
+    events.map((e) => e.aggregateId),
+    events.map((e) => e.type),
+    events.map((e) => e.schemaVersion),
+    events.map((e) => e.topic),
+    events.map((e) => e.payloadJson),
+    events.map((e) => e.payloadBytes),
+    events.map((e) => e.headers),
+    events.map((e) => e.deliverAfter),
+  ];
+}

@@ -1,0 +1,50 @@
+import { OutboxValidationError } from '../errors.js';
+
+/**
+ * The minimal database port the producer needs: one parameterised query on
+ * the caller's own transaction. node-postgres' Client and PoolClient fit it;
+ * ORM adapters wrap their transaction handles into it.
+ */
+export interface SqlExecutor {
+  query<R extends object = Record<string, unknown>>(
+    query: { text: string; values: readonly unknown[]; name?: string },
+  ): Promise<{ rows: R[] }>;
+}
+
+interface MaybePg {
+  getTransactionStatus?: () => string | null;
+  totalCount?: unknown;
+  idleCount?: unknown;
+  connect?: unknown;
+}
+
+/**
+ * Refuses handles that cannot be inside the caller's transaction: a pg Pool
+ * (each query would run on any connection) or a client known to be idle.
+ */
+export function assertInTransaction(tx: unknown): asserts tx is SqlExecutor {
+  if (tx === null || typeof tx !== 'object' || typeof (tx as { query?: unknown }).query !== 'function') {
+    throw new OutboxValidationError('tx', 'is not a database handle', "Pass the transaction's client (PoolClient).");
+  }
+  const pg = tx as MaybePg;
+  if (typeof pg.totalCount === 'number' && typeof pg.idleCount === 'number' && typeof pg.connect === 'function') {
+    throw new OutboxValidationError(
+      'tx',
+      'is a Pool, so the event would not share the business transaction',
+      'Call pool.connect(), BEGIN, and pass that client.',
+    );
+  }
+  if (typeof pg.getTransactionStatus === 'function') {
+    const status = pg.getTransactionStatus();
+    if (status === 'I') {
+      throw new OutboxValidationError(
+        'tx',
+        'is not inside a transaction (status idle)',
+        "Run BEGIN first: the event must commit with the business change, in the caller's transaction.",
+      );
+    }
+    if (status === 'E') {
+      throw new OutboxValidationError('tx', 'is in a failed transaction', 'ROLLBACK and retry the transaction.');
+    }
+  }
+}

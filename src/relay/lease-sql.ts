@@ -1,0 +1,40 @@
+/** Partition leases. Every change of owner raises the epoch (the fencing token). */
+
+export const HEARTBEAT_SQL = `
+INSERT INTO {{schema}}.relays AS r (relay_id, host, pid) VALUES ($1, $2, $3)
+ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now()`;
+
+/** Relays silent for longer than a lease are gone; their partitions expire on their own. */
+export const LIVE_RELAYS_SQL = `
+WITH gone AS (
+  DELETE FROM {{schema}}.relays WHERE heartbeat_at < now() - $1 * interval '1 millisecond'
+)
+SELECT relay_id FROM {{schema}}.relays
+WHERE heartbeat_at >= now() - $1 * interval '1 millisecond'
+ORDER BY relay_id`;
+
+export const RENEW_SQL = `
+UPDATE {{schema}}.partitions p
+SET lease_until = now() + $4 * interval '1 millisecond'
+FROM unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch)
+WHERE p.partition = o.partition AND p.owner = $1 AND p.epoch = o.epoch
+RETURNING p.partition, p.epoch::text AS epoch`;
+
+export const RELEASE_SQL = `
+UPDATE {{schema}}.partitions p
+SET owner = NULL, lease_until = '-infinity'
+FROM unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch)
+WHERE p.partition = o.partition AND p.owner = $1 AND p.epoch = o.epoch`;
+
+export const ACQUIRE_SQL = `
+UPDATE {{schema}}.partitions p
+SET owner = $1, epoch = p.epoch + 1, lease_until = now() + $3 * interval '1 millisecond'
+WHERE p.partition IN (
+  SELECT partition FROM {{schema}}.partitions
+  WHERE owner IS NULL OR lease_until < now()
+  ORDER BY partition
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED)
+RETURNING p.partition, p.epoch::text AS epoch`;
+
+export const UNREGISTER_SQL = `DELETE FROM {{schema}}.relays WHERE relay_id = $1`;

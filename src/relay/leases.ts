@@ -1,0 +1,148 @@
+import { hostname } from 'node:os';
+import type { Pool } from 'pg';
+import type { Logger } from '../logger.js';
+import { withSchema } from '../schema/identifiers.js';
+import {
+  ACQUIRE_SQL,
+  HEARTBEAT_SQL,
+  LIVE_RELAYS_SQL,
+  RELEASE_SQL,
+  RENEW_SQL,
+  UNREGISTER_SQL,
+} from './lease-sql.js';
+
+interface Statements {
+  readonly heartbeat: string;
+  readonly live: string;
+  readonly renew: string;
+  readonly release: string;
+  readonly acquire: string;
+  readonly unregister: string;
+}
+
+/** The fair share of `partitions` for the relay at `rank` among `relays` live relays. */
+export function fairShare(partitions: number, relays: number, rank: number): number {
+  if (relays <= 0 || rank < 0) return partitions;
+  const base = Math.floor(partitions / relays);
+  return base + (rank < partitions % relays ? 1 : 0);
+}
+
+/**
+ * The partitions this relay holds, with the epoch it holds each under. Lease
+ * operations run one at a time; renewal only extends leases, while the
+ * rebalance (acquire, release) runs from the relay loop between batches so a
+ * partition is never given away with work in flight.
+ */
+export class PartitionLeases {
+  private readonly owned = new Map<number, string>();
+  private readonly sql: Statements;
+  private chain: Promise<unknown> = Promise.resolve();
+  private registered = false;
+
+  constructor(
+    private readonly pool: Pool,
+    quotedSchema: string,
+    readonly relayId: string,
+    private readonly leaseMs: number,
+    private readonly totalPartitions: () => Promise<number>,
+    private readonly logger: Logger,
+  ) {
+    this.sql = {
+      heartbeat: withSchema(HEARTBEAT_SQL, quotedSchema),
+      live: withSchema(LIVE_RELAYS_SQL, quotedSchema),
+      renew: withSchema(RENEW_SQL, quotedSchema),
+      release: withSchema(RELEASE_SQL, quotedSchema),
+      acquire: withSchema(ACQUIRE_SQL, quotedSchema),
+      unregister: withSchema(UNREGISTER_SQL, quotedSchema),
+    };
+  }
+
+  /** Partitions and epochs, as two parallel arrays for the SQL. */
+  snapshot(): { partitions: number[]; epochs: string[] } {
+    return { partitions: [...this.owned.keys()], epochs: [...this.owned.values()] };
+  }
+
+  get size(): number {
+    return this.owned.size;
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.chain.then(fn, fn);
+    this.chain = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Heartbeat and extend every lease still held; forgets the ones taken over. */
+  renew(): Promise<void> {
+    return this.serial(async () => {
+      await this.heartbeat();
+      if (this.owned.size === 0) return;
+      const { partitions, epochs } = this.snapshot();
+      const { rows } = await this.pool.query<{ partition: number; epoch: string }>(this.sql.renew, [
+        this.relayId,
+        partitions,
+        epochs,
+        this.leaseMs,
+      ]);
+      const kept = new Set(rows.map((r) => r.partition));
+      for (let i = 0; i < partitions.length; i++) {
+        const p = partitions[i]!;
+        if (!kept.has(p) && this.owned.get(p) === epochs[i]) {
+          this.owned.delete(p);
+          this.logger.warn({ relayId: this.relayId, partition: p }, 'partition lease lost to another relay');
+        }
+      }
+    });
+  }
+
+  /** Takes this relay's fair share: releases extras, acquires free or expired partitions. */
+  rebalance(): Promise<void> {
+    return this.serial(async () => {
+      await this.heartbeat();
+      const { rows } = await this.pool.query<{ relay_id: string }>(this.sql.live, [this.leaseMs]);
+      const ids = rows.map((r) => r.relay_id);
+      const total = await this.totalPartitions();
+      const share = fairShare(total, ids.length, ids.indexOf(this.relayId));
+      if (this.owned.size > share) {
+        const extra = [...this.owned.entries()].sort((a, b) => b[0] - a[0]).slice(0, this.owned.size - share);
+        await this.pool.query(this.sql.release, [this.relayId, extra.map((e) => e[0]), extra.map((e) => e[1])]);
+        for (const [p] of extra) this.owned.delete(p);
+        this.logger.info({ relayId: this.relayId, released: extra.map((e) => e[0]) }, 'released partitions');
+      } else if (this.owned.size < share) {
+        const got = await this.pool.query<{ partition: number; epoch: string }>(this.sql.acquire, [
+          this.relayId,
+          share - this.owned.size,
+          this.leaseMs,
+        ]);
+        for (const r of got.rows) this.owned.set(r.partition, r.epoch);
+        if (got.rows.length > 0) {
+          this.logger.info(
+            { relayId: this.relayId, acquired: got.rows.map((r) => r.partition) },
+            'acquired partitions',
+          );
+        }
+      }
+    });
+  }
+
+  /** Gives every partition back (graceful stop) and leaves the relay list. */
+  releaseAll(): Promise<void> {
+    return this.serial(async () => {
+      const { partitions, epochs } = this.snapshot();
+      this.owned.clear();
+      if (partitions.length > 0) await this.pool.query(this.sql.release, [this.relayId, partitions, epochs]);
+      if (this.registered) await this.pool.query(this.sql.unregister, [this.relayId]);
+      this.registered = false;
+    });
+  }
+
+  /** Forget everything without touching the database (the leases expire on their own). */
+  forget(): void {
+    this.owned.clear();
+  }
+
+  private async heartbeat(): Promise<void> {
+    await this.pool.query(this.sql.heartbeat, [this.relayId, hostname(), process.pid]);
+    this.registered = true;
+  }
+}

@@ -1,0 +1,109 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { Pool } from 'pg';
+import { OutboxValidationError } from '../errors.js';
+import { type Logger, silentLogger } from '../logger.js';
+import type { Publisher } from '../publishers/contract.js';
+import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+import { quoteSchema } from '../schema/identifiers.js';
+import type { BackoffPolicy } from './backoff.js';
+
+export interface RelayOptions {
+  /** Pool for the outbox database. The relay holds up to two of its connections (loop and LISTEN). */
+  readonly pool: Pool;
+  readonly publisher: Publisher;
+  /** Outbox schema. Default `outbox`. */
+  readonly schema?: string;
+  /** Events claimed per batch. Default 500. */
+  readonly batchSize?: number;
+  /** Idle poll interval when no wake-up arrives, ms. Default 1000. */
+  readonly pollIntervalMs?: number;
+  /** Partition lease length, ms; renewed every third of it. Default 15000. */
+  readonly leaseMs?: number;
+  /** Attempts before an event is dead. Default 10. */
+  readonly maxAttempts?: number;
+  /** Retry delays: exponential with full jitter. Default { baseMs: 1000, capMs: 300000 }. */
+  readonly backoff?: Partial<BackoffPolicy>;
+  /** A publish call not finished by then is aborted (its events retried). Default 60000. */
+  readonly publishTimeoutMs?: number;
+  /** LISTEN for producers' NOTIFY wake-ups. Default true. */
+  readonly listen?: boolean;
+  /**
+   * `off` (default) for the relay's own outcome commits: a lost outcome after a
+   * server crash only means a republish, which at-least-once allows.
+   */
+  readonly synchronousCommit?: 'on' | 'off';
+  /** Unique id of this relay instance. Default `<host>-<pid>-<random>`. */
+  readonly relayId?: string;
+  readonly logger?: Logger;
+  /** Stops the relay when aborted. */
+  readonly signal?: AbortSignal;
+  /** Random source for jitter (tests). */
+  readonly random?: () => number;
+}
+
+export interface ResolvedRelayOptions {
+  readonly pool: Pool;
+  readonly publisher: Publisher;
+  readonly schema: string;
+  readonly quotedSchema: string;
+  readonly batchSize: number;
+  readonly pollIntervalMs: number;
+  readonly leaseMs: number;
+  readonly maxAttempts: number;
+  readonly backoff: BackoffPolicy;
+  readonly publishTimeoutMs: number;
+  readonly listen: boolean;
+  readonly synchronousCommit: 'on' | 'off';
+  readonly relayId: string;
+  readonly logger: Logger;
+  readonly signal: AbortSignal | undefined;
+  readonly random: () => number;
+}
+
+function positiveInt(value: number | undefined, fallback: number, field: string, max = 2 ** 31 - 1): number {
+  const v = value ?? fallback;
+  if (!Number.isInteger(v) || v < 1 || v > max) {
+    throw new OutboxValidationError(field, `is ${String(v)}`, `Pass an integer from 1 to ${max} (default ${fallback}).`);
+  }
+  return v;
+}
+
+/** Defaults applied and validated in one place; the result is frozen. */
+export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
+  if (!options || typeof options.pool?.connect !== 'function') {
+    throw new OutboxValidationError('pool', 'is missing', 'Pass a pg Pool connected to the outbox database.');
+  }
+  if (!options.publisher || typeof options.publisher.publish !== 'function') {
+    throw new OutboxValidationError('publisher', 'is missing', 'Pass a publisher, e.g. natsPublisher({ servers }).');
+  }
+  const schema = options.schema ?? DEFAULT_SCHEMA;
+  const leaseMs = positiveInt(options.leaseMs, 15_000, 'leaseMs');
+  if (leaseMs < 300) {
+    throw new OutboxValidationError('leaseMs', `is ${leaseMs}`, 'Use at least 300 ms; it is renewed every third.');
+  }
+  const baseMs = positiveInt(options.backoff?.baseMs, 1000, 'backoff.baseMs');
+  const capMs = positiveInt(options.backoff?.capMs, 300_000, 'backoff.capMs');
+  const synchronousCommit = options.synchronousCommit ?? 'off';
+  if (synchronousCommit !== 'on' && synchronousCommit !== 'off') {
+    throw new OutboxValidationError('synchronousCommit', `is ${String(synchronousCommit)}`, "Pass 'on' or 'off'.");
+  }
+  return Object.freeze({
+    pool: options.pool,
+    publisher: options.publisher,
+    schema,
+    quotedSchema: quoteSchema(schema),
+    batchSize: positiveInt(options.batchSize, 500, 'batchSize', 10_000),
+    pollIntervalMs: positiveInt(options.pollIntervalMs, 1000, 'pollIntervalMs'),
+    leaseMs,
+    maxAttempts: positiveInt(options.maxAttempts, 10, 'maxAttempts'),
+    backoff: Object.freeze({ baseMs, capMs: Math.max(capMs, baseMs) }),
+    publishTimeoutMs: positiveInt(options.publishTimeoutMs, 60_000, 'publishTimeoutMs'),
+    listen: options.listen ?? true,
+    synchronousCommit,
+    relayId: options.relayId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,
+    logger: options.logger ?? silentLogger,
+    signal: options.signal,
+    random: options.random ?? Math.random,
+  });
+}

@@ -1,0 +1,41 @@
+/**
+ * The ordering gate's in-batch half. A claimed batch may hold several events
+ * of one aggregate (claimed only when nothing earlier of that aggregate is
+ * left outside the batch). They are split into waves: wave k holds the k-th
+ * event of every aggregate, so one wave never holds two events of an
+ * aggregate and can be published concurrently. The relay publishes wave k+1
+ * of an aggregate only when its wave-k event was acknowledged; a failure
+ * blocks the rest of that aggregate and nothing else.
+ */
+export interface Gated {
+  readonly aggregateType: string;
+  readonly aggregateId: string;
+  readonly sequence: number;
+}
+
+export function aggregateKey(event: Gated): string {
+  return `${event.aggregateType}\u001f${event.aggregateId}`;
+}
+
+export function waves<T extends Gated>(batch: readonly T[]): T[][] {
+  const byAggregate = new Map<string, T[]>();
+  for (const event of batch) {
+    const key = aggregateKey(event);
+    const list = byAggregate.get(key);
+    if (list) list.push(event);
+    else byAggregate.set(key, [event]);
+  }
+  const result: T[][] = [];
+  for (const list of byAggregate.values()) {
+    if (list.length > 1) list.sort((a, b) => a.sequence - b.sequence);
+    for (let k = 0; k < list.length; k++) {
+      let wave = result[k];
+      if (!wave) {
+        wave = [];
+        result[k] = wave;
+      }
+      wave.push(list[k]!);
+    }
+  }
+  return result;
+}

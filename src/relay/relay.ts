@@ -1,0 +1,362 @@
+import type { PoolClient } from 'pg';
+import { errorMessage, OutboxError } from '../errors.js';
+import { wakeChannel } from '../producer/enqueue-sql.js';
+import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
+import { withSchema } from '../schema/identifiers.js';
+import { fullJitterDelay } from './backoff.js';
+import { CLAIM_SQL } from './claim-sql.js';
+import { PartitionLeases } from './leases.js';
+import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
+import { aggregateKey, waves } from './ordering-gate.js';
+import { RECORD_OUTCOME_SQL } from './outcome-sql.js';
+import { Doorbell, WakeListener } from './wakeup.js';
+
+export interface RelayStats {
+  /** Events acknowledged by the broker and removed from the outbox. */
+  published: number;
+  /** Failed attempts rescheduled with backoff. */
+  retried: number;
+  /** Events that went dead (max attempts or permanent error). */
+  dead: number;
+  batches: number;
+  /** Partitions this relay holds now. */
+  partitions: number[];
+  /** Last loop error (database or publisher), if any. */
+  lastError: string | undefined;
+}
+
+export interface Relay {
+  readonly id: string;
+  /** Starts the loop; idempotent. Resolves once the relay is running. */
+  start(): Promise<void>;
+  /** Finishes the batch in flight (up to `timeout` ms, then aborts it), gives back the leases; idempotent. */
+  stop(options?: { timeout?: number }): Promise<void>;
+  /** Wakes an idle relay at once, e.g. right after a commit in the same process. */
+  wake(): void;
+  stats(): RelayStats;
+}
+
+interface ClaimedRow {
+  id: string;
+  event_id: string;
+  partition: number;
+  aggregate_type: string;
+  aggregate_id: string;
+  sequence: string;
+  event_type: string;
+  schema_version: number;
+  topic: string | null;
+  payload: string | null;
+  payload_bytes: Buffer | null;
+  headers: string;
+  created_at: Date;
+  attempts: number;
+}
+
+interface Failure {
+  readonly id: string;
+  readonly status: 'pending' | 'dead';
+  readonly delayMs: number;
+  readonly error: string;
+}
+
+interface Statements {
+  readonly claim: { name: string; text: string };
+  readonly outcome: { name: string; text: string };
+}
+
+/** Creates a polling relay: leased partitions, ordering gate, backoff, dead events. */
+export function createRelay(options: RelayOptions): Relay {
+  return new PollingRelay(resolveRelayOptions(options));
+}
+
+function toMessage(row: ClaimedRow): OutboxMessage {
+  const bytes = row.payload_bytes;
+  return {
+    id: row.id,
+    eventId: row.event_id,
+    aggregateType: row.aggregate_type,
+    aggregateId: row.aggregate_id,
+    sequence: Number(row.sequence),
+    type: row.event_type,
+    schemaVersion: row.schema_version,
+    topic: row.topic,
+    payload: bytes ?? Buffer.from(row.payload ?? 'null'),
+    contentType: bytes ? 'application/octet-stream' : 'application/json',
+    headers: JSON.parse(row.headers) as Record<string, string>,
+    createdAt: row.created_at,
+    attempts: row.attempts,
+  };
+}
+
+class PollingRelay implements Relay {
+  readonly id: string;
+  private readonly leases: PartitionLeases;
+  private readonly doorbell = new Doorbell();
+  private readonly sql: Statements;
+  private listener: WakeListener | undefined;
+  private loopDone: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
+  private abort = new AbortController();
+  private halt = false;
+  private renewTimer: NodeJS.Timeout | undefined;
+  private client: PoolClient | undefined;
+  private partitionCount: number | undefined;
+  private readonly counters = { published: 0, retried: 0, dead: 0, batches: 0 };
+  private lastError: string | undefined;
+
+  constructor(private readonly o: ResolvedRelayOptions) {
+    this.id = o.relayId;
+    const tag = o.schema.replace(/[^a-z0-9_]/g, '');
+    this.sql = {
+      claim: { name: `txo_claim_${tag}`, text: withSchema(CLAIM_SQL, o.quotedSchema) },
+      outcome: { name: `txo_outcome_${tag}`, text: withSchema(RECORD_OUTCOME_SQL, o.quotedSchema) },
+    };
+    this.leases = new PartitionLeases(
+      o.pool,
+      o.quotedSchema,
+      o.relayId,
+      o.leaseMs,
+      () => this.partitions(),
+      o.logger,
+    );
+  }
+
+  stats(): RelayStats {
+    return { ...this.counters, partitions: this.leases.snapshot().partitions, lastError: this.lastError };
+  }
+
+  wake(): void {
+    this.doorbell.wake();
+  }
+
+  async start(): Promise<void> {
+    if (this.stopping) throw new OutboxError('the relay was stopped; create a new one', { code: 'TXO_RELAY_STOPPED' });
+    if (this.loopDone) return;
+    this.o.signal?.addEventListener('abort', () => void this.stop(), { once: true });
+    if (this.o.listen) {
+      this.listener = new WakeListener(this.o.pool, wakeChannel(this.o.schema), () => this.wake(), this.o.logger);
+      this.listener.start();
+    }
+    const every = Math.max(100, Math.floor(this.o.leaseMs / 3));
+    this.renewTimer = setInterval(() => {
+      this.leases.renew().catch((error: unknown) => {
+        this.o.logger.warn({ err: error, relayId: this.id }, 'lease renewal failed');
+      });
+    }, every);
+    this.loopDone = this.loop();
+    this.o.logger.info({ relayId: this.id, schema: this.o.schema }, 'relay started');
+  }
+
+  stop(options: { timeout?: number } = {}): Promise<void> {
+    if (!this.stopping) this.stopping = this.shutdown(options.timeout ?? 30_000);
+    return this.stopping;
+  }
+
+  private async shutdown(timeout: number): Promise<void> {
+    this.halt = true;
+    this.doorbell.wake();
+    if (this.loopDone) {
+      const timer = setTimeout(() => this.abort.abort(new Error('relay stop deadline reached')), timeout);
+      try {
+        await this.loopDone;
+      } finally {
+        clearTimeout(timer);
+      }
+    }
+    if (this.renewTimer) clearInterval(this.renewTimer);
+    await this.listener?.stop();
+    try {
+      await this.leases.releaseAll();
+    } catch (error) {
+      this.o.logger.warn({ err: error }, 'could not release leases; they expire on their own');
+    }
+    await this.releaseClient();
+    this.o.logger.info({ relayId: this.id, ...this.counters }, 'relay stopped');
+  }
+
+  private async partitions(): Promise<number> {
+    if (this.partitionCount === undefined) {
+      const { rows } = await this.o.pool.query<{ partitions: number }>(
+        `SELECT partitions FROM ${this.o.quotedSchema}.config`,
+      );
+      if (!rows[0]) {
+        throw new OutboxError(`no outbox schema "${this.o.schema}" found; run migrate first`, { code: 'TXO_NO_SCHEMA' });
+      }
+      this.partitionCount = rows[0].partitions;
+    }
+    return this.partitionCount;
+  }
+
+  private async loop(): Promise<void> {
+    let failures = 0;
+    let nextRebalance = 0;
+    const rebalanceEvery = Math.max(100, Math.floor(this.o.leaseMs / 3));
+    while (!this.halt) {
+      try {
+        if (Date.now() >= nextRebalance) {
+          await this.leases.rebalance();
+          nextRebalance = Date.now() + rebalanceEvery;
+        }
+        if (this.leases.size === 0) {
+          await this.doorbell.sleep(Math.min(this.o.pollIntervalMs, rebalanceEvery));
+          continue;
+        }
+        const claimed = await this.claim();
+        if (claimed.rows.length === 0) {
+          await this.doorbell.sleep(Math.max(0, Math.min(this.o.pollIntervalMs, nextRebalance - Date.now())));
+          continue;
+        }
+        await this.process(claimed.rows, claimed.partitions, claimed.epochs);
+        failures = 0;
+      } catch (error) {
+        if (this.halt) break;
+        failures += 1;
+        this.lastError = errorMessage(error);
+        await this.releaseClient(error);
+        const delay = 100 + fullJitterDelay({ baseMs: 200, capMs: 10_000 }, failures, this.o.random);
+        this.o.logger.error({ err: error, relayId: this.id, retryInMs: delay }, 'relay loop error; backing off');
+        nextRebalance = 0;
+        await this.doorbell.sleep(delay);
+      }
+    }
+  }
+
+  private async connection(): Promise<PoolClient> {
+    if (this.client) return this.client;
+    const client = await this.o.pool.connect();
+    client.on('error', (error) => {
+      this.o.logger.warn({ err: error, relayId: this.id }, 'relay connection error');
+      if (this.client === client) this.client = undefined;
+      client.release(error);
+    });
+    try {
+      await client.query(`SET synchronous_commit = ${this.o.synchronousCommit}`);
+    } catch (error) {
+      client.release(error instanceof Error ? error : true);
+      throw error;
+    }
+    this.client = client;
+    return client;
+  }
+
+  private async releaseClient(error?: unknown): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (!client) return;
+    if (error !== undefined) {
+      client.release(error instanceof Error ? error : true);
+      return;
+    }
+    try {
+      await client.query('RESET synchronous_commit');
+      client.release();
+    } catch (e) {
+      client.release(e instanceof Error ? e : true);
+    }
+  }
+
+  private async claim(): Promise<{ rows: ClaimedRow[]; partitions: number[]; epochs: string[] }> {
+    const { partitions, epochs } = this.leases.snapshot();
+    const client = await this.connection();
+    const { rows } = await client.query<ClaimedRow>({
+      ...this.sql.claim,
+      values: [partitions, epochs, this.id, this.o.batchSize],
+    });
+    return { rows, partitions, epochs };
+  }
+
+  private async process(rows: readonly ClaimedRow[], partitions: number[], epochs: string[]): Promise<void> {
+    const messages = rows.map(toMessage);
+    const delivered: string[] = [];
+    const failures: Failure[] = [];
+    const blocked = new Set<string>();
+    for (const wave of waves(messages)) {
+      const ready = wave.filter((m) => !blocked.has(aggregateKey(m)));
+      if (ready.length === 0) continue;
+      const outcomes = await this.publish(ready);
+      for (let i = 0; i < ready.length; i++) {
+        const message = ready[i]!;
+        const outcome = outcomes[i]!;
+        if (outcome.ok) {
+          delivered.push(message.id);
+          continue;
+        }
+        blocked.add(aggregateKey(message));
+        // An attempt cut short by our own shutdown is not the event's fault: leave it untouched.
+        if (this.abort.signal.aborted) continue;
+        failures.push(this.judge(message, outcome));
+      }
+    }
+    const client = await this.connection();
+    const { rows: result } = await client.query<{ delivered: number; failed: number }>({
+      ...this.sql.outcome,
+      values: [
+        this.id,
+        partitions,
+        epochs,
+        delivered,
+        failures.map((f) => f.id),
+        failures.map((f) => f.status),
+        failures.map((f) => f.delayMs),
+        failures.map((f) => f.error),
+      ],
+    });
+    const recorded = result[0];
+    this.counters.batches += 1;
+    this.counters.published += recorded?.delivered ?? 0;
+    for (const f of failures) {
+      if (f.status === 'dead') this.counters.dead += 1;
+      else this.counters.retried += 1;
+    }
+    if (recorded && recorded.delivered + recorded.failed < delivered.length + failures.length) {
+      this.o.logger.warn(
+        { relayId: this.id, expected: delivered.length + failures.length, recorded: recorded.delivered + recorded.failed },
+        'outcome fenced: a partition changed owner during the batch; the new owner will republish',
+      );
+    }
+  }
+
+  private judge(message: OutboxMessage, outcome: Extract<PublishOutcome, { ok: false }>): Failure {
+    const attempt = message.attempts + 1;
+    const dead = !outcome.retryable || attempt >= this.o.maxAttempts;
+    const reason = outcome.retryable ? '' : 'permanent: ';
+    const error = `${reason}${errorMessage(outcome.error)}`.slice(0, 4000);
+    if (dead) {
+      this.o.logger.error(
+        { relayId: this.id, eventId: message.eventId, attempts: attempt, error },
+        'event is dead; it blocks its aggregate until replayed',
+      );
+      return { id: message.id, status: 'dead', delayMs: 0, error };
+    }
+    const jitter = fullJitterDelay(this.o.backoff, attempt, this.o.random);
+    const delayMs = Math.min(this.o.backoff.capMs, Math.max(jitter, outcome.retryAfterMs ?? 0));
+    this.o.logger.warn(
+      { relayId: this.id, eventId: message.eventId, attempts: attempt, retryInMs: delayMs, error },
+      'publish failed; will retry',
+    );
+    return { id: message.id, status: 'pending', delayMs, error };
+  }
+
+  private async publish(batch: readonly OutboxMessage[]): Promise<PublishOutcome[]> {
+    const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(this.o.publishTimeoutMs)]);
+    const aborted = new Promise<never>((_, reject) => {
+      if (signal.aborted) reject(signal.reason);
+      signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+    });
+    aborted.catch(() => undefined);
+    try {
+      const outcomes = await Promise.race([this.o.publisher.publish(batch, signal), aborted]);
+      if (outcomes.length !== batch.length) {
+        throw new OutboxError(`publisher ${this.o.publisher.name} returned ${outcomes.length} outcomes for ${batch.length}`, {
+          code: 'TXO_PUBLISHER_CONTRACT',
+        });
+      }
+      return outcomes;
+    } catch (error) {
+      const e = error instanceof Error ? error : new Error(String(error));
+      this.lastError = e.message;
+      return batch.map(() => ({ ok: false, retryable: true, error: e }));
+    }
+  }
+}
