@@ -101,6 +101,7 @@ class PollingRelay implements Relay {
   private halt = false;
   private renewTimer: NodeJS.Timeout | undefined;
   private client: PoolClient | undefined;
+  private onClientError: ((error: Error) => void) | undefined;
   private partitionCount: number | undefined;
   private readonly counters = { published: 0, retried: 0, dead: 0, batches: 0 };
   private lastError: string | undefined;
@@ -225,14 +226,15 @@ class PollingRelay implements Relay {
   private async connection(): Promise<PoolClient> {
     if (this.client) return this.client;
     const client = await this.o.pool.connect();
-    client.on('error', (error) => {
+    // An idle checked-out client that loses its connection emits 'error'; the next query fails and reconnects.
+    this.onClientError = (error) => {
       this.o.logger.warn({ err: error, relayId: this.id }, 'relay connection error');
-      if (this.client === client) this.client = undefined;
-      client.release(error);
-    });
+    };
+    client.on('error', this.onClientError);
     try {
       await client.query(`SET synchronous_commit = ${this.o.synchronousCommit}`);
     } catch (error) {
+      client.removeListener('error', this.onClientError);
       client.release(error instanceof Error ? error : true);
       throw error;
     }
@@ -244,6 +246,7 @@ class PollingRelay implements Relay {
     const client = this.client;
     this.client = undefined;
     if (!client) return;
+    if (this.onClientError) client.removeListener('error', this.onClientError);
     if (error !== undefined) {
       client.release(error instanceof Error ? error : true);
       return;

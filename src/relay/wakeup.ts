@@ -57,10 +57,10 @@ export class WakeListener {
     let client: PoolClient | undefined;
     try {
       client = await this.pool.connect();
-      client.on('error', (error) => this.broken(client!, error));
-      client.on('notification', () => this.onWake());
+      this.attach(client);
       await client.query(`LISTEN "${this.channel}"`);
       if (this.stopped) {
+        this.detach(client);
         client.release(true);
         return;
       }
@@ -74,8 +74,26 @@ export class WakeListener {
     }
   }
 
+  private readonly handlers = new WeakMap<PoolClient, { error: (e: Error) => void; notify: () => void }>();
+
+  private attach(client: PoolClient): void {
+    const h = { error: (e: Error) => this.broken(client, e), notify: () => this.onWake() };
+    this.handlers.set(client, h);
+    client.on('error', h.error);
+    client.on('notification', h.notify);
+  }
+
+  private detach(client: PoolClient): void {
+    const h = this.handlers.get(client);
+    if (!h) return;
+    client.removeListener('error', h.error);
+    client.removeListener('notification', h.notify);
+    this.handlers.delete(client);
+  }
+
   private broken(client: PoolClient, error: unknown): void {
     if (this.client === client) this.client = undefined;
+    this.detach(client);
     try {
       client.release(error instanceof Error ? error : true);
     } catch {
@@ -103,8 +121,10 @@ export class WakeListener {
     if (!client) return;
     try {
       await client.query(`UNLISTEN "${this.channel}"`);
+      this.detach(client);
       client.release();
     } catch (error) {
+      this.detach(client);
       client.release(error instanceof Error ? error : true);
     }
   }

@@ -1,0 +1,754 @@
+/**
+ * Webhook publisher: POSTs each event to an HTTP endpoint, signed with
+ * Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`)
+ * and carrying the envelope as CloudEvents attributes — binary mode (ce-*
+ * headers, payload bytes as the body) or, with `batch`, structured batch mode
+ * (`application/cloudevents-batch+json`).
+ *
+ * Uses Node's global fetch (undici); no dependencies.
+ */
+
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { OutboxError, OutboxValidationError, PublishError } from '../errors.js';
+import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
+import { envelopeHeaders } from './envelope.js';
+
+/**
+ * Where to POST an event: one URL for everything; a map from the message's
+ * `topic` to a URL, where the key `'*'` is the fallback (also used for messages
+ * whose topic is null); or a function choosing the URL per message.
+ */
+export type WebhookEndpoints =
+  | string
+  | Readonly<Record<string, string>>
+  | ((message: OutboxMessage) => string);
+
+/**
+ * A Standard Webhooks signing secret: `whsec_` followed by base64 (the key is
+ * the decoded bytes), or any other non-empty string (its UTF-8 bytes are the
+ * key), or the raw key bytes.
+ */
+export type WebhookSecret = string | Uint8Array;
+
+export interface WebhookPublisherOptions {
+  /** Target URL(s), see {@link WebhookEndpoints}. Only http: and https: URLs are accepted. */
+  readonly endpoints: WebhookEndpoints;
+  /** Signing secret shared with the receivers, see {@link WebhookSecret}. */
+  readonly secret: WebhookSecret;
+  /** Deadline per request, from sending to the end of the response body. Default 10 000 ms. */
+  readonly timeoutMs?: number;
+  /** Maximum requests in flight across all `publish` calls of this publisher. Default 64. */
+  readonly concurrency?: number;
+  /**
+   * Batch mode: messages bound for the same URL are POSTed together (at most
+   * `maxSize` per request) as a CloudEvents JSON batch. The request's outcome
+   * applies to every message in it.
+   */
+  readonly batch?: { readonly maxSize: number };
+  /** Extra static headers on every request (e.g. an API key). Protocol headers take precedence. */
+  readonly headers?: Readonly<Record<string, string>>;
+  /** CloudEvents `source` attribute. Default `'tx-outbox'`. */
+  readonly source?: string;
+}
+
+/** The signed content and key of one webhook request, see {@link signWebhook}. */
+export interface SignWebhookInput {
+  readonly secret: WebhookSecret;
+  /** The `webhook-id` header value. */
+  readonly id: string;
+  /** The `webhook-timestamp` header value, in unix seconds. */
+  readonly timestamp: number;
+  /** The exact request body. */
+  readonly body: Uint8Array | string;
+}
+
+/** A received request to check, see {@link verifyWebhook}. */
+export interface VerifyWebhookInput {
+  readonly secret: WebhookSecret;
+  /** Request headers: a fetch `Headers`, or a record such as node's `req.headers` (names are case-insensitive). */
+  readonly headers: Headers | Readonly<Record<string, string | readonly string[] | undefined>>;
+  /** The raw request body, exactly as received (do not re-serialize parsed JSON). */
+  readonly body: Uint8Array | string;
+  /** Maximum distance between `webhook-timestamp` and `now`, in seconds. Default 300. */
+  readonly toleranceSeconds?: number;
+  /** The receiver's clock. Default: the current time. */
+  readonly now?: Date;
+}
+
+const DEFAULT_TIMEOUT_MS = 10_000;
+const DEFAULT_CONCURRENCY = 64;
+const DEFAULT_SOURCE = 'tx-outbox';
+const DEFAULT_TOLERANCE_SECONDS = 300;
+const SECRET_PREFIX = 'whsec_';
+const BATCH_CONTENT_TYPE = 'application/cloudevents-batch+json';
+const ERROR_BODY_CHARS = 200;
+/** Bytes of a response body read to let the socket be reused; beyond this the body is cancelled. */
+const MAX_DRAIN_BYTES = 64 * 1024;
+const FALLBACK_KEY = '*';
+
+// ---------------------------------------------------------------------------
+// Signing and verification
+// ---------------------------------------------------------------------------
+
+/**
+ * Computes the Standard Webhooks signature of a request: `v1,` followed by
+ * the base64 HMAC-SHA256 of `${id}.${timestamp}.${body}` keyed with the
+ * decoded secret. This is the `webhook-signature` header value.
+ *
+ * @throws OutboxValidationError when the secret is missing or malformed.
+ */
+export function signWebhook(input: SignWebhookInput): string {
+  return `v1,${hmac(decodeSecret(input.secret), input.id, String(input.timestamp), input.body).toString('base64')}`;
+}
+
+/**
+ * Checks a received webhook: `webhook-id`, `webhook-timestamp` and
+ * `webhook-signature` must be present, the timestamp must be within
+ * `toleranceSeconds` of `now` (either direction), and at least one of the
+ * space-separated `v1,<base64>` signatures must match (compared in constant
+ * time). Returns false for any unsigned, stale or tampered request.
+ *
+ * @throws OutboxValidationError when the secret is missing or malformed (a receiver bug, not a bad request).
+ */
+export function verifyWebhook(input: VerifyWebhookInput): boolean {
+  const key = decodeSecret(input.secret);
+  const id = readHeader(input.headers, 'webhook-id');
+  const timestamp = readHeader(input.headers, 'webhook-timestamp');
+  const signatures = readHeader(input.headers, 'webhook-signature');
+  if (id === undefined || timestamp === undefined || signatures === undefined) return false;
+  if (!isTimestampFresh(timestamp, input.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS, input.now)) {
+    return false;
+  }
+  const expected = hmac(key, id, timestamp, input.body);
+  let matched = false;
+  for (const candidate of signatures.split(' ')) {
+    if (signatureMatches(candidate, expected)) matched = true;
+  }
+  return matched;
+}
+
+function hmac(key: Buffer, id: string, timestamp: string, body: Uint8Array | string): Buffer {
+  return createHmac('sha256', key).update(`${id}.${timestamp}.`).update(body).digest();
+}
+
+function isTimestampFresh(timestamp: string, toleranceSeconds: number, now: Date | undefined): boolean {
+  if (!/^\d{1,15}$/.test(timestamp)) return false;
+  const nowSeconds = Math.floor((now ?? new Date()).getTime() / 1000);
+  return Math.abs(nowSeconds - Number(timestamp)) <= toleranceSeconds;
+}
+
+function signatureMatches(candidate: string, expected: Buffer): boolean {
+  if (!candidate.startsWith('v1,')) return false;
+  const actual = Buffer.from(candidate.slice(3), 'base64');
+  return actual.length === expected.length && timingSafeEqual(actual, expected);
+}
+
+function readHeader(headers: VerifyWebhookInput['headers'], name: string): string | undefined {
+  if (headers instanceof Headers) return headers.get(name) ?? undefined;
+  for (const [key, value] of Object.entries(headers)) {
+    if (key.toLowerCase() !== name || value === undefined) continue;
+    return typeof value === 'string' ? value : value.join(' ');
+  }
+  return undefined;
+}
+
+function decodeSecret(secret: unknown): Buffer {
+  const fix =
+    "Pass the receiver's signing secret, e.g. `secret: process.env.WEBHOOK_SECRET` " +
+    '("whsec_" + base64, or a raw string / Buffer)';
+  if (secret instanceof Uint8Array) {
+    if (secret.length === 0) throw new OutboxValidationError('secret', 'is an empty buffer', fix);
+    return Buffer.from(secret);
+  }
+  if (typeof secret !== 'string') throw new OutboxValidationError('secret', 'is missing', fix);
+  if (!secret.startsWith(SECRET_PREFIX)) {
+    if (secret.length === 0) throw new OutboxValidationError('secret', 'is an empty string', fix);
+    return Buffer.from(secret, 'utf8');
+  }
+  const encoded = secret.slice(SECRET_PREFIX.length);
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(encoded)) {
+    throw new OutboxValidationError('secret', 'starts with "whsec_" but the rest is not base64', fix);
+  }
+  return Buffer.from(encoded, 'base64');
+}
+
+// ---------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------
+
+interface ResolvedOptions {
+  readonly resolve: (message: OutboxMessage) => URL | PublishError;
+  readonly key: Buffer;
+  readonly timeoutMs: number;
+  readonly concurrency: number;
+  readonly batchSize: number | undefined;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly source: string;
+}
+
+function resolveOptions(options: WebhookPublisherOptions): ResolvedOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new OutboxValidationError('options', 'is missing', 'Call webhookPublisher({ endpoints, secret })');
+  }
+  return {
+    resolve: endpointResolver(options.endpoints),
+    key: decodeSecret(options.secret),
+    timeoutMs: positiveNumber('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS),
+    concurrency: positiveInteger('concurrency', options.concurrency, DEFAULT_CONCURRENCY),
+    batchSize: batchSize(options.batch),
+    headers: staticHeaders(options.headers),
+    source: sourceOption(options.source),
+  };
+}
+
+function positiveNumber(field: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new OutboxValidationError(
+      field,
+      `must be a positive number, got ${String(value)}`,
+      omitForDefault(field, fallback),
+    );
+  }
+  return value;
+}
+
+function positiveInteger(field: string, value: unknown, fallback: number | undefined): number {
+  if (value === undefined && fallback !== undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
+    const fix = fallback === undefined ? `Pass an integer >= 1` : omitForDefault(field, fallback);
+    throw new OutboxValidationError(field, `must be a positive integer, got ${String(value)}`, fix);
+  }
+  return value;
+}
+
+function omitForDefault(field: string, fallback: number): string {
+  return `Pass a value > 0, or omit \`${field}\` for the default (${fallback})`;
+}
+
+function batchSize(batch: WebhookPublisherOptions['batch']): number | undefined {
+  if (batch === undefined) return undefined;
+  if (typeof batch !== 'object' || batch === null) {
+    throw new OutboxValidationError(
+      'batch',
+      'must be an object',
+      'Pass `batch: { maxSize: 100 }`, or omit it',
+    );
+  }
+  return positiveInteger('batch.maxSize', batch.maxSize, undefined);
+}
+
+function staticHeaders(headers: WebhookPublisherOptions['headers']): Readonly<Record<string, string>> {
+  if (headers === undefined) return {};
+  const fix = "Pass a record of header names to string values, e.g. `headers: { authorization: 'Bearer …' }`";
+  if (typeof headers !== 'object' || headers === null) {
+    throw new OutboxValidationError('headers', 'must be an object', fix);
+  }
+  const copy: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (typeof value !== 'string') {
+      throw new OutboxValidationError(`headers.${name}`, `must be a string, got ${typeof value}`, fix);
+    }
+    try {
+      new Headers([[name, value]]);
+    } catch {
+      throw new OutboxValidationError(`headers.${name}`, 'is not a valid HTTP header name or value', fix);
+    }
+    copy[name] = value;
+  }
+  return copy;
+}
+
+function sourceOption(source: unknown): string {
+  if (source === undefined) return DEFAULT_SOURCE;
+  if (typeof source !== 'string' || source.length === 0) {
+    throw new OutboxValidationError(
+      'source',
+      'must be a non-empty string',
+      "Pass a CloudEvents source such as 'https://orders.example.com' or omit it (default 'tx-outbox')",
+    );
+  }
+  return source;
+}
+
+function endpointResolver(endpoints: unknown): (message: OutboxMessage) => URL | PublishError {
+  if (typeof endpoints === 'string') {
+    const url = parseEndpoint('endpoints', endpoints);
+    return () => url;
+  }
+  if (typeof endpoints === 'function')
+    return functionResolver(endpoints as (message: OutboxMessage) => unknown);
+  if (typeof endpoints === 'object' && endpoints !== null) return recordResolver(endpoints);
+  throw new OutboxValidationError(
+    'endpoints',
+    'is missing',
+    "Pass a URL, a record from topic to URL (key '*' = fallback), or a function (message) => URL",
+  );
+}
+
+function recordResolver(endpoints: object): (message: OutboxMessage) => URL | PublishError {
+  const routes = new Map<string, URL>();
+  for (const [topic, value] of Object.entries(endpoints)) {
+    routes.set(topic, parseEndpoint(`endpoints['${topic}']`, value));
+  }
+  if (routes.size === 0) {
+    throw new OutboxValidationError(
+      'endpoints',
+      'is an empty record',
+      "Map at least one topic to a URL, or add a fallback: `endpoints: { '*': 'https://…' }`",
+    );
+  }
+  return (message) => {
+    const url = (message.topic === null ? undefined : routes.get(message.topic)) ?? routes.get(FALLBACK_KEY);
+    return url ?? unroutable(message.topic);
+  };
+}
+
+function unroutable(topic: string | null): PublishError {
+  const what = topic === null ? 'a message without a topic' : `topic '${topic}'`;
+  const fix = topic === null ? '' : `endpoints['${topic}'] or `;
+  return new PublishError(
+    `No webhook endpoint for ${what}: the \`endpoints\` option has no entry for it and no '*' fallback. ` +
+      `Add ${fix}endpoints['*'].`,
+    { retryable: false, code: 'TXO_WEBHOOK_NO_ENDPOINT' },
+  );
+}
+
+function functionResolver(
+  choose: (message: OutboxMessage) => unknown,
+): (message: OutboxMessage) => URL | PublishError {
+  return (message) => {
+    try {
+      return parseEndpoint('endpoints', choose(message));
+    } catch (error) {
+      const detail = error instanceof Error ? error.message : String(error);
+      return new PublishError(`The \`endpoints\` function failed for event ${message.eventId}: ${detail}`, {
+        retryable: false,
+        code: 'TXO_WEBHOOK_NO_ENDPOINT',
+        cause: error,
+      });
+    }
+  };
+}
+
+function parseEndpoint(field: string, value: unknown): URL {
+  const fix = "Pass an absolute http(s) URL such as 'https://example.com/webhooks'";
+  if (typeof value !== 'string')
+    throw new OutboxValidationError(field, `must be a URL string, got ${typeof value}`, fix);
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new OutboxValidationError(field, `'${value}' is not a valid URL`, fix);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new OutboxValidationError(field, `'${value}' uses ${url.protocol} instead of http: or https:`, fix);
+  }
+  return url;
+}
+
+// ---------------------------------------------------------------------------
+// Abort plumbing and concurrency
+// ---------------------------------------------------------------------------
+
+type AbortCause = 'caller' | 'closed' | 'timeout';
+
+/** Calls `listener` once when any signal aborts (immediately if one already did). Returns the unsubscriber. */
+function onAnyAbort(signals: readonly AbortSignal[], listener: (index: number) => void): () => void {
+  const handlers = signals.map((_, index) => () => listener(index));
+  const already = signals.findIndex((signal) => signal.aborted);
+  if (already >= 0) {
+    listener(already);
+    return () => {};
+  }
+  signals.forEach((signal, index) => {
+    signal.addEventListener('abort', handlers[index]!, { once: true });
+  });
+  return () => {
+    signals.forEach((signal, index) => {
+      signal.removeEventListener('abort', handlers[index]!);
+    });
+  };
+}
+
+/** A per-request abort controller fed by the caller's signal, close() and the timeout. */
+class RequestAbort {
+  readonly #controller = new AbortController();
+  readonly #timer: NodeJS.Timeout;
+  readonly #unsubscribe: () => void;
+  cause: AbortCause | undefined;
+
+  constructor(caller: AbortSignal, closed: AbortSignal, timeoutMs: number) {
+    this.#timer = setTimeout(() => this.#abort('timeout'), timeoutMs);
+    this.#unsubscribe = onAnyAbort([caller, closed], (index) =>
+      this.#abort(index === 0 ? 'caller' : 'closed'),
+    );
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  dispose(): void {
+    clearTimeout(this.#timer);
+    this.#unsubscribe();
+  }
+
+  #abort(cause: AbortCause): void {
+    if (this.cause !== undefined) return;
+    this.cause = cause;
+    this.#controller.abort();
+  }
+}
+
+/** Counting semaphore; waiting stops (resolving false) when a signal aborts. */
+class Limiter {
+  #free: number;
+  readonly #waiters: Array<() => void> = [];
+
+  constructor(size: number) {
+    this.#free = size;
+  }
+
+  acquire(signals: readonly AbortSignal[]): Promise<boolean> {
+    if (signals.some((signal) => signal.aborted)) return Promise.resolve(false);
+    if (this.#free > 0) {
+      this.#free -= 1;
+      return Promise.resolve(true);
+    }
+    return new Promise((resolve) => {
+      const grant = () => {
+        unsubscribe();
+        resolve(true);
+      };
+      const unsubscribe = onAnyAbort(signals, () => {
+        const index = this.#waiters.indexOf(grant);
+        if (index >= 0) this.#waiters.splice(index, 1);
+        resolve(false);
+      });
+      this.#waiters.push(grant);
+    });
+  }
+
+  release(): void {
+    const next = this.#waiters.shift();
+    if (next === undefined) this.#free += 1;
+    else next();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Requests
+// ---------------------------------------------------------------------------
+
+/** One POST, before signing: the webhook-* headers are added at send time. */
+interface PreparedRequest {
+  readonly url: URL;
+  readonly webhookId: string;
+  readonly body: Uint8Array;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+function singleRequest(message: OutboxMessage, url: URL, options: ResolvedOptions): PreparedRequest {
+  return {
+    url,
+    webhookId: message.eventId,
+    body: message.payload,
+    headers: {
+      ...options.headers,
+      ...envelopeHeaders(message, options.source),
+      'content-type': message.contentType,
+    },
+  };
+}
+
+function batchRequest(
+  messages: readonly OutboxMessage[],
+  url: URL,
+  options: ResolvedOptions,
+): PreparedRequest {
+  const events = messages.map((message) => structuredEvent(message, options.source));
+  return {
+    url,
+    webhookId: `batch_${messages[0]!.eventId}`,
+    body: Buffer.from(JSON.stringify(events), 'utf8'),
+    headers: { ...options.headers, 'content-type': BATCH_CONTENT_TYPE },
+  };
+}
+
+const RESERVED_ATTRIBUTES = new Set(['data', 'data_base64']);
+
+/**
+ * A structured-mode CloudEvent: the same attributes as the binary-mode ce-*
+ * headers (string values), plus user headers whose names are valid
+ * CloudEvents attribute names (e.g. `traceparent`), plus the payload.
+ */
+function structuredEvent(message: OutboxMessage, source: string): Record<string, unknown> {
+  const event: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(message.headers)) {
+    const attribute = name.toLowerCase();
+    if (/^[a-z0-9]+$/.test(attribute) && !RESERVED_ATTRIBUTES.has(attribute)) event[attribute] = value;
+  }
+  for (const [name, value] of Object.entries(envelopeHeaders(message, source))) {
+    if (name.startsWith('ce-')) event[name.slice(3)] = value;
+  }
+  const json = message.contentType === 'application/json' ? parseJson(message.payload) : undefined;
+  if (json === undefined) event['data_base64'] = Buffer.from(message.payload).toString('base64');
+  else event['data'] = json.value;
+  return event;
+}
+
+function parseJson(payload: Uint8Array): { value: unknown } | undefined {
+  try {
+    return { value: JSON.parse(Buffer.from(payload).toString('utf8')) };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Only an address's origin and path go into error messages: no credentials or query tokens. */
+function describe(url: URL): string {
+  return `${url.origin}${url.pathname}`;
+}
+
+function signedHeaders(request: PreparedRequest, key: Buffer): Headers {
+  const timestamp = String(Math.floor(Date.now() / 1000));
+  const headers = new Headers(request.headers);
+  headers.set('webhook-id', request.webhookId);
+  headers.set('webhook-timestamp', timestamp);
+  const signature = hmac(key, request.webhookId, timestamp, request.body).toString('base64');
+  headers.set('webhook-signature', `v1,${signature}`);
+  return headers;
+}
+
+/** Reads (a bounded part of) a response body so the socket can be reused; returns its start as text. */
+async function drain(response: Response): Promise<string> {
+  const body = response.body;
+  if (body === null) return '';
+  const reader = body.getReader();
+  const kept: Uint8Array[] = [];
+  let total = 0;
+  try {
+    while (total <= MAX_DRAIN_BYTES) {
+      const chunk = await reader.read();
+      if (chunk.done) return snippet(kept);
+      if (total < ERROR_BODY_CHARS * 4) kept.push(chunk.value);
+      total += chunk.value.length;
+    }
+    await reader.cancel();
+  } catch {
+    // The body is only informative; a broken or aborted stream is not the outcome.
+    reader.cancel().catch(() => {});
+  }
+  return snippet(kept);
+}
+
+function snippet(chunks: readonly Uint8Array[]): string {
+  const text = Buffer.concat(chunks).toString('utf8').replace(/\s+/g, ' ').trim();
+  return text.length > ERROR_BODY_CHARS ? `${text.slice(0, ERROR_BODY_CHARS)}…` : text;
+}
+
+/**
+ * Retry-After as milliseconds: delay-seconds or an HTTP-date (0 when already
+ * past); undefined when absent or unparseable.
+ */
+function parseRetryAfter(value: string | null): number | undefined {
+  if (value === null) return undefined;
+  const trimmed = value.trim();
+  if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000;
+  const date = Date.parse(trimmed);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
+}
+
+/** 3xx and 4xx are the receiver's final word, except 408 Request Timeout and 429 Too Many Requests. */
+function isRetryableStatus(status: number): boolean {
+  return status === 408 || status === 429 || status >= 500;
+}
+
+function statusOutcome(response: Response, url: URL, body: string): PublishOutcome {
+  const { status } = response;
+  if (status >= 200 && status < 300) return DELIVERED;
+  const retryable = isRetryableStatus(status);
+  const redirect =
+    status >= 300 && status < 400 ? ' (redirects are not followed: point `endpoints` at the final URL)' : '';
+  const text = body === '' ? '' : `: ${body}`;
+  const message = `Webhook POST ${describe(url)} answered HTTP ${status} ${response.statusText}${redirect}${text}`;
+  const retryAfterMs = retryable ? parseRetryAfter(response.headers.get('retry-after')) : undefined;
+  return failed(new PublishError(message, { retryable, retryAfterMs }), retryable, retryAfterMs);
+}
+
+function abortOutcome(cause: AbortCause, url: URL, timeoutMs: number): PublishOutcome {
+  const reasons: Record<AbortCause, string> = {
+    caller: "was aborted by the caller's signal",
+    closed: 'was aborted because the webhook publisher was closed',
+    timeout: `timed out after ${timeoutMs} ms (option \`timeoutMs\`)`,
+  };
+  const error = new PublishError(`Webhook POST ${describe(url)} ${reasons[cause]}`, { retryable: true });
+  return failed(error, true);
+}
+
+function networkOutcome(error: unknown, url: URL): PublishOutcome {
+  const cause = error instanceof Error && error.cause instanceof Error ? error.cause : error;
+  const code = (cause as { code?: unknown } | null)?.code;
+  const detail = `${cause instanceof Error ? cause.message : String(cause)}${typeof code === 'string' ? ` (${code})` : ''}`;
+  return failed(
+    new PublishError(`Webhook POST ${describe(url)} failed: ${detail}`, { retryable: true, cause: error }),
+    true,
+  );
+}
+
+// ---------------------------------------------------------------------------
+// The publisher
+// ---------------------------------------------------------------------------
+
+class WebhookPublisher implements Publisher {
+  readonly name = 'webhook';
+  readonly #options: ResolvedOptions;
+  readonly #limiter: Limiter;
+  readonly #closing = new AbortController();
+  readonly #inFlight = new Set<Promise<unknown>>();
+
+  constructor(options: ResolvedOptions) {
+    this.#options = options;
+    this.#limiter = new Limiter(options.concurrency);
+  }
+
+  async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
+    if (this.#closing.signal.aborted) {
+      throw new OutboxError(
+        'The webhook publisher is closed: publish() was called after close(). Create a new webhookPublisher to publish again.',
+        { code: 'TXO_PUBLISHER_CLOSED' },
+      );
+    }
+    const work = this.#publishAll(batch, signal);
+    this.#inFlight.add(work);
+    try {
+      return await work;
+    } finally {
+      this.#inFlight.delete(work);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closing.abort();
+    await Promise.allSettled([...this.#inFlight]);
+  }
+
+  async #publishAll(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
+    const outcomes = new Array<PublishOutcome>(batch.length);
+    const routed = new Map<string, { url: URL; indexes: number[] }>();
+    batch.forEach((message, index) => {
+      const url = this.#options.resolve(message);
+      if (url instanceof PublishError) {
+        outcomes[index] = failed(url, false);
+        return;
+      }
+      const route = routed.get(url.href) ?? { url, indexes: [] };
+      route.indexes.push(index);
+      routed.set(url.href, route);
+    });
+    const sends: Promise<void>[] = [];
+    for (const { url, indexes } of routed.values()) {
+      for (const group of this.#groups(indexes)) {
+        const messages = group.map((index) => batch[index]!);
+        const request = this.#prepare(messages, url);
+        sends.push(
+          this.#send(request, signal).then((outcome) => {
+            for (const index of group) outcomes[index] = outcome;
+          }),
+        );
+      }
+    }
+    await Promise.all(sends);
+    return outcomes;
+  }
+
+  #groups(indexes: readonly number[]): number[][] {
+    const size = this.#options.batchSize ?? 1;
+    const groups: number[][] = [];
+    for (let start = 0; start < indexes.length; start += size)
+      groups.push(indexes.slice(start, start + size));
+    return groups;
+  }
+
+  #prepare(messages: readonly OutboxMessage[], url: URL): PreparedRequest | PublishOutcome {
+    try {
+      if (this.#options.batchSize !== undefined) return batchRequest(messages, url, this.#options);
+      const request = singleRequest(messages[0]!, url, this.#options);
+      new Headers(request.headers); // invalid user header values surface here, as a permanent failure
+      return request;
+    } catch (error) {
+      const detail = error instanceof Error ? error.message : String(error);
+      const message = `Webhook POST ${describe(url)} could not be built for event ${messages[0]!.eventId}: ${detail}`;
+      return failed(new PublishError(message, { retryable: false, cause: error }), false);
+    }
+  }
+
+  async #send(request: PreparedRequest | PublishOutcome, signal: AbortSignal): Promise<PublishOutcome> {
+    if (!('url' in request)) return request;
+    const closing = this.#closing.signal;
+    if (!(await this.#limiter.acquire([signal, closing]))) {
+      return abortOutcome(signal.aborted ? 'caller' : 'closed', request.url, this.#options.timeoutMs);
+    }
+    const abort = new RequestAbort(signal, closing, this.#options.timeoutMs);
+    try {
+      return await this.#post(request, abort);
+    } finally {
+      abort.dispose();
+      this.#limiter.release();
+    }
+  }
+
+  async #post(request: PreparedRequest, abort: RequestAbort): Promise<PublishOutcome> {
+    let response: Response;
+    try {
+      response = await fetch(request.url, {
+        method: 'POST',
+        headers: signedHeaders(request, this.#options.key),
+        body: request.body,
+        redirect: 'manual',
+        signal: abort.signal,
+      });
+    } catch (error) {
+      if (abort.cause !== undefined) return abortOutcome(abort.cause, request.url, this.#options.timeoutMs);
+      return networkOutcome(error, request.url);
+    }
+    const body = await drain(response);
+    return statusOutcome(response, request.url, body);
+  }
+}
+
+/**
+ * Creates the webhook publisher (`name = 'webhook'`).
+ *
+ * Single mode (default): one POST per event. The body is the stored payload
+ * bytes unchanged, `content-type` is the message's content type, the envelope
+ * travels as CloudEvents binary-mode headers (`ce-id`, `ce-type`, `ce-source`,
+ * `ce-specversion`, `ce-aggregatetype`, `ce-aggregateid`, `ce-sequence`,
+ * `ce-schemaversion`, …, plus the message's own headers such as `traceparent`),
+ * and the request is signed with Standard Webhooks: `webhook-id` = the event
+ * id (receivers dedup on it), `webhook-timestamp` = unix seconds,
+ * `webhook-signature` = `v1,<base64 HMAC-SHA256>` (see {@link signWebhook}).
+ *
+ * Batch mode (`batch: { maxSize }`): messages bound for the same URL are
+ * POSTed together as a JSON array of structured CloudEvents
+ * (`application/cloudevents-batch+json`); each element carries the envelope
+ * attributes and `data` (the parsed JSON payload) or `data_base64` (bytes).
+ * `webhook-id` is `batch_<eventId of the first element>` — deterministic for a
+ * given batch, but a retried batch may contain different events, so receivers
+ * should dedup on each element's `id`. The request's outcome applies to every
+ * message in it.
+ *
+ * Outcomes: 2xx = delivered; 3xx and 4xx other than 408/429 = permanent;
+ * 408, 429, 5xx, network errors, timeouts and aborts = retryable, with
+ * `retryAfterMs` from a `Retry-After` header (seconds or HTTP-date). A message
+ * whose endpoint can't be resolved fails permanently. `publish` never throws
+ * for a per-message failure; after `close()` it rejects with an OutboxError
+ * (`TXO_PUBLISHER_CLOSED`). `close()` is idempotent and aborts in-flight
+ * requests, which resolve as retryable failures.
+ *
+ * @throws OutboxValidationError when an option is invalid (names the option and the fix).
+ */
+export function webhookPublisher(options: WebhookPublisherOptions): Publisher {
+  return new WebhookPublisher(resolveOptions(options));
+}

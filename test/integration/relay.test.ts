@@ -1,0 +1,208 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { PublishError } from '../../src/errors.js';
+import { enqueue } from '../../src/producer/enqueue.js';
+import type { OutboxEvent } from '../../src/producer/event.js';
+import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
+import { RecordingPublisher } from '../helpers/memory-publisher.js';
+
+let db: TestDb;
+const relays: Relay[] = [];
+beforeAll(async () => {
+  db = await createTestDb('relay');
+});
+afterEach(async () => {
+  await Promise.all(relays.splice(0).map((r) => r.stop({ timeout: 2000 })));
+  await db.pool.query(`DELETE FROM "${db.schema}".events`);
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+function relay(publisher: RecordingPublisher, extra: Partial<Parameters<typeof createRelay>[0]> = {}): Relay {
+  const r = createRelay({ pool: db.pool, publisher, schema: db.schema, pollIntervalMs: 50, leaseMs: 3000, ...extra });
+  relays.push(r);
+  return r;
+}
+
+async function put(events: OutboxEvent[]): Promise<void> {
+  await inTransaction(db.pool, (tx) => enqueue(tx, events, { schema: db.schema }));
+}
+
+async function pending(): Promise<number> {
+  const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".events`);
+  return rows[0].n;
+}
+
+describe('polling relay', () => {
+  it('delivers every committed event once and empties the hot table', async () => {
+    const publisher = new RecordingPublisher();
+    await put(Array.from({ length: 300 }, (_, i) => ({ aggregateType: 'o', aggregateId: `a${i % 10}`, type: 't', payload: { i } })));
+    const r = relay(publisher, { batchSize: 64 });
+    await r.start();
+    await waitFor(() => publisher.received.length === 300, { what: '300 deliveries' });
+    await waitFor(async () => (await pending()) === 0, { what: 'empty outbox' });
+    expect(new Set(publisher.received.map((m) => m.eventId)).size).toBe(300);
+    expect(r.stats().published).toBe(300);
+  });
+
+  it('keeps per-aggregate order, across batches and waves', async () => {
+    const publisher = new RecordingPublisher();
+    for (let k = 0; k < 5; k++) {
+      await put(Array.from({ length: 40 }, (_, i) => ({ aggregateType: 'o', aggregateId: `b${i % 4}`, type: 't', payload: { k, i } })));
+    }
+    relay(publisher, { batchSize: 7 }).start();
+    await waitFor(() => publisher.received.length === 200);
+    const last = new Map<string, number>();
+    for (const m of publisher.received) {
+      expect(m.sequence).toBe((last.get(m.aggregateId) ?? 0) + 1);
+      last.set(m.aggregateId, m.sequence);
+    }
+  });
+
+  it('passes envelope fields and payload bytes through', async () => {
+    const publisher = new RecordingPublisher();
+    await put([
+      { aggregateType: 'order', aggregateId: 'x', type: 'order.placed', payload: { a: [1, 2] }, topic: 'orders', schemaVersion: 2, headers: { h: 'v' } },
+      { aggregateType: 'blob', aggregateId: 'y', type: 'blob.put', payload: Buffer.from([7, 8, 9]) },
+    ]);
+    relay(publisher).start();
+    await waitFor(() => publisher.received.length === 2);
+    const order = publisher.received.find((m) => m.aggregateType === 'order')!;
+    expect(JSON.parse(Buffer.from(order.payload).toString())).toEqual({ a: [1, 2] });
+    expect(order).toMatchObject({ topic: 'orders', schemaVersion: 2, headers: { h: 'v' }, contentType: 'application/json', sequence: 1 });
+    const blob = publisher.received.find((m) => m.aggregateType === 'blob')!;
+    expect([...blob.payload]).toEqual([7, 8, 9]);
+    expect(blob.contentType).toBe('application/octet-stream');
+  });
+
+  it('a poison event backs off, goes dead after max attempts, and blocks only its aggregate', async () => {
+    const publisher = new RecordingPublisher();
+    const attempts: number[] = [];
+    publisher.verdict = (m) => {
+      if (m.aggregateId === 'poison' && m.sequence === 1) {
+        attempts.push(Date.now());
+        return { ok: false, retryable: true, error: new PublishError('broker says no', { retryable: true }) };
+      }
+      return { ok: true };
+    };
+    await put([
+      { aggregateType: 'o', aggregateId: 'poison', type: 't', payload: 1 },
+      { aggregateType: 'o', aggregateId: 'poison', type: 't', payload: 2 },
+      ...Array.from({ length: 20 }, (_, i) => ({ aggregateType: 'o', aggregateId: `ok${i}`, type: 't', payload: i })),
+    ]);
+    const r = relay(publisher, { maxAttempts: 4, backoff: { baseMs: 40, capMs: 200 } });
+    await r.start();
+    await waitFor(() => publisher.received.length === 20, { what: 'healthy aggregates delivered' });
+    await waitFor(async () => {
+      const { rows } = await db.pool.query(`SELECT status FROM "${db.schema}".events WHERE sequence = 1 AND aggregate_id = 'poison'`);
+      return rows[0]?.status === 'dead';
+    }, { what: 'poison event dead' });
+    const { rows } = await db.pool.query(
+      `SELECT sequence::int, status, attempts, last_error FROM "${db.schema}".events WHERE aggregate_id = 'poison' ORDER BY sequence`,
+    );
+    expect(rows).toEqual([
+      { sequence: 1, status: 'dead', attempts: 4, last_error: 'broker says no' },
+      { sequence: 2, status: 'pending', attempts: 0, last_error: null },
+    ]);
+    expect(attempts).toHaveLength(4);
+    expect(publisher.received.some((m) => m.aggregateId === 'poison')).toBe(false);
+    expect(r.stats()).toMatchObject({ dead: 1, retried: 3 });
+    // Later events of other aggregates still flow while the dead one stays blocked.
+    await put([{ aggregateType: 'o', aggregateId: 'late', type: 't', payload: 0 }]);
+    await waitFor(() => publisher.received.some((m) => m.aggregateId === 'late'));
+    expect(publisher.received.some((m) => m.aggregateId === 'poison')).toBe(false);
+  });
+
+  it('a permanent error goes straight to dead', async () => {
+    const publisher = new RecordingPublisher();
+    publisher.verdict = () => ({ ok: false, retryable: false, error: new Error('message too large') });
+    await put([{ aggregateType: 'o', aggregateId: 'big', type: 't', payload: 1 }]);
+    relay(publisher).start();
+    await waitFor(async () => {
+      const { rows } = await db.pool.query(`SELECT status, attempts, last_error FROM "${db.schema}".events`);
+      return rows[0]?.status === 'dead';
+    });
+    const { rows } = await db.pool.query(`SELECT attempts, last_error FROM "${db.schema}".events`);
+    expect(rows[0]).toEqual({ attempts: 1, last_error: 'permanent: message too large' });
+  });
+
+  it('honours retryAfterMs from the broker', async () => {
+    const publisher = new RecordingPublisher();
+    let calls = 0;
+    publisher.verdict = () => {
+      calls += 1;
+      return calls === 1 ? { ok: false, retryable: true, error: new Error('429'), retryAfterMs: 5000 } : { ok: true };
+    };
+    await put([{ aggregateType: 'o', aggregateId: 'ra', type: 't', payload: 1 }]);
+    relay(publisher, { backoff: { baseMs: 1, capMs: 60_000 } }).start();
+    await waitFor(() => calls === 1);
+    const { rows } = await db.pool.query(
+      `SELECT extract(epoch FROM next_attempt_at - now()) AS wait FROM "${db.schema}".events`,
+    );
+    expect(Number(rows[0].wait)).toBeGreaterThan(4);
+  });
+
+  it('deliverAfter holds the event and the later events of its aggregate', async () => {
+    const publisher = new RecordingPublisher();
+    await put([
+      { aggregateType: 'o', aggregateId: 'd', type: 't', payload: 1, deliverAfter: new Date(Date.now() + 1500) },
+      { aggregateType: 'o', aggregateId: 'd', type: 't', payload: 2 },
+      { aggregateType: 'o', aggregateId: 'free', type: 't', payload: 3 },
+    ]);
+    relay(publisher).start();
+    await waitFor(() => publisher.received.length === 1);
+    expect(publisher.received[0]!.aggregateId).toBe('free');
+    await waitFor(() => publisher.received.length === 3, { timeoutMs: 10_000 });
+    expect(publisher.received.slice(1).map((m) => m.sequence)).toEqual([1, 2]);
+  });
+
+  it('wakes on NOTIFY: an event committed while idle is delivered well before the poll interval', async () => {
+    const publisher = new RecordingPublisher();
+    const r = relay(publisher, { pollIntervalMs: 30_000 });
+    await r.start();
+    await waitFor(() => r.stats().partitions.length === 16);
+    await new Promise((res) => setTimeout(res, 300));
+    const t0 = Date.now();
+    await put([{ aggregateType: 'o', aggregateId: 'n', type: 't', payload: 1 }]);
+    await waitFor(() => publisher.received.length === 1, { timeoutMs: 5000 });
+    expect(Date.now() - t0).toBeLessThan(2000);
+  });
+
+  it('stop() is idempotent, releases the partitions, and start after stop is refused', async () => {
+    const publisher = new RecordingPublisher();
+    const r = relay(publisher);
+    await r.start();
+    await r.start();
+    await waitFor(() => r.stats().partitions.length === 16);
+    await Promise.all([r.stop(), r.stop()]);
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".partitions WHERE owner IS NOT NULL`);
+    expect(rows[0].n).toBe(0);
+    await expect(r.start()).rejects.toThrow(/stopped/);
+  });
+
+  it('two relays share the partitions fairly and deliver everything in order', async () => {
+    const p1 = new RecordingPublisher();
+    const p2 = new RecordingPublisher();
+    const a = relay(p1, { leaseMs: 600 });
+    const b = relay(p2, { leaseMs: 600 });
+    await a.start();
+    await b.start();
+    await waitFor(() => a.stats().partitions.length === 8 && b.stats().partitions.length === 8, {
+      what: 'an even split',
+    });
+    await put(Array.from({ length: 400 }, (_, i) => ({ aggregateType: 'o', aggregateId: `s${i % 50}`, type: 't', payload: i })));
+    await waitFor(() => p1.received.length + p2.received.length === 400);
+    expect(p1.received.length).toBeGreaterThan(0);
+    expect(p2.received.length).toBeGreaterThan(0);
+    for (const received of [p1.received, p2.received]) {
+      const last = new Map<string, number>();
+      for (const m of received) {
+        expect(m.sequence).toBeGreaterThan(last.get(m.aggregateId) ?? 0);
+        last.set(m.aggregateId, m.sequence);
+      }
+    }
+    await a.stop();
+    await waitFor(() => b.stats().partitions.length === 16, { what: 'takeover of released partitions' });
+  });
+});
