@@ -61,7 +61,14 @@ const RETRYABLE_PG_CODES = new Set([
   '08004',
 ]);
 
-const RETRYABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EAI_AGAIN']);
+const RETRYABLE_NODE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
 
 /** True for PostgreSQL and network errors that a retry may cure (lost connection, deadlock, restart). */
 export function isRetryableDatabaseError(error: unknown): boolean {

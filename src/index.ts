@@ -3,7 +3,7 @@ export { type Logger, silentLogger } from './logger.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
 export { assertInTransaction, type SqlExecutor } from './producer/executor.js';
-export type { OutboxMessage, PublishOutcome, Publisher } from './publishers/contract.js';
+export type { OutboxMessage, Publisher, PublishOutcome } from './publishers/contract.js';
 export { envelopeHeaders } from './publishers/envelope.js';
 export { fullJitterDelay } from './relay/backoff.js';
 export type { RelayOptions } from './relay/options.js';

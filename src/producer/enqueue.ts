@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { v7 as uuidv7 } from 'uuid';
 import { OutboxValidationError } from '../errors.js';
-import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { quoteSchema } from '../schema/identifiers.js';
+import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { insertEventsSql, wakeChannel } from './enqueue-sql.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, type OutboxEvent, type PreparedEvent, prepareEvent } from './event.js';
 import { assertInTransaction } from './executor.js';
@@ -50,7 +50,11 @@ export const MAX_BATCH = 10_000;
  * round trip. Validates everything first: on bad input it throws an
  * OutboxValidationError naming the field, and writes nothing.
  */
-export async function enqueue(tx: unknown, event: OutboxEvent, options?: EnqueueOptions): Promise<EnqueueResult>;
+export async function enqueue(
+  tx: unknown,
+  event: OutboxEvent,
+  options?: EnqueueOptions,
+): Promise<EnqueueResult>;
 export async function enqueue(
   tx: unknown,
   events: readonly OutboxEvent[],
@@ -65,12 +69,24 @@ export async function enqueue(
   const events = single ? [input as OutboxEvent] : (input as readonly OutboxEvent[]);
   const maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
   if (!Number.isInteger(maxPayloadBytes) || maxPayloadBytes < 1) {
-    throw new OutboxValidationError('maxPayloadBytes', `is ${String(maxPayloadBytes)}`, 'Pass a positive integer.');
+    throw new OutboxValidationError(
+      'maxPayloadBytes',
+      `is ${String(maxPayloadBytes)}`,
+      'Pass a positive integer.',
+    );
   }
   if (events.length > MAX_BATCH) {
-    throw new OutboxValidationError('events', `holds ${events.length} events`, `Split it into batches of ${MAX_BATCH}.`);
+    throw new OutboxValidationError(
+      'events',
+      `holds ${events.length} events`,
+      `Split it into batches of ${MAX_BATCH}.`,
+    );
   }
-  const statement = statementFor(options.schema ?? DEFAULT_SCHEMA, options.notify ?? true, options.prepared ?? true);
+  const statement = statementFor(
+    options.schema ?? DEFAULT_SCHEMA,
+    options.notify ?? true,
+    options.prepared ?? true,
+  );
   assertInTransaction(tx);
   if (events.length === 0) return [];
 
@@ -81,7 +97,11 @@ export async function enqueue(
     const field = single ? 'event' : `events[${i}]`;
     const p = prepareEvent(events[i]!, field, { maxPayloadBytes, newEventId: uuidv7, traceHeaders });
     if (seen.has(p.eventId)) {
-      throw new OutboxValidationError(`${field}.eventId`, `repeats ${p.eventId} within the batch`, 'Event ids are unique.');
+      throw new OutboxValidationError(
+        `${field}.eventId`,
+        `repeats ${p.eventId} within the batch`,
+        'Event ids are unique.',
+      );
     }
     seen.add(p.eventId);
     prepared.push(p);

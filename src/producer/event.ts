@@ -43,13 +43,21 @@ const MAX_NAME = 255;
 
 function nonEmptyName(value: unknown, field: string, example: string): string {
   if (typeof value !== 'string' || value.length === 0) {
-    throw new OutboxValidationError(field, 'is missing or empty', `Pass a non-empty string, e.g. ${example}.`);
+    throw new OutboxValidationError(
+      field,
+      'is missing or empty',
+      `Pass a non-empty string, e.g. ${example}.`,
+    );
   }
   if (value.length > MAX_NAME) {
     throw new OutboxValidationError(field, `is ${value.length} characters long`, `Keep it to ${MAX_NAME}.`);
   }
   if (value.includes('\u0000')) {
-    throw new OutboxValidationError(field, 'contains a NUL character', 'Remove it; PostgreSQL text cannot hold NUL.');
+    throw new OutboxValidationError(
+      field,
+      'contains a NUL character',
+      'Remove it; PostgreSQL text cannot hold NUL.',
+    );
   }
   return value;
 }
@@ -85,10 +93,18 @@ function headersOf(value: unknown, field: string): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [key, v] of Object.entries(value)) {
     if (key.length === 0 || TOPIC_FORBIDDEN.test(key)) {
-      throw new OutboxValidationError(`${field}.${key}`, 'is not a valid header name', 'Use a token without spaces.');
+      throw new OutboxValidationError(
+        `${field}.${key}`,
+        'is not a valid header name',
+        'Use a token without spaces.',
+      );
     }
     if (typeof v !== 'string') {
-      throw new OutboxValidationError(`${field}.${key}`, `is a ${typeof v}`, 'Header values must be strings.');
+      throw new OutboxValidationError(
+        `${field}.${key}`,
+        `is a ${typeof v}`,
+        'Header values must be strings.',
+      );
     }
     out[key] = v;
   }
@@ -104,10 +120,18 @@ function serialisePayload(value: unknown, field: string): string {
     throw new OutboxValidationError(field, `is not JSON-serialisable (${why})`, 'Pass plain data or bytes.');
   }
   if (json === undefined) {
-    throw new OutboxValidationError(field, `is ${typeof value}, which JSON cannot hold`, 'Pass plain data or bytes.');
+    throw new OutboxValidationError(
+      field,
+      `is ${typeof value}, which JSON cannot hold`,
+      'Pass plain data or bytes.',
+    );
   }
   if (json.includes('\\u0000')) {
-    throw new OutboxValidationError(field, 'contains a NUL character', 'PostgreSQL jsonb cannot store \\u0000.');
+    throw new OutboxValidationError(
+      field,
+      'contains a NUL character',
+      'PostgreSQL jsonb cannot store \\u0000.',
+    );
   }
   return json;
 }
@@ -119,7 +143,11 @@ export function prepareEvent(
   options: { maxPayloadBytes: number; newEventId: () => string; traceHeaders: Record<string, string> },
 ): PreparedEvent {
   if (event === null || typeof event !== 'object') {
-    throw new OutboxValidationError(field, 'is not an object', 'Pass { aggregateType, aggregateId, type, payload }.');
+    throw new OutboxValidationError(
+      field,
+      'is not an object',
+      'Pass { aggregateType, aggregateId, type, payload }.',
+    );
   }
   const aggregateType = nonEmptyName(event.aggregateType, `${field}.aggregateType`, "'order'");
   const aggregateId = aggregateIdOf(event.aggregateId, `${field}.aggregateId`);
@@ -127,20 +155,33 @@ export function prepareEvent(
   const topic = topicOf(event.topic, `${field}.topic`);
   const schemaVersion = event.schemaVersion ?? 1;
   if (!Number.isInteger(schemaVersion) || schemaVersion < 1 || schemaVersion > 2_147_483_647) {
-    throw new OutboxValidationError(`${field}.schemaVersion`, `is ${String(schemaVersion)}`, 'Pass a positive integer.');
+    throw new OutboxValidationError(
+      `${field}.schemaVersion`,
+      `is ${String(schemaVersion)}`,
+      'Pass a positive integer.',
+    );
   }
   let deliverAfter: Date | null = null;
   if (event.deliverAfter !== undefined && event.deliverAfter !== null) {
     if (!(event.deliverAfter instanceof Date) || Number.isNaN(event.deliverAfter.getTime())) {
-      throw new OutboxValidationError(`${field}.deliverAfter`, 'is not a valid Date', 'Pass a Date or omit it.');
+      throw new OutboxValidationError(
+        `${field}.deliverAfter`,
+        'is not a valid Date',
+        'Pass a Date or omit it.',
+      );
     }
     deliverAfter = event.deliverAfter;
   }
   let eventId: string;
   if (event.eventId === undefined) eventId = options.newEventId();
-  else if (typeof event.eventId === 'string' && UUID.test(event.eventId)) eventId = event.eventId.toLowerCase();
+  else if (typeof event.eventId === 'string' && UUID.test(event.eventId))
+    eventId = event.eventId.toLowerCase();
   else {
-    throw new OutboxValidationError(`${field}.eventId`, `${JSON.stringify(event.eventId)} is not a UUID`, 'Omit it for a UUID v7.');
+    throw new OutboxValidationError(
+      `${field}.eventId`,
+      `${JSON.stringify(event.eventId)} is not a UUID`,
+      'Omit it for a UUID v7.',
+    );
   }
   const headers = { ...options.traceHeaders, ...headersOf(event.headers, `${field}.headers`) };
 

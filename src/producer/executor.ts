@@ -6,9 +6,11 @@ import { OutboxValidationError } from '../errors.js';
  * ORM adapters wrap their transaction handles into it.
  */
 export interface SqlExecutor {
-  query<R extends object = Record<string, unknown>>(
-    query: { text: string; values: readonly unknown[]; name?: string },
-  ): Promise<{ rows: R[] }>;
+  query<R extends object = Record<string, unknown>>(query: {
+    text: string;
+    values: readonly unknown[];
+    name?: string;
+  }): Promise<{ rows: R[] }>;
 }
 
 interface MaybePg {
@@ -24,10 +26,18 @@ interface MaybePg {
  */
 export function assertInTransaction(tx: unknown): asserts tx is SqlExecutor {
   if (tx === null || typeof tx !== 'object' || typeof (tx as { query?: unknown }).query !== 'function') {
-    throw new OutboxValidationError('tx', 'is not a database handle', "Pass the transaction's client (PoolClient).");
+    throw new OutboxValidationError(
+      'tx',
+      'is not a database handle',
+      "Pass the transaction's client (PoolClient).",
+    );
   }
   const pg = tx as MaybePg;
-  if (typeof pg.totalCount === 'number' && typeof pg.idleCount === 'number' && typeof pg.connect === 'function') {
+  if (
+    typeof pg.totalCount === 'number' &&
+    typeof pg.idleCount === 'number' &&
+    typeof pg.connect === 'function'
+  ) {
     throw new OutboxValidationError(
       'tx',
       'is a Pool, so the event would not share the business transaction',
@@ -44,7 +54,11 @@ export function assertInTransaction(tx: unknown): asserts tx is SqlExecutor {
       );
     }
     if (status === 'E') {
-      throw new OutboxValidationError('tx', 'is in a failed transaction', 'ROLLBACK and retry the transaction.');
+      throw new OutboxValidationError(
+        'tx',
+        'is in a failed transaction',
+        'ROLLBACK and retry the transaction.',
+      );
     }
   }
 }

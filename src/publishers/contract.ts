@@ -31,7 +31,12 @@ export interface OutboxMessage {
 
 export type PublishOutcome =
   | { readonly ok: true }
-  | { readonly ok: false; readonly retryable: boolean; readonly error: Error; readonly retryAfterMs?: number };
+  | {
+      readonly ok: false;
+      readonly retryable: boolean;
+      readonly error: Error;
+      readonly retryAfterMs?: number;
+    };
 
 export interface Publisher {
   /** Short name for logs and metrics, e.g. `nats` or `webhook`. */

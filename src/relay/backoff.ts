@@ -9,7 +9,11 @@ export interface BackoffPolicy {
  * Exponential backoff with full jitter: a uniform draw from
  * [0, min(cap, base * 2^(failures-1))]. `failures` counts from 1.
  */
-export function fullJitterDelay(policy: BackoffPolicy, failures: number, random: () => number = Math.random): number {
+export function fullJitterDelay(
+  policy: BackoffPolicy,
+  failures: number,
+  random: () => number = Math.random,
+): number {
   const exponent = Math.min(Math.max(failures - 1, 0), 52);
   const ceiling = Math.min(policy.capMs, policy.baseMs * 2 ** exponent);
   return Math.floor(random() * ceiling);

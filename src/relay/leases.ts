@@ -105,7 +105,11 @@ export class PartitionLeases {
       const share = fairShare(total, ids.length, ids.indexOf(this.relayId));
       if (this.owned.size > share) {
         const extra = [...this.owned.entries()].sort((a, b) => b[0] - a[0]).slice(0, this.owned.size - share);
-        await this.pool.query(this.sql.release, [this.relayId, extra.map((e) => e[0]), extra.map((e) => e[1])]);
+        await this.pool.query(this.sql.release, [
+          this.relayId,
+          extra.map((e) => e[0]),
+          extra.map((e) => e[1]),
+        ]);
         for (const [p] of extra) this.owned.delete(p);
         this.logger.info({ relayId: this.relayId, released: extra.map((e) => e[0]) }, 'released partitions');
       } else if (this.owned.size < share) {

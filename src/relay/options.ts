@@ -4,8 +4,8 @@ import type { Pool } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { Publisher } from '../publishers/contract.js';
-import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { quoteSchema } from '../schema/identifiers.js';
+import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import type { BackoffPolicy } from './backoff.js';
 
 export interface RelayOptions {
@@ -64,7 +64,11 @@ export interface ResolvedRelayOptions {
 function positiveInt(value: number | undefined, fallback: number, field: string, max = 2 ** 31 - 1): number {
   const v = value ?? fallback;
   if (!Number.isInteger(v) || v < 1 || v > max) {
-    throw new OutboxValidationError(field, `is ${String(v)}`, `Pass an integer from 1 to ${max} (default ${fallback}).`);
+    throw new OutboxValidationError(
+      field,
+      `is ${String(v)}`,
+      `Pass an integer from 1 to ${max} (default ${fallback}).`,
+    );
   }
   return v;
 }
@@ -75,18 +79,30 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     throw new OutboxValidationError('pool', 'is missing', 'Pass a pg Pool connected to the outbox database.');
   }
   if (!options.publisher || typeof options.publisher.publish !== 'function') {
-    throw new OutboxValidationError('publisher', 'is missing', 'Pass a publisher, e.g. natsPublisher({ servers }).');
+    throw new OutboxValidationError(
+      'publisher',
+      'is missing',
+      'Pass a publisher, e.g. natsPublisher({ servers }).',
+    );
   }
   const schema = options.schema ?? DEFAULT_SCHEMA;
   const leaseMs = positiveInt(options.leaseMs, 15_000, 'leaseMs');
   if (leaseMs < 300) {
-    throw new OutboxValidationError('leaseMs', `is ${leaseMs}`, 'Use at least 300 ms; it is renewed every third.');
+    throw new OutboxValidationError(
+      'leaseMs',
+      `is ${leaseMs}`,
+      'Use at least 300 ms; it is renewed every third.',
+    );
   }
   const baseMs = positiveInt(options.backoff?.baseMs, 1000, 'backoff.baseMs');
   const capMs = positiveInt(options.backoff?.capMs, 300_000, 'backoff.capMs');
   const synchronousCommit = options.synchronousCommit ?? 'off';
   if (synchronousCommit !== 'on' && synchronousCommit !== 'off') {
-    throw new OutboxValidationError('synchronousCommit', `is ${String(synchronousCommit)}`, "Pass 'on' or 'off'.");
+    throw new OutboxValidationError(
+      'synchronousCommit',
+      `is ${String(synchronousCommit)}`,
+      "Pass 'on' or 'off'.",
+    );
   }
   return Object.freeze({
     pool: options.pool,

@@ -132,11 +132,17 @@ class PollingRelay implements Relay {
   }
 
   async start(): Promise<void> {
-    if (this.stopping) throw new OutboxError('the relay was stopped; create a new one', { code: 'TXO_RELAY_STOPPED' });
+    if (this.stopping)
+      throw new OutboxError('the relay was stopped; create a new one', { code: 'TXO_RELAY_STOPPED' });
     if (this.loopDone) return;
     this.o.signal?.addEventListener('abort', () => void this.stop(), { once: true });
     if (this.o.listen) {
-      this.listener = new WakeListener(this.o.pool, wakeChannel(this.o.schema), () => this.wake(), this.o.logger);
+      this.listener = new WakeListener(
+        this.o.pool,
+        wakeChannel(this.o.schema),
+        () => this.wake(),
+        this.o.logger,
+      );
       this.listener.start();
     }
     const every = Math.max(100, Math.floor(this.o.leaseMs / 3));
@@ -182,7 +188,9 @@ class PollingRelay implements Relay {
         `SELECT partitions FROM ${this.o.quotedSchema}.config`,
       );
       if (!rows[0]) {
-        throw new OutboxError(`no outbox schema "${this.o.schema}" found; run migrate first`, { code: 'TXO_NO_SCHEMA' });
+        throw new OutboxError(`no outbox schema "${this.o.schema}" found; run migrate first`, {
+          code: 'TXO_NO_SCHEMA',
+        });
       }
       this.partitionCount = rows[0].partitions;
     }
@@ -216,7 +224,10 @@ class PollingRelay implements Relay {
         this.lastError = errorMessage(error);
         await this.releaseClient(error);
         const delay = 100 + fullJitterDelay({ baseMs: 200, capMs: 10_000 }, failures, this.o.random);
-        this.o.logger.error({ err: error, relayId: this.id, retryInMs: delay }, 'relay loop error; backing off');
+        this.o.logger.error(
+          { err: error, relayId: this.id, retryInMs: delay },
+          'relay loop error; backing off',
+        );
         nextRebalance = 0;
         await this.doorbell.sleep(delay);
       }
@@ -314,7 +325,11 @@ class PollingRelay implements Relay {
     }
     if (recorded && recorded.delivered + recorded.failed < delivered.length + failures.length) {
       this.o.logger.warn(
-        { relayId: this.id, expected: delivered.length + failures.length, recorded: recorded.delivered + recorded.failed },
+        {
+          relayId: this.id,
+          expected: delivered.length + failures.length,
+          recorded: recorded.delivered + recorded.failed,
+        },
         'outcome fenced: a partition changed owner during the batch; the new owner will republish',
       );
     }
@@ -351,9 +366,12 @@ class PollingRelay implements Relay {
     try {
       const outcomes = await Promise.race([this.o.publisher.publish(batch, signal), aborted]);
       if (outcomes.length !== batch.length) {
-        throw new OutboxError(`publisher ${this.o.publisher.name} returned ${outcomes.length} outcomes for ${batch.length}`, {
-          code: 'TXO_PUBLISHER_CONTRACT',
-        });
+        throw new OutboxError(
+          `publisher ${this.o.publisher.name} returned ${outcomes.length} outcomes for ${batch.length}`,
+          {
+            code: 'TXO_PUBLISHER_CONTRACT',
+          },
+        );
       }
       return outcomes;
     } catch (error) {

@@ -106,7 +106,10 @@ export class WakeListener {
     if (this.stopped || this.retryTimer) return;
     this.failures += 1;
     const delay = Math.min(30_000, 250 * 2 ** Math.min(this.failures, 7));
-    this.logger.warn({ err: error, retryInMs: delay }, 'wake-up listener lost its connection; polling meanwhile');
+    this.logger.warn(
+      { err: error, retryInMs: delay },
+      'wake-up listener lost its connection; polling meanwhile',
+    );
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
       void this.connect();

@@ -101,7 +101,10 @@ async function applyPending(
     await client.query('BEGIN');
     try {
       await client.query(m.sql);
-      await client.query(`INSERT INTO ${schema}.migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
+      await client.query(`INSERT INTO ${schema}.migrations (version, name) VALUES ($1, $2)`, [
+        m.version,
+        m.name,
+      ]);
       await client.query('COMMIT');
     } catch (error) {
       await client.query('ROLLBACK');

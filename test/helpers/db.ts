@@ -11,7 +11,10 @@ export interface TestDb {
 }
 
 /** A fresh, migrated outbox schema of its own for one test file. */
-export async function createTestDb(prefix: string, options: { partitions?: number; max?: number } = {}): Promise<TestDb> {
+export async function createTestDb(
+  prefix: string,
+  options: { partitions?: number; max?: number } = {},
+): Promise<TestDb> {
   const schema = `t_${prefix.replace(/[^a-z0-9_]/g, '_')}_${randomBytes(4).toString('hex')}`;
   const pool = new pg.Pool({ connectionString: DATABASE_URL, max: options.max ?? 10 });
   await migrate(pool, { schema, partitions: options.partitions ?? 16 });

@@ -1,4 +1,4 @@
-import type { OutboxMessage, PublishOutcome, Publisher } from '../../src/publishers/contract.js';
+import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 
 /**
  * A publisher that records what it was given; its verdict per message is

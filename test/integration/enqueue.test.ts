@@ -29,7 +29,12 @@ describe('enqueue', () => {
       `SELECT event_id::text, partition, sequence::int, payload, schema_version, status FROM "${db.schema}".events WHERE event_id = $1`,
       [result.eventId],
     );
-    expect(rows[0]).toMatchObject({ sequence: 1, payload: { total: 10 }, schema_version: 1, status: 'pending' });
+    expect(rows[0]).toMatchObject({
+      sequence: 1,
+      payload: { total: 10 },
+      schema_version: 1,
+      status: 'pending',
+    });
     expect(rows[0].partition).toBeGreaterThanOrEqual(0);
     expect(rows[0].partition).toBeLessThan(16);
   });
@@ -38,13 +43,21 @@ describe('enqueue', () => {
     const before = await count();
     await expect(
       inTransaction(db.pool, async (tx) => {
-        await enqueue(tx, { aggregateType: 'order', aggregateId: 'rb', type: 't', payload: 1 }, { schema: db.schema });
+        await enqueue(
+          tx,
+          { aggregateType: 'order', aggregateId: 'rb', type: 't', payload: 1 },
+          { schema: db.schema },
+        );
         throw new Error('business rule failed');
       }),
     ).rejects.toThrow('business rule failed');
     expect(await count()).toBe(before);
     const r = await inTransaction(db.pool, (tx) =>
-      enqueue(tx, { aggregateType: 'order', aggregateId: 'rb', type: 't', payload: 1 }, { schema: db.schema }),
+      enqueue(
+        tx,
+        { aggregateType: 'order', aggregateId: 'rb', type: 't', payload: 1 },
+        { schema: db.schema },
+      ),
     );
     expect(r.sequence).toBe(1);
   });
@@ -86,11 +99,17 @@ describe('enqueue', () => {
     const results = await Promise.all(
       Array.from({ length: 20 }, () =>
         inTransaction(db.pool, (tx) =>
-          enqueue(tx, { aggregateType: 'acct', aggregateId: 'hot', type: 't', payload: {} }, { schema: db.schema }),
+          enqueue(
+            tx,
+            { aggregateType: 'acct', aggregateId: 'hot', type: 't', payload: {} },
+            { schema: db.schema },
+          ),
         ),
       ),
     );
-    expect(results.map((r) => r.sequence).sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    expect(results.map((r) => r.sequence).sort((a, b) => a - b)).toEqual(
+      Array.from({ length: 20 }, (_, i) => i + 1),
+    );
   });
 
   it('stores bytes payloads as bytes and carries headers', async () => {
@@ -115,7 +134,11 @@ describe('enqueue', () => {
     );
     expect(rows[0].payload).toBeNull();
     expect([...rows[0].payload_bytes]).toEqual([0, 1, 2, 255]);
-    expect(rows[0]).toMatchObject({ headers: { 'x-tenant': 'acme' }, topic: 'files.uploaded', schema_version: 3 });
+    expect(rows[0]).toMatchObject({
+      headers: { 'x-tenant': 'acme' },
+      topic: 'files.uploaded',
+      schema_version: 3,
+    });
     expect(rows[0].aggregate_id).toBe('9');
   });
 
@@ -141,15 +164,47 @@ describe('enqueue', () => {
 describe('enqueue refuses bad input, naming the field, and writes nothing', () => {
   const cases: Array<[string, unknown, string]> = [
     ['missing aggregateId', { aggregateType: 'o', type: 't', payload: {} }, 'event.aggregateId'],
-    ['empty aggregateType', { aggregateType: '', aggregateId: 'x', type: 't', payload: {} }, 'event.aggregateType'],
+    [
+      'empty aggregateType',
+      { aggregateType: '', aggregateId: 'x', type: 't', payload: {} },
+      'event.aggregateType',
+    ],
     ['missing type', { aggregateType: 'o', aggregateId: 'x', payload: {} }, 'event.type'],
-    ['BigInt payload', { aggregateType: 'o', aggregateId: 'x', type: 't', payload: { n: 1n } }, 'event.payload'],
-    ['function payload', { aggregateType: 'o', aggregateId: 'x', type: 't', payload: () => 1 }, 'event.payload'],
-    ['NUL in payload', { aggregateType: 'o', aggregateId: 'x', type: 't', payload: { s: 'a\u0000' } }, 'event.payload'],
-    ['topic with a space', { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1, topic: 'a b' }, 'event.topic'],
-    ['bad schemaVersion', { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1, schemaVersion: 0 }, 'event.schemaVersion'],
-    ['bad eventId', { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1, eventId: 'nope' }, 'event.eventId'],
-    ['header not a string', { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1, headers: { a: 1 } }, 'event.headers.a'],
+    [
+      'BigInt payload',
+      { aggregateType: 'o', aggregateId: 'x', type: 't', payload: { n: 1n } },
+      'event.payload',
+    ],
+    [
+      'function payload',
+      { aggregateType: 'o', aggregateId: 'x', type: 't', payload: () => 1 },
+      'event.payload',
+    ],
+    [
+      'NUL in payload',
+      { aggregateType: 'o', aggregateId: 'x', type: 't', payload: { s: 'a\u0000' } },
+      'event.payload',
+    ],
+    [
+      'topic with a space',
+      { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1, topic: 'a b' },
+      'event.topic',
+    ],
+    [
+      'bad schemaVersion',
+      { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1, schemaVersion: 0 },
+      'event.schemaVersion',
+    ],
+    [
+      'bad eventId',
+      { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1, eventId: 'nope' },
+      'event.eventId',
+    ],
+    [
+      'header not a string',
+      { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1, headers: { a: 1 } },
+      'event.headers.a',
+    ],
   ];
   for (const [name, event, field] of cases) {
     it(name, async () => {
@@ -167,10 +222,14 @@ describe('enqueue refuses bad input, naming the field, and writes nothing', () =
 
   it('payload over the limit', async () => {
     const error = await inTransaction(db.pool, (tx) =>
-      enqueue(tx, { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 'x'.repeat(200) }, {
-        schema: db.schema,
-        maxPayloadBytes: 100,
-      }),
+      enqueue(
+        tx,
+        { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 'x'.repeat(200) },
+        {
+          schema: db.schema,
+          maxPayloadBytes: 100,
+        },
+      ),
     ).catch((e: unknown) => e);
     expect((error as OutboxValidationError).field).toBe('event.payload');
     expect((error as Error).message).toMatch(/over the limit of 100/);
@@ -196,20 +255,32 @@ describe('enqueue refuses bad input, naming the field, and writes nothing', () =
     const client = await db.pool.connect();
     try {
       await expect(
-        enqueue(client, { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1 }, { schema: db.schema }),
+        enqueue(
+          client,
+          { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1 },
+          { schema: db.schema },
+        ),
       ).rejects.toThrow(/not inside a transaction/);
     } finally {
       client.release();
     }
     await expect(
-      enqueue(db.pool, { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1 }, { schema: db.schema }),
+      enqueue(
+        db.pool,
+        { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1 },
+        { schema: db.schema },
+      ),
     ).rejects.toThrow(/Pool/);
   });
 
   it('refuses an unsafe schema name', async () => {
     await expect(
       inTransaction(db.pool, (tx) =>
-        enqueue(tx, { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1 }, { schema: 'x"; drop table y; --' }),
+        enqueue(
+          tx,
+          { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1 },
+          { schema: 'x"; drop table y; --' },
+        ),
       ),
     ).rejects.toThrow(/schema/);
   });

@@ -20,7 +20,14 @@ afterAll(async () => {
 });
 
 function relay(publisher: RecordingPublisher, extra: Partial<Parameters<typeof createRelay>[0]> = {}): Relay {
-  const r = createRelay({ pool: db.pool, publisher, schema: db.schema, pollIntervalMs: 50, leaseMs: 3000, ...extra });
+  const r = createRelay({
+    pool: db.pool,
+    publisher,
+    schema: db.schema,
+    pollIntervalMs: 50,
+    leaseMs: 3000,
+    ...extra,
+  });
   relays.push(r);
   return r;
 }
@@ -37,7 +44,14 @@ async function pending(): Promise<number> {
 describe('polling relay', () => {
   it('delivers every committed event once and empties the hot table', async () => {
     const publisher = new RecordingPublisher();
-    await put(Array.from({ length: 300 }, (_, i) => ({ aggregateType: 'o', aggregateId: `a${i % 10}`, type: 't', payload: { i } })));
+    await put(
+      Array.from({ length: 300 }, (_, i) => ({
+        aggregateType: 'o',
+        aggregateId: `a${i % 10}`,
+        type: 't',
+        payload: { i },
+      })),
+    );
     const r = relay(publisher, { batchSize: 64 });
     await r.start();
     await waitFor(() => publisher.received.length === 300, { what: '300 deliveries' });
@@ -49,7 +63,14 @@ describe('polling relay', () => {
   it('keeps per-aggregate order, across batches and waves', async () => {
     const publisher = new RecordingPublisher();
     for (let k = 0; k < 5; k++) {
-      await put(Array.from({ length: 40 }, (_, i) => ({ aggregateType: 'o', aggregateId: `b${i % 4}`, type: 't', payload: { k, i } })));
+      await put(
+        Array.from({ length: 40 }, (_, i) => ({
+          aggregateType: 'o',
+          aggregateId: `b${i % 4}`,
+          type: 't',
+          payload: { k, i },
+        })),
+      );
     }
     relay(publisher, { batchSize: 7 }).start();
     await waitFor(() => publisher.received.length === 200);
@@ -63,14 +84,28 @@ describe('polling relay', () => {
   it('passes envelope fields and payload bytes through', async () => {
     const publisher = new RecordingPublisher();
     await put([
-      { aggregateType: 'order', aggregateId: 'x', type: 'order.placed', payload: { a: [1, 2] }, topic: 'orders', schemaVersion: 2, headers: { h: 'v' } },
+      {
+        aggregateType: 'order',
+        aggregateId: 'x',
+        type: 'order.placed',
+        payload: { a: [1, 2] },
+        topic: 'orders',
+        schemaVersion: 2,
+        headers: { h: 'v' },
+      },
       { aggregateType: 'blob', aggregateId: 'y', type: 'blob.put', payload: Buffer.from([7, 8, 9]) },
     ]);
     relay(publisher).start();
     await waitFor(() => publisher.received.length === 2);
     const order = publisher.received.find((m) => m.aggregateType === 'order')!;
     expect(JSON.parse(Buffer.from(order.payload).toString())).toEqual({ a: [1, 2] });
-    expect(order).toMatchObject({ topic: 'orders', schemaVersion: 2, headers: { h: 'v' }, contentType: 'application/json', sequence: 1 });
+    expect(order).toMatchObject({
+      topic: 'orders',
+      schemaVersion: 2,
+      headers: { h: 'v' },
+      contentType: 'application/json',
+      sequence: 1,
+    });
     const blob = publisher.received.find((m) => m.aggregateType === 'blob')!;
     expect([...blob.payload]).toEqual([7, 8, 9]);
     expect(blob.contentType).toBe('application/octet-stream');
@@ -89,15 +124,25 @@ describe('polling relay', () => {
     await put([
       { aggregateType: 'o', aggregateId: 'poison', type: 't', payload: 1 },
       { aggregateType: 'o', aggregateId: 'poison', type: 't', payload: 2 },
-      ...Array.from({ length: 20 }, (_, i) => ({ aggregateType: 'o', aggregateId: `ok${i}`, type: 't', payload: i })),
+      ...Array.from({ length: 20 }, (_, i) => ({
+        aggregateType: 'o',
+        aggregateId: `ok${i}`,
+        type: 't',
+        payload: i,
+      })),
     ]);
     const r = relay(publisher, { maxAttempts: 4, backoff: { baseMs: 40, capMs: 200 } });
     await r.start();
     await waitFor(() => publisher.received.length === 20, { what: 'healthy aggregates delivered' });
-    await waitFor(async () => {
-      const { rows } = await db.pool.query(`SELECT status FROM "${db.schema}".events WHERE sequence = 1 AND aggregate_id = 'poison'`);
-      return rows[0]?.status === 'dead';
-    }, { what: 'poison event dead' });
+    await waitFor(
+      async () => {
+        const { rows } = await db.pool.query(
+          `SELECT status FROM "${db.schema}".events WHERE sequence = 1 AND aggregate_id = 'poison'`,
+        );
+        return rows[0]?.status === 'dead';
+      },
+      { what: 'poison event dead' },
+    );
     const { rows } = await db.pool.query(
       `SELECT sequence::int, status, attempts, last_error FROM "${db.schema}".events WHERE aggregate_id = 'poison' ORDER BY sequence`,
     );
@@ -132,7 +177,9 @@ describe('polling relay', () => {
     let calls = 0;
     publisher.verdict = () => {
       calls += 1;
-      return calls === 1 ? { ok: false, retryable: true, error: new Error('429'), retryAfterMs: 5000 } : { ok: true };
+      return calls === 1
+        ? { ok: false, retryable: true, error: new Error('429'), retryAfterMs: 5000 }
+        : { ok: true };
     };
     await put([{ aggregateType: 'o', aggregateId: 'ra', type: 't', payload: 1 }]);
     relay(publisher, { backoff: { baseMs: 1, capMs: 60_000 } }).start();
@@ -146,7 +193,13 @@ describe('polling relay', () => {
   it('deliverAfter holds the event and the later events of its aggregate', async () => {
     const publisher = new RecordingPublisher();
     await put([
-      { aggregateType: 'o', aggregateId: 'd', type: 't', payload: 1, deliverAfter: new Date(Date.now() + 1500) },
+      {
+        aggregateType: 'o',
+        aggregateId: 'd',
+        type: 't',
+        payload: 1,
+        deliverAfter: new Date(Date.now() + 1500),
+      },
       { aggregateType: 'o', aggregateId: 'd', type: 't', payload: 2 },
       { aggregateType: 'o', aggregateId: 'free', type: 't', payload: 3 },
     ]);
@@ -176,7 +229,9 @@ describe('polling relay', () => {
     await r.start();
     await waitFor(() => r.stats().partitions.length === 16);
     await Promise.all([r.stop(), r.stop()]);
-    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}".partitions WHERE owner IS NOT NULL`);
+    const { rows } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM "${db.schema}".partitions WHERE owner IS NOT NULL`,
+    );
     expect(rows[0].n).toBe(0);
     await expect(r.start()).rejects.toThrow(/stopped/);
   });
@@ -191,7 +246,14 @@ describe('polling relay', () => {
     await waitFor(() => a.stats().partitions.length === 8 && b.stats().partitions.length === 8, {
       what: 'an even split',
     });
-    await put(Array.from({ length: 400 }, (_, i) => ({ aggregateType: 'o', aggregateId: `s${i % 50}`, type: 't', payload: i })));
+    await put(
+      Array.from({ length: 400 }, (_, i) => ({
+        aggregateType: 'o',
+        aggregateId: `s${i % 50}`,
+        type: 't',
+        payload: i,
+      })),
+    );
     await waitFor(() => p1.received.length + p2.received.length === 400);
     expect(p1.received.length).toBeGreaterThan(0);
     expect(p2.received.length).toBeGreaterThan(0);
