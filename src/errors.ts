@@ -47,6 +47,20 @@ export class PublishError extends OutboxError {
   }
 }
 
+/**
+ * Code of a publish failure caused by the broker (or endpoint) being unreachable,
+ * not by the message: the relay retries it without charging the event an attempt.
+ */
+export const BROKER_UNAVAILABLE = 'TXO_BROKER_UNAVAILABLE';
+
+export function brokerUnavailable(message: string, cause?: unknown): PublishError {
+  return new PublishError(message, { retryable: true, code: BROKER_UNAVAILABLE, cause });
+}
+
+export function isBrokerUnavailable(error: unknown): boolean {
+  return error instanceof Error && (error as { code?: unknown }).code === BROKER_UNAVAILABLE;
+}
+
 const RETRYABLE_PG_CODES = new Set([
   '40001', // serialization_failure
   '40P01', // deadlock_detected

@@ -9,7 +9,7 @@
  */
 
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { OutboxError, OutboxValidationError, PublishError } from '../errors.js';
+import { BROKER_UNAVAILABLE, OutboxError, OutboxValidationError, PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 
@@ -574,7 +574,9 @@ function statusOutcome(response: Response, url: URL, body: string): PublishOutco
   const text = body === '' ? '' : `: ${body}`;
   const message = `Webhook POST ${describe(url)} answered HTTP ${status} ${response.statusText}${redirect}${text}`;
   const retryAfterMs = retryable ? parseRetryAfter(response.headers.get('retry-after')) : undefined;
-  return failed(new PublishError(message, { retryable, retryAfterMs }), retryable, retryAfterMs);
+  // 502/503/504 say the receiver is down or overloaded, not that this event is bad.
+  const code = status === 502 || status === 503 || status === 504 ? BROKER_UNAVAILABLE : undefined;
+  return failed(new PublishError(message, { retryable, retryAfterMs, code }), retryable, retryAfterMs);
 }
 
 function abortOutcome(cause: AbortCause, url: URL, timeoutMs: number): PublishOutcome {
@@ -587,12 +589,29 @@ function abortOutcome(cause: AbortCause, url: URL, timeoutMs: number): PublishOu
   return failed(error, true);
 }
 
+/** Socket errors that mean the endpoint cannot be reached at all (no attempt is charged). */
+const UNREACHABLE_CODES: ReadonlySet<string> = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+
 function networkOutcome(error: unknown, url: URL): PublishOutcome {
   const cause = error instanceof Error && error.cause instanceof Error ? error.cause : error;
   const code = (cause as { code?: unknown } | null)?.code;
   const detail = `${cause instanceof Error ? cause.message : String(cause)}${typeof code === 'string' ? ` (${code})` : ''}`;
+  const unreachable = typeof code === 'string' && UNREACHABLE_CODES.has(code);
   return failed(
-    new PublishError(`Webhook POST ${describe(url)} failed: ${detail}`, { retryable: true, cause: error }),
+    new PublishError(`Webhook POST ${describe(url)} failed: ${detail}`, {
+      retryable: true,
+      cause: error,
+      code: unreachable ? BROKER_UNAVAILABLE : undefined,
+    }),
     true,
   );
 }

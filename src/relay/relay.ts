@@ -1,5 +1,5 @@
 import type { PoolClient } from 'pg';
-import { errorMessage, OutboxError } from '../errors.js';
+import { brokerUnavailable, errorMessage, isBrokerUnavailable, OutboxError } from '../errors.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
 import { withSchema } from '../schema/identifiers.js';
@@ -18,6 +18,8 @@ export interface RelayStats {
   retried: number;
   /** Events that went dead (max attempts or permanent error). */
   dead: number;
+  /** Publishes refused because the broker was unreachable (no attempt charged). */
+  unavailable: number;
   batches: number;
   /** Partitions this relay holds now. */
   partitions: number[];
@@ -103,7 +105,8 @@ class PollingRelay implements Relay {
   private client: PoolClient | undefined;
   private onClientError: ((error: Error) => void) | undefined;
   private partitionCount: number | undefined;
-  private readonly counters = { published: 0, retried: 0, dead: 0, batches: 0 };
+  private readonly counters = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
+  private outages = 0;
   private lastError: string | undefined;
 
   constructor(private readonly o: ResolvedRelayOptions) {
@@ -216,8 +219,17 @@ class PollingRelay implements Relay {
           await this.doorbell.sleep(Math.max(0, Math.min(this.o.pollIntervalMs, nextRebalance - Date.now())));
           continue;
         }
-        await this.process(claimed.rows, claimed.partitions, claimed.epochs);
+        const outage = await this.process(claimed.rows, claimed.partitions, claimed.epochs);
         failures = 0;
+        if (outage) {
+          // The broker is unreachable: wait before claiming again; the events stay as they were.
+          this.outages += 1;
+          await this.doorbell.sleep(
+            fullJitterDelay({ baseMs: 200, capMs: 5000 }, this.outages, this.o.random) + 50,
+          );
+        } else {
+          this.outages = 0;
+        }
       } catch (error) {
         if (this.halt) break;
         failures += 1;
@@ -280,11 +292,17 @@ class PollingRelay implements Relay {
     return { rows, partitions, epochs };
   }
 
-  private async process(rows: readonly ClaimedRow[], partitions: number[], epochs: string[]): Promise<void> {
+  /** Publishes a claimed batch through the ordering gate and records the outcome; true when the broker was down. */
+  private async process(
+    rows: readonly ClaimedRow[],
+    partitions: number[],
+    epochs: string[],
+  ): Promise<boolean> {
     const messages = rows.map(toMessage);
     const delivered: string[] = [];
     const failures: Failure[] = [];
     const blocked = new Set<string>();
+    let unavailable = 0;
     for (const wave of waves(messages)) {
       const ready = wave.filter((m) => !blocked.has(aggregateKey(m)));
       if (ready.length === 0) continue;
@@ -297,11 +315,19 @@ class PollingRelay implements Relay {
           continue;
         }
         blocked.add(aggregateKey(message));
-        // An attempt cut short by our own shutdown is not the event's fault: leave it untouched.
+        // An attempt cut short by our own shutdown, or refused because the broker is
+        // unreachable, is not the event's fault: leave the event untouched.
         if (this.abort.signal.aborted) continue;
+        if (isBrokerUnavailable(outcome.error)) {
+          unavailable += 1;
+          this.lastError = errorMessage(outcome.error);
+          continue;
+        }
         failures.push(this.judge(message, outcome));
       }
     }
+    this.counters.unavailable += unavailable;
+    if (delivered.length === 0 && failures.length === 0) return unavailable > 0;
     const client = await this.connection();
     const { rows: result } = await client.query<{ delivered: number; failed: number }>({
       ...this.sql.outcome,
@@ -333,6 +359,7 @@ class PollingRelay implements Relay {
         'outcome fenced: a partition changed owner during the batch; the new owner will republish',
       );
     }
+    return unavailable > 0;
   }
 
   private judge(message: OutboxMessage, outcome: Extract<PublishOutcome, { ok: false }>): Failure {
@@ -375,7 +402,8 @@ class PollingRelay implements Relay {
       }
       return outcomes;
     } catch (error) {
-      const e = error instanceof Error ? error : new Error(String(error));
+      // The call as a whole failed or timed out: a broker problem, not the messages'.
+      const e = brokerUnavailable(`publisher ${this.o.publisher.name} failed: ${errorMessage(error)}`, error);
       this.lastError = e.message;
       return batch.map(() => ({ ok: false, retryable: true, error: e }));
     }

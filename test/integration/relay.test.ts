@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PublishError } from '../../src/errors.js';
+import { brokerUnavailable, PublishError } from '../../src/errors.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import { createRelay, type Relay } from '../../src/relay/relay.js';
@@ -157,6 +157,31 @@ describe('polling relay', () => {
     await put([{ aggregateType: 'o', aggregateId: 'late', type: 't', payload: 0 }]);
     await waitFor(() => publisher.received.some((m) => m.aggregateId === 'late'));
     expect(publisher.received.some((m) => m.aggregateId === 'poison')).toBe(false);
+  });
+
+  it('an unreachable broker charges no attempt; events wait and then flow', async () => {
+    const publisher = new RecordingPublisher();
+    let down = true;
+    publisher.verdict = () =>
+      down ? { ok: false, retryable: true, error: brokerUnavailable('connection refused') } : { ok: true };
+    await put(
+      Array.from({ length: 30 }, (_, i) => ({
+        aggregateType: 'o',
+        aggregateId: `u${i % 3}`,
+        type: 't',
+        payload: i,
+      })),
+    );
+    const r = relay(publisher, { maxAttempts: 1 });
+    await r.start();
+    await waitFor(() => r.stats().unavailable >= 6, { what: 'several refused publishes' });
+    const { rows } = await db.pool.query(
+      `SELECT max(attempts)::int AS a, count(*)::int AS n FROM "${db.schema}".events`,
+    );
+    expect(rows[0]).toEqual({ a: 0, n: 30 });
+    down = false;
+    await waitFor(() => publisher.received.length === 30);
+    expect(r.stats().dead).toBe(0);
   });
 
   it('a permanent error goes straight to dead', async () => {

@@ -7,7 +7,7 @@ import {
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
+import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import {
   signWebhook,
@@ -252,6 +252,8 @@ describe('webhookPublisher — single mode', () => {
 
     expect(failure(outcome).retryable).toBe(true);
     expect(failure(outcome).error.message).toContain('ECONNREFUSED');
+    // Unreachable: the relay retries without charging the event an attempt.
+    expect(isBrokerUnavailable(failure(outcome).error)).toBe(true);
   });
 
   it("aborts in-flight requests when the caller's signal aborts", async () => {

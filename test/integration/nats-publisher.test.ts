@@ -1,0 +1,417 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { createServer, type Server, type Socket } from 'node:net';
+import { type JetStreamManager, jetstreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
+import type { Publisher, PublishOutcome } from '../../src/publishers/contract.js';
+import { ensureStream, natsPublisher } from '../../src/publishers/nats.js';
+import { NATS_URL } from '../helpers/env.js';
+import { makeMessage } from '../helpers/messages.js';
+
+// Unique per run: test files run in parallel against one shared NATS server.
+const suffix = randomUUID().slice(0, 8);
+const PREFIX = `txo-nats-${suffix}`;
+const STREAM = `TXO_NATS_${suffix}`;
+const OTHER_STREAM = `TXO_NATS_OTHER_${suffix}`;
+const AUTO_STREAM = `TXO_NATS_AUTO_${suffix}`;
+const UNUSED_URL = 'nats://127.0.0.1:4999';
+
+let nc: NatsConnection;
+let jsm: JetStreamManager;
+const publishers: Publisher[] = [];
+const unhandled: unknown[] = [];
+const onUnhandled = (reason: unknown): void => {
+  unhandled.push(reason);
+};
+
+function publisher(options: Parameters<typeof natsPublisher>[0]): Publisher {
+  const created = natsPublisher(options);
+  publishers.push(created);
+  return created;
+}
+
+function never(): AbortSignal {
+  return new AbortController().signal;
+}
+
+function subjectCount(info: { state: { subjects?: Record<string, number> } }, subject: string): number {
+  return info.state.subjects?.[subject] ?? 0;
+}
+
+function expectFailure(outcome: PublishOutcome | undefined, retryable: boolean): PublishError {
+  expect(outcome?.ok).toBe(false);
+  if (outcome === undefined || outcome.ok) throw new Error('expected a failed outcome');
+  expect(outcome.retryable).toBe(retryable);
+  expect(outcome.error).toBeInstanceOf(PublishError);
+  return outcome.error as PublishError;
+}
+
+beforeAll(async () => {
+  process.on('unhandledRejection', onUnhandled);
+  nc = await connect({ servers: NATS_URL });
+  jsm = await jetstreamManager(nc);
+  await ensureStream(nc, { name: STREAM, subjects: [`${PREFIX}.>`] });
+  await ensureStream(nc, { name: OTHER_STREAM, subjects: [`${PREFIX}-other.>`] });
+});
+
+afterAll(async () => {
+  await Promise.allSettled(publishers.map((p) => p.close()));
+  for (const name of [STREAM, OTHER_STREAM, AUTO_STREAM]) await jsm.streams.delete(name).catch(() => false);
+  await nc.close();
+  process.off('unhandledRejection', onUnhandled);
+  expect(unhandled).toEqual([]);
+});
+
+describe('natsPublisher', () => {
+  it('publishes a batch with the envelope headers, Nats-Msg-Id and the payload bytes unchanged', async () => {
+    const pub = publisher({ servers: NATS_URL, stream: STREAM, source: 'orders-service' });
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    const batch = Array.from({ length: 5 }, (_, i) =>
+      makeMessage({
+        topic: `${PREFIX}.batch.${i}`,
+        aggregateId: `agg-${i}`,
+        sequence: i + 1,
+        schemaVersion: 2,
+        headers: { traceparent, 'x-tenant': 'acme' },
+        payload: i === 0 ? new Uint8Array([0, 255, 1, 254, 10, 13]) : Buffer.from(JSON.stringify({ i })),
+        contentType: i === 0 ? 'application/octet-stream' : 'application/json',
+      }),
+    );
+    const outcomes = await pub.publish(batch, never());
+    expect(outcomes).toEqual(batch.map(() => ({ ok: true })));
+
+    for (const message of batch) {
+      const stored = await jsm.streams.getMessage(STREAM, { last_by_subj: message.topic! });
+      expect(stored).not.toBeNull();
+      expect(Buffer.from(stored!.data).equals(Buffer.from(message.payload))).toBe(true);
+      const h = stored!.header;
+      expect(h.get('Nats-Msg-Id')).toBe(message.eventId);
+      expect(h.get('ce-id')).toBe(message.eventId);
+      expect(h.get('ce-type')).toBe(message.type);
+      expect(h.get('ce-source')).toBe('orders-service');
+      expect(h.get('ce-specversion')).toBe('1.0');
+      expect(h.get('ce-time')).toBe(message.createdAt.toISOString());
+      expect(h.get('ce-aggregatetype')).toBe(message.aggregateType);
+      expect(h.get('ce-aggregateid')).toBe(message.aggregateId);
+      expect(h.get('ce-sequence')).toBe(String(message.sequence));
+      expect(h.get('ce-schemaversion')).toBe('2');
+      expect(h.get('ce-datacontenttype')).toBe(message.contentType);
+      expect(h.get('traceparent')).toBe(traceparent);
+      expect(h.get('x-tenant')).toBe('acme');
+    }
+  });
+
+  it('reports a republished event id as delivered and the stream keeps one copy', async () => {
+    const pub = publisher({ servers: NATS_URL });
+    const subject = `${PREFIX}.dedup`;
+    const message = makeMessage({ topic: subject });
+    expect(await pub.publish([message], never())).toEqual([{ ok: true }]);
+    expect(await pub.publish([{ ...message, attempts: 1 }], never())).toEqual([{ ok: true }]);
+    expect(await pub.publish([message, message], never())).toEqual([{ ok: true }, { ok: true }]);
+    const info = await jsm.streams.info(STREAM, { subjects_filter: subject });
+    expect(subjectCount(info, subject)).toBe(1);
+  });
+
+  it('derives the subject from topic, else aggregateType.type, or from the subject option', async () => {
+    const pub = publisher({ servers: NATS_URL, stream: STREAM });
+    const byTopic = makeMessage({ topic: `${PREFIX}.explicit` });
+    const byDefault = makeMessage({ topic: null, aggregateType: `${PREFIX}`, type: 'invoice.paid' });
+    const byEmptyTopic = makeMessage({ topic: '', aggregateType: `${PREFIX}`, type: 'invoice.voided' });
+    expect(await pub.publish([byTopic, byDefault, byEmptyTopic], never())).toEqual([
+      { ok: true },
+      { ok: true },
+      { ok: true },
+    ]);
+    const custom = publisher({ connection: nc, subject: (m) => `${PREFIX}.custom.${m.aggregateId}` });
+    const byFunction = makeMessage({ topic: 'ignored.topic', aggregateId: 'a-42' });
+    expect(await custom.publish([byFunction], never())).toEqual([{ ok: true }]);
+
+    const subjects = [`${PREFIX}.explicit`, `${PREFIX}.invoice.paid`, `${PREFIX}.invoice.voided`];
+    for (const subject of [...subjects, `${PREFIX}.custom.a-42`]) {
+      const info = await jsm.streams.info(STREAM, { subjects_filter: subject });
+      expect(subjectCount(info, subject)).toBe(1);
+    }
+  });
+
+  it('fails a bad subject permanently while the rest of the batch succeeds', async () => {
+    const pub = publisher({ servers: NATS_URL });
+    const bad = ['a..b', `${PREFIX}.*`, `${PREFIX}.>`, 'has space', `${PREFIX}.tab\there`, '.lead', 'trail.'];
+    const batch = [
+      makeMessage({ topic: `${PREFIX}.good.1` }),
+      ...bad.map((topic) => makeMessage({ topic })),
+      makeMessage({ topic: `${PREFIX}.good.2` }),
+    ];
+    const outcomes = await pub.publish(batch, never());
+    expect(outcomes[0]).toEqual({ ok: true });
+    expect(outcomes.at(-1)).toEqual({ ok: true });
+    bad.forEach((subject, i) => {
+      const error = expectFailure(outcomes[i + 1], false);
+      expect(error.message).toContain(subject);
+      expect(error.code).toBe('TXO_PUBLISH_PERMANENT');
+    });
+    const thrower = publisher({
+      servers: NATS_URL,
+      subject: () => {
+        throw new Error('no route');
+      },
+    });
+    expectFailure((await thrower.publish([makeMessage()], never()))[0], false);
+  });
+
+  it('fails a payload over max_payload permanently while the rest of the batch succeeds', async () => {
+    const pub = publisher({ servers: NATS_URL });
+    const maxPayload = nc.info!.max_payload;
+    const batch = [
+      makeMessage({ topic: `${PREFIX}.big.ok` }),
+      // over the limit on its own: refused before sending
+      makeMessage({ topic: `${PREFIX}.big.1`, payload: randomBytes(maxPayload + 1) }),
+      // fits alone, but not with the envelope headers: the client refuses it
+      makeMessage({ topic: `${PREFIX}.big.2`, payload: randomBytes(maxPayload - 8) }),
+      makeMessage({ topic: `${PREFIX}.big.ok2` }),
+    ];
+    const outcomes = await pub.publish(batch, never());
+    expect(outcomes[0]).toEqual({ ok: true });
+    expect(expectFailure(outcomes[1], false).message).toContain(`${PREFIX}.big.1`);
+    expect(expectFailure(outcomes[2], false).message).toContain(`${PREFIX}.big.2`);
+    expect(outcomes[3]).toEqual({ ok: true });
+    // the connection survived: the server never saw an oversized message
+    expect(await pub.publish([makeMessage({ topic: `${PREFIX}.big.after` })], never())).toEqual([
+      { ok: true },
+    ]);
+  });
+
+  it('fails permanently when the subject belongs to another stream than the expected one', async () => {
+    const pub = publisher({ servers: NATS_URL, stream: OTHER_STREAM });
+    const outcomes = await pub.publish(
+      [makeMessage({ topic: `${PREFIX}.wrong-stream` }), makeMessage({ topic: `${PREFIX}-other.right` })],
+      never(),
+    );
+    expect(expectFailure(outcomes[0], false).message).toContain(`${PREFIX}.wrong-stream`);
+    expect(outcomes[1]).toEqual({ ok: true });
+  });
+
+  it('fails as retryable when no stream captures the subject (no responders)', async () => {
+    const pub = publisher({ servers: NATS_URL, timeoutMs: 2000 });
+    const subject = `txo-nostream-${suffix}.x`;
+    const started = Date.now();
+    const [outcome] = await pub.publish([makeMessage({ topic: subject })], never());
+    const error = expectFailure(outcome, true);
+    expect(error.message).toContain(subject);
+    expect(error.message).toContain('no responders');
+    expect(Date.now() - started).toBeLessThan(2000);
+  });
+
+  it('creates the stream at first use with file storage and the duplicate window', async () => {
+    const pub = publisher({
+      servers: NATS_URL,
+      stream: AUTO_STREAM,
+      streamSubjects: [`${PREFIX}-auto.>`],
+      duplicateWindowMs: 30_000,
+    });
+    const batch = [makeMessage({ topic: `${PREFIX}-auto.a` }), makeMessage({ topic: `${PREFIX}-auto.b` })];
+    expect(await pub.publish(batch, never())).toEqual([{ ok: true }, { ok: true }]);
+    const info = await jsm.streams.info(AUTO_STREAM);
+    expect(info.config.storage).toBe('file');
+    expect(info.config.subjects).toEqual([`${PREFIX}-auto.>`]);
+    expect(info.config.duplicate_window).toBe(nanos(30_000));
+    expect(info.state.messages).toBe(2);
+  });
+
+  it('bounds un-acked publishes with maxInFlight and still delivers everything', async () => {
+    const pub = publisher({ servers: NATS_URL, maxInFlight: 3 });
+    const batch = Array.from({ length: 40 }, (_, i) => makeMessage({ topic: `${PREFIX}.bounded.${i % 4}` }));
+    const [first, second] = await Promise.all([
+      pub.publish(batch.slice(0, 20), never()),
+      pub.publish(batch.slice(20), never()),
+    ]);
+    expect([...first, ...second].every((o) => o.ok)).toBe(true);
+    const info = await jsm.streams.info(STREAM, { subjects_filter: `${PREFIX}.bounded.*` });
+    expect(Object.values(info.state.subjects ?? {}).reduce((a, b) => a + b, 0)).toBe(40);
+  });
+
+  it('never has more than maxInFlight publishes awaiting their PubAck', async () => {
+    // A plain NATS responder stands in for the stream so the test can see concurrency.
+    const subject = `${PREFIX}-acker`;
+    let outstanding = 0;
+    let peak = 0;
+    let seq = 0;
+    const sub = nc.subscribe(`${subject}.>`, {
+      callback: (_err, msg) => {
+        outstanding += 1;
+        peak = Math.max(peak, outstanding);
+        setTimeout(() => {
+          outstanding -= 1;
+          seq += 1;
+          msg.respond(JSON.stringify({ stream: 'FAKE', seq }));
+        }, 15);
+      },
+    });
+    await nc.flush();
+    try {
+      const pub = publisher({ servers: NATS_URL, maxInFlight: 3 });
+      const batch = Array.from({ length: 12 }, (_, i) => makeMessage({ topic: `${subject}.${i}` }));
+      const outcomes = await Promise.all([
+        pub.publish(batch.slice(0, 6), never()),
+        pub.publish(batch.slice(6), never()),
+      ]);
+      expect(outcomes.flat().every((o) => o.ok)).toBe(true);
+      expect(peak).toBe(3);
+    } finally {
+      sub.unsubscribe();
+    }
+  });
+
+  describe('when the PubAck never comes (a silent responder holds the subject)', () => {
+    const silent = `${PREFIX}-silent`;
+    let received = 0;
+
+    beforeAll(async () => {
+      nc.subscribe(`${silent}.>`, {
+        callback: () => {
+          received += 1;
+        },
+      });
+      await nc.flush();
+    });
+
+    it('fails as retryable after timeoutMs', async () => {
+      const pub = publisher({ servers: NATS_URL, timeoutMs: 300 });
+      const started = Date.now();
+      const outcomes = await pub.publish([makeMessage({ topic: `${silent}.t` })], never());
+      const error = expectFailure(outcomes[0], true);
+      expect(error.message).toContain(`${silent}.t`);
+      expect(error.message).toContain('Timed out');
+      expect(Date.now() - started).toBeLessThan(1000);
+      expect(received).toBeGreaterThan(0);
+    });
+
+    it('stops waiting as soon as the signal aborts', async () => {
+      const pub = publisher({ servers: NATS_URL, timeoutMs: 2000, maxInFlight: 2 });
+      await pub.publish([makeMessage({ topic: `${PREFIX}.warm` })], never());
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(new Error('relay stopping')), 100);
+      const started = Date.now();
+      const batch = Array.from({ length: 5 }, () => makeMessage({ topic: `${silent}.abort` }));
+      const outcomes = await pub.publish(batch, controller.signal);
+      expect(Date.now() - started).toBeLessThan(1000);
+      for (const outcome of outcomes) expectFailure(outcome, true);
+    });
+
+    it('closes within timeoutMs with un-acked publishes in flight', async () => {
+      const pub = publisher({ servers: NATS_URL, timeoutMs: 500 });
+      await pub.publish([makeMessage({ topic: `${PREFIX}.warm` })], never());
+      const started = Date.now();
+      const pending = pub.publish([makeMessage({ topic: `${silent}.close` })], never());
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      await pub.close();
+      expect(Date.now() - started).toBeLessThan(1500);
+      expectFailure((await pending)[0], true);
+    });
+  });
+
+  it('does not hang past timeoutMs when a server accepts TCP but never speaks NATS', async () => {
+    const sockets = new Set<Socket>();
+    const server: Server = createServer((socket) => {
+      sockets.add(socket);
+      socket.on('error', () => undefined);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as { port: number };
+    try {
+      const pub = publisher({ servers: `nats://127.0.0.1:${port}`, timeoutMs: 400 });
+      const started = Date.now();
+      expectFailure((await pub.publish([makeMessage()], never()))[0], true);
+      expect(Date.now() - started).toBeLessThan(1200);
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(), 50);
+      const slow = publisher({ servers: `nats://127.0.0.1:${port}`, timeoutMs: 10_000 });
+      const abortedAt = Date.now();
+      expectFailure((await slow.publish([makeMessage()], controller.signal))[0], true);
+      expect(Date.now() - abortedAt).toBeLessThan(1000);
+      const closing = Date.now();
+      await slow.close();
+      expect(Date.now() - closing).toBeLessThan(500);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('fails as retryable within the timeout when NATS is unavailable, without crashing', async () => {
+    const pub = publisher({ servers: 'nats://user:secret@127.0.0.1:4999', timeoutMs: 1000 });
+    for (let round = 0; round < 2; round += 1) {
+      const started = Date.now();
+      const outcomes = await pub.publish(
+        [makeMessage(), makeMessage(), makeMessage({ topic: 'bad..' })],
+        never(),
+      );
+      expect(Date.now() - started).toBeLessThan(1500);
+      const error = expectFailure(outcomes[0], true);
+      expect(error.message).toContain('NATS is not available');
+      expect(error.message).not.toContain('secret');
+      expect(isBrokerUnavailable(error)).toBe(true);
+      expectFailure(outcomes[1], true);
+      expectFailure(outcomes[2], false); // validation needs no connection
+    }
+    await pub.close();
+  });
+
+  it('stops waiting when the signal aborts, with retryable outcomes', async () => {
+    const pub = publisher({ servers: UNUSED_URL, timeoutMs: 10_000 });
+    const aborted = new AbortController();
+    aborted.abort(new Error('relay stopping'));
+    expectFailure((await pub.publish([makeMessage()], aborted.signal))[0], true);
+
+    const live = publisher({ servers: NATS_URL });
+    expectFailure(
+      (await live.publish([makeMessage({ topic: `${PREFIX}.aborted` })], aborted.signal))[0],
+      true,
+    );
+  });
+
+  it('closes with publishes in flight without hanging, then rejects publishes', async () => {
+    const pub = publisher({ servers: NATS_URL, timeoutMs: 3000 });
+    await pub.publish([makeMessage({ topic: `${PREFIX}.warmup` })], never());
+    const batch = Array.from({ length: 300 }, (_, i) => makeMessage({ topic: `${PREFIX}.closing.${i}` }));
+    const started = Date.now();
+    const pending = pub.publish(batch, never());
+    await Promise.all([pub.close(), pub.close()]);
+    const outcomes = await pending;
+    expect(Date.now() - started).toBeLessThan(3000);
+    expect(outcomes).toHaveLength(300);
+    for (const outcome of outcomes) if (!outcome.ok) expect(outcome.retryable).toBe(true);
+    await pub.close();
+    const error = await pub.publish([makeMessage()], never()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxError);
+    expect((error as OutboxError).code).toBe('TXO_PUBLISHER_CLOSED');
+  });
+
+  it('closes while still connecting without hanging', async () => {
+    const pub = publisher({ servers: UNUSED_URL, timeoutMs: 1000 });
+    const pending = pub.publish([makeMessage()], never());
+    await pub.close();
+    expectFailure((await pending)[0], true);
+  });
+
+  it('leaves a connection it was given open on close', async () => {
+    const pub = publisher({ connection: nc });
+    expect(await pub.publish([makeMessage({ topic: `${PREFIX}.shared` })], never())).toEqual([{ ok: true }]);
+    await pub.close();
+    expect(nc.isClosed()).toBe(false);
+  });
+
+  it('rejects invalid options', () => {
+    expect(() => natsPublisher({})).toThrow(OutboxValidationError);
+    expect(() => natsPublisher({ servers: NATS_URL, connection: nc })).toThrow(OutboxValidationError);
+    expect(() => natsPublisher({ servers: NATS_URL, streamSubjects: ['a.>'] })).toThrow(
+      OutboxValidationError,
+    );
+    expect(() => natsPublisher({ servers: NATS_URL, maxInFlight: 0 })).toThrow(OutboxValidationError);
+    expect(() => natsPublisher({ servers: NATS_URL, timeoutMs: -1 })).toThrow(OutboxValidationError);
+  });
+
+  it('exposes the name nats', () => {
+    expect(publisher({ servers: NATS_URL }).name).toBe('nats');
+  });
+});
