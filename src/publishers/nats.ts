@@ -195,6 +195,8 @@ class NatsPublisher implements Publisher {
   #session: Session | undefined;
   #connecting: Promise<Session> | undefined;
   #streamReady = false;
+  /** True between a `disconnect` status and the next `reconnect`: publishes fail fast as unavailable. */
+  #disconnected = false;
   #closed = false;
   #closing: Promise<void> | undefined;
 
@@ -220,9 +222,18 @@ class NatsPublisher implements Publisher {
         const outcome = failed(this.#connectError(error), true);
         return prepared.map((item) => (isPrepared(item) ? outcome : item));
       }
-      return await Promise.all(
+      if (this.#disconnected) {
+        const outcome = failed(
+          this.#connectError(new Error('disconnected; the client is reconnecting')),
+          true,
+        );
+        return prepared.map((item) => (isPrepared(item) ? outcome : item));
+      }
+      const outcomes = await Promise.all(
         prepared.map((item) => (isPrepared(item) ? this.#send(session, item, abort) : item)),
       );
+      // Publishes that timed out because the connection dropped meanwhile are the broker's fault too.
+      return this.#disconnected ? outcomes.map((o) => (o.ok ? o : asUnavailable(o))) : outcomes;
     } finally {
       abort.dispose();
     }
@@ -315,6 +326,7 @@ class NatsPublisher implements Publisher {
     let session = this.#session;
     if (session === undefined || session.nc.isClosed()) {
       const nc = this.#options.connection ?? (await this.#connect());
+      this.#watchStatus(nc);
       session = { nc, js: jetstream(nc, { timeout: this.#timeoutMs }) };
       this.#session = session;
       if (this.#closed) {
@@ -346,6 +358,17 @@ class NatsPublisher implements Publisher {
       ...this.#options.connectionOptions,
       servers: this.#options.servers,
     });
+  }
+
+  /** Follows the connection's status so an outage is known without waiting for timeouts. */
+  #watchStatus(nc: NatsConnection): void {
+    this.#disconnected = false;
+    void (async () => {
+      for await (const status of nc.status()) {
+        if (status.type === 'disconnect' || status.type === 'reconnecting') this.#disconnected = true;
+        else if (status.type === 'reconnect') this.#disconnected = false;
+      }
+    })().catch(() => undefined);
   }
 
   #connectError(error: unknown): PublishError {
@@ -429,6 +452,16 @@ function buildHeaders(values: Record<string, string>): MsgHdrs {
   const headers = natsHeaders();
   for (const [key, value] of Object.entries(values)) headers.set(key, value);
   return headers;
+}
+
+function asUnavailable(outcome: Extract<PublishOutcome, { ok: false }>): PublishOutcome {
+  if (!outcome.retryable) return outcome;
+  const error = new PublishError(`${outcome.error.message} (the connection to NATS dropped)`, {
+    retryable: true,
+    code: BROKER_UNAVAILABLE,
+    cause: outcome.error,
+  });
+  return failed(error, true);
 }
 
 /** Maps a client or server error to a PublishError naming the subject. */

@@ -1,16 +1,16 @@
 /** Partition leases. Every change of owner raises the epoch (the fencing token). */
 
 export const HEARTBEAT_SQL = `
-INSERT INTO {{schema}}.relays AS r (relay_id, host, pid) VALUES ($1, $2, $3)
-ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now()`;
+INSERT INTO {{schema}}.relays AS r (relay_id, host, pid, lease_ms) VALUES ($1, $2, $3, $4)
+ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), lease_ms = excluded.lease_ms`;
 
-/** Relays silent for longer than a lease are gone; their partitions expire on their own. */
+/** A relay silent for longer than its own lease is gone; its partitions expire on their own. */
 export const LIVE_RELAYS_SQL = `
 WITH gone AS (
-  DELETE FROM {{schema}}.relays WHERE heartbeat_at < now() - $1 * interval '1 millisecond'
+  DELETE FROM {{schema}}.relays WHERE heartbeat_at + lease_ms * interval '1 millisecond' < now()
 )
 SELECT relay_id FROM {{schema}}.relays
-WHERE heartbeat_at >= now() - $1 * interval '1 millisecond'
+WHERE heartbeat_at + lease_ms * interval '1 millisecond' >= now()
 ORDER BY relay_id`;
 
 export const RENEW_SQL = `

@@ -95,11 +95,14 @@ export class PartitionLeases {
     });
   }
 
-  /** Takes this relay's fair share: releases extras, acquires free or expired partitions. */
-  rebalance(): Promise<void> {
+  /**
+   * Takes this relay's fair share: releases extras, acquires free or expired partitions.
+   * Resolves to true when the relay holds less than its share (some are still leased by others).
+   */
+  rebalance(): Promise<boolean> {
     return this.serial(async () => {
       await this.heartbeat();
-      const { rows } = await this.pool.query<{ relay_id: string }>(this.sql.live, [this.leaseMs]);
+      const { rows } = await this.pool.query<{ relay_id: string }>(this.sql.live);
       const ids = rows.map((r) => r.relay_id);
       const total = await this.totalPartitions();
       const share = fairShare(total, ids.length, ids.indexOf(this.relayId));
@@ -112,7 +115,9 @@ export class PartitionLeases {
         ]);
         for (const [p] of extra) this.owned.delete(p);
         this.logger.info({ relayId: this.relayId, released: extra.map((e) => e[0]) }, 'released partitions');
-      } else if (this.owned.size < share) {
+        return false;
+      }
+      if (this.owned.size < share) {
         const got = await this.pool.query<{ partition: number; epoch: string }>(this.sql.acquire, [
           this.relayId,
           share - this.owned.size,
@@ -126,6 +131,7 @@ export class PartitionLeases {
           );
         }
       }
+      return this.owned.size < share;
     });
   }
 
@@ -146,7 +152,7 @@ export class PartitionLeases {
   }
 
   private async heartbeat(): Promise<void> {
-    await this.pool.query(this.sql.heartbeat, [this.relayId, hostname(), process.pid]);
+    await this.pool.query(this.sql.heartbeat, [this.relayId, hostname(), process.pid, this.leaseMs]);
     this.registered = true;
   }
 }

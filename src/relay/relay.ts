@@ -207,8 +207,9 @@ class PollingRelay implements Relay {
     while (!this.halt) {
       try {
         if (Date.now() >= nextRebalance) {
-          await this.leases.rebalance();
-          nextRebalance = Date.now() + rebalanceEvery;
+          const short = await this.leases.rebalance();
+          // Short of our share: look again soon, as leases of a crashed relay expire.
+          nextRebalance = Date.now() + (short ? Math.min(rebalanceEvery, 500) : rebalanceEvery);
         }
         if (this.leases.size === 0) {
           await this.doorbell.sleep(Math.min(this.o.pollIntervalMs, rebalanceEvery));

@@ -61,6 +61,7 @@ CREATE TABLE IF NOT EXISTS {{schema}}.relays (
   relay_id      text PRIMARY KEY,
   host          text NOT NULL,
   pid           integer NOT NULL,
+  lease_ms      integer NOT NULL,
   started_at    timestamptz NOT NULL DEFAULT now(),
   heartbeat_at  timestamptz NOT NULL DEFAULT now()
 );
