@@ -25,6 +25,29 @@ export interface RelayStats {
   partitions: number[];
   /** Last loop error (database or publisher), if any. */
   lastError: string | undefined;
+  /** Time spent per batch in each step, in ms: mean and max since start. */
+  timings: { claim: Timing; publish: Timing; record: Timing };
+}
+
+export interface Timing {
+  mean: number;
+  max: number;
+}
+
+class Stopwatch {
+  private total = 0;
+  private count = 0;
+  private max = 0;
+
+  add(ms: number): void {
+    this.total += ms;
+    this.count += 1;
+    if (ms > this.max) this.max = ms;
+  }
+
+  get(): Timing {
+    return { mean: this.count === 0 ? 0 : this.total / this.count, max: this.max };
+  }
 }
 
 export interface Relay {
@@ -107,6 +130,7 @@ class PollingRelay implements Relay {
   private partitionCount: number | undefined;
   private readonly counters = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
   private outages = 0;
+  private readonly watches = { claim: new Stopwatch(), publish: new Stopwatch(), record: new Stopwatch() };
   private lastError: string | undefined;
 
   constructor(private readonly o: ResolvedRelayOptions) {
@@ -127,7 +151,16 @@ class PollingRelay implements Relay {
   }
 
   stats(): RelayStats {
-    return { ...this.counters, partitions: this.leases.snapshot().partitions, lastError: this.lastError };
+    return {
+      ...this.counters,
+      partitions: this.leases.snapshot().partitions,
+      lastError: this.lastError,
+      timings: {
+        claim: this.watches.claim.get(),
+        publish: this.watches.publish.get(),
+        record: this.watches.record.get(),
+      },
+    };
   }
 
   wake(): void {
@@ -256,7 +289,11 @@ class PollingRelay implements Relay {
     };
     client.on('error', this.onClientError);
     try {
-      await client.query(`SET synchronous_commit = ${this.o.synchronousCommit}`);
+      // The claim must walk the primary key in id order whatever the (churning) statistics
+      // say: a bitmap or sequential scan plus sort would cost time in proportion to the backlog.
+      await client.query(
+        `SET synchronous_commit = ${this.o.synchronousCommit}; SET enable_seqscan = off; SET enable_bitmapscan = off`,
+      );
     } catch (error) {
       client.removeListener('error', this.onClientError);
       client.release(error instanceof Error ? error : true);
@@ -276,7 +313,7 @@ class PollingRelay implements Relay {
       return;
     }
     try {
-      await client.query('RESET synchronous_commit');
+      await client.query('RESET synchronous_commit; RESET enable_seqscan; RESET enable_bitmapscan');
       client.release();
     } catch (e) {
       client.release(e instanceof Error ? e : true);
@@ -286,10 +323,12 @@ class PollingRelay implements Relay {
   private async claim(): Promise<{ rows: ClaimedRow[]; partitions: number[]; epochs: string[] }> {
     const { partitions, epochs } = this.leases.snapshot();
     const client = await this.connection();
+    const started = performance.now();
     const { rows } = await client.query<ClaimedRow>({
       ...this.sql.claim,
       values: [partitions, epochs, this.id, this.o.batchSize],
     });
+    if (rows.length > 0) this.watches.claim.add(performance.now() - started);
     return { rows, partitions, epochs };
   }
 
@@ -304,6 +343,7 @@ class PollingRelay implements Relay {
     const failures: Failure[] = [];
     const blocked = new Set<string>();
     let unavailable = 0;
+    const publishStarted = performance.now();
     for (const wave of waves(messages)) {
       const ready = wave.filter((m) => !blocked.has(aggregateKey(m)));
       if (ready.length === 0) continue;
@@ -327,9 +367,11 @@ class PollingRelay implements Relay {
         failures.push(this.judge(message, outcome));
       }
     }
+    this.watches.publish.add(performance.now() - publishStarted);
     this.counters.unavailable += unavailable;
     if (delivered.length === 0 && failures.length === 0) return unavailable > 0;
     const client = await this.connection();
+    const recordStarted = performance.now();
     const { rows: result } = await client.query<{ delivered: number; failed: number }>({
       ...this.sql.outcome,
       values: [
@@ -343,6 +385,7 @@ class PollingRelay implements Relay {
         failures.map((f) => f.error),
       ],
     });
+    this.watches.record.add(performance.now() - recordStarted);
     const recorded = result[0];
     this.counters.batches += 1;
     this.counters.published += recorded?.delivered ?? 0;

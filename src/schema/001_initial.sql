@@ -33,9 +33,8 @@ CREATE TABLE IF NOT EXISTS {{schema}}.events (
   CONSTRAINT events_aggregate_sequence UNIQUE (aggregate_type, aggregate_id, sequence)
 ) WITH (fillfactor = 90);
 
--- The claim query walks pending rows of its partitions in id order.
-CREATE INDEX IF NOT EXISTS events_pending_claim
-  ON {{schema}}.events (partition, id) WHERE status = 'pending';
+-- No index beyond the two above: the claim walks the primary key in id order
+-- (see src/relay/claim-sql.ts), and every extra index costs the producers.
 
 -- One row per aggregate; its row lock orders concurrent writers of one aggregate.
 CREATE TABLE IF NOT EXISTS {{schema}}.aggregate_sequences (
