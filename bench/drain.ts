@@ -157,8 +157,12 @@ const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 console.log(`\nBacklog drain into NATS JetStream (${RUNS} run(s); events/s, median [min-max])`);
 console.log('| system | backlog | events/s | ratio |');
 console.log('|---|---|---|---|');
-console.log(`| tx-outbox relay | ${EVENTS} | ${fmt(relay.median)} [${fmt(relay.min)}-${fmt(relay.max)}] | ${(relay.median / naive.median).toFixed(1)}x |`);
-console.log(`| naive loop | ${NAIVE_EVENTS} | ${fmt(naive.median)} [${fmt(naive.min)}-${fmt(naive.max)}] | 1.0x |`);
+console.log(
+  `| tx-outbox relay | ${EVENTS} | ${fmt(relay.median)} [${fmt(relay.min)}-${fmt(relay.max)}] | ${(relay.median / naive.median).toFixed(1)}x |`,
+);
+console.log(
+  `| naive loop | ${NAIVE_EVENTS} | ${fmt(naive.median)} [${fmt(naive.min)}-${fmt(naive.max)}] | 1.0x |`,
+);
 
 mkdirSync('bench/results', { recursive: true });
 const file = `bench/results/drain-${new Date().toISOString().replace(/[:.]/g, '-')}.json`;
@@ -172,7 +176,12 @@ writeFileSync(
       aggregates: AGGREGATES,
       runs: RUNS,
       results,
-      machine: { cpus: cpus().length, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version, postgres: settings[0] },
+      machine: {
+        cpus: cpus().length,
+        memoryGiB: Math.round(totalmem() / 2 ** 30),
+        node: process.version,
+        postgres: settings[0],
+      },
     },
     null,
     2,

@@ -171,6 +171,14 @@ class PollingRelay implements Relay {
     if (this.stopping)
       throw new OutboxError('the relay was stopped; create a new one', { code: 'TXO_RELAY_STOPPED' });
     if (this.loopDone) return;
+    try {
+      await this.partitions();
+    } catch (error) {
+      // A missing schema is a setup mistake: say so now. A database that is down is transient: the loop retries.
+      if (error instanceof OutboxError && error.code === 'TXO_NO_SCHEMA') throw error;
+      this.o.logger.warn({ err: error, relayId: this.id }, 'database not reachable at start; retrying');
+    }
+    if (this.loopDone) return;
     this.o.signal?.addEventListener('abort', () => void this.stop(), { once: true });
     if (this.o.listen) {
       this.listener = new WakeListener(
@@ -220,9 +228,12 @@ class PollingRelay implements Relay {
 
   private async partitions(): Promise<number> {
     if (this.partitionCount === undefined) {
-      const { rows } = await this.o.pool.query<{ partitions: number }>(
-        `SELECT partitions FROM ${this.o.quotedSchema}.config`,
-      );
+      const { rows } = await this.o.pool
+        .query<{ partitions: number }>(`SELECT partitions FROM ${this.o.quotedSchema}.config`)
+        .catch((error: unknown) => {
+          if ((error as { code?: unknown }).code === '42P01') return { rows: [] };
+          throw error;
+        });
       if (!rows[0]) {
         throw new OutboxError(`no outbox schema "${this.o.schema}" found; run migrate first`, {
           code: 'TXO_NO_SCHEMA',

@@ -62,6 +62,9 @@ export async function migrate(pool: Pool, options: MigrateOptions = {}): Promise
   const schema = quoteSchema(schemaName);
   const migrations = migrationSql(options);
   const client = await pool.connect();
+  // A connection lost between statements must fail this call, not crash the process.
+  const onError = (): void => {};
+  client.on('error', onError);
   let released = false;
   try {
     const { rows } = await client.query<{ key: string }>(LOCK_KEY_SQL, [schemaName]);
@@ -74,11 +77,15 @@ export async function migrate(pool: Pool, options: MigrateOptions = {}): Promise
     }
   } catch (error) {
     // A connection in an unknown state must not go back to the pool.
+    client.removeListener('error', onError);
     client.release(error instanceof Error ? error : true);
     released = true;
     throw error;
   } finally {
-    if (!released) client.release();
+    if (!released) {
+      client.removeListener('error', onError);
+      client.release();
+    }
   }
 }
 

@@ -293,3 +293,25 @@ describe('polling relay', () => {
     await waitFor(() => b.stats().partitions.length === 16, { what: 'takeover of released partitions' });
   });
 });
+
+describe('relay setup errors', () => {
+  it('start() on a schema that was never migrated fails at once with the migrate hint', async () => {
+    const r = createRelay({
+      pool: db.pool,
+      publisher: new RecordingPublisher(),
+      schema: 'never_migrated_xyz',
+    });
+    await expect(r.start()).rejects.toThrow(/migrate/);
+    await r.stop();
+  });
+
+  it('bad options name the field', () => {
+    expect(() => createRelay({ pool: db.pool, publisher: new RecordingPublisher(), batchSize: 0 })).toThrow(
+      /batchSize/,
+    );
+    expect(() => createRelay({ pool: db.pool, publisher: new RecordingPublisher(), leaseMs: 10 })).toThrow(
+      /leaseMs/,
+    );
+    expect(() => createRelay({ pool: db.pool } as never)).toThrow(/publisher/);
+  });
+});

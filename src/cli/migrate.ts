@@ -1,0 +1,62 @@
+/** `tx-outbox migrate`: creates or upgrades the outbox schema. */
+
+import type { Command } from 'commander';
+import { outboxStatus } from '../ops/status.js';
+import { migrate, migrationSql } from '../schema/migrate.js';
+import {
+  addDatabaseOptions,
+  addLogLevelOption,
+  createLogger,
+  createPool,
+  type DatabaseOptions,
+  databaseUrl,
+  integerOption,
+  type LogLevelOptions,
+} from './common.js';
+
+interface MigrateCliOptions extends DatabaseOptions, LogLevelOptions {
+  readonly partitions?: number;
+}
+
+/** Registers `tx-outbox migrate [--partitions N]`. */
+export function registerMigrate(program: Command): void {
+  const command = program
+    .command('migrate')
+    .description('create or upgrade the outbox schema (idempotent; safe to run from several processes)')
+    .option(
+      '--partitions <n>',
+      'partition count, fixed when the schema is created (default 16)',
+      integerOption(1, 1024),
+    );
+  addDatabaseOptions(command);
+  addLogLevelOption(command, 'warn');
+  command.action((options: MigrateCliOptions) => runMigrate(options));
+}
+
+async function runMigrate(options: MigrateCliOptions): Promise<void> {
+  const url = databaseUrl(options);
+  const logger = createLogger(options.logLevel);
+  const pool = createPool(url, logger, 2);
+  try {
+    const result = await migrate(pool, { schema: options.schema, partitions: options.partitions });
+    const status = await outboxStatus(pool, { schema: options.schema });
+    process.stdout.write(
+      `${describeResult(options.schema, result.applied, result.current, status.partitions.length)}\n`,
+    );
+  } finally {
+    await pool.end();
+  }
+}
+
+function describeResult(
+  schema: string,
+  applied: readonly number[],
+  current: number,
+  partitions: number,
+): string {
+  const state = `schema "${schema}" is at version ${current} with ${partitions} partitions`;
+  if (applied.length === 0) return `Nothing to apply: ${state}.`;
+  const names = new Map(migrationSql({ schema }).map((m) => [m.version, m.name]));
+  const list = applied.map((v) => `${String(v).padStart(3, '0')}_${names.get(v) ?? 'unknown'}`).join(', ');
+  return `Applied ${applied.length} migration${applied.length === 1 ? '' : 's'} (${list}); ${state}.`;
+}

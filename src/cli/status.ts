@@ -1,0 +1,114 @@
+/** `tx-outbox status`: backlog, failures, partition owners and relays, as a table or JSON. */
+
+import type { Command } from 'commander';
+import { type OutboxStatus, outboxStatus, type PartitionStatus } from '../ops/status.js';
+import {
+  addDatabaseOptions,
+  addLogLevelOption,
+  createLogger,
+  createPool,
+  type DatabaseOptions,
+  databaseUrl,
+  type LogLevelOptions,
+} from './common.js';
+
+interface StatusCliOptions extends DatabaseOptions, LogLevelOptions {
+  readonly json?: boolean;
+}
+
+/** Registers `tx-outbox status [--json]`. */
+export function registerStatus(program: Command): void {
+  const command = program
+    .command('status')
+    .description('show pending and dead events, the oldest pending age, partition owners and relays')
+    .option('--json', 'print one JSON object instead of a table');
+  addDatabaseOptions(command);
+  addLogLevelOption(command, 'warn');
+  command.action((options: StatusCliOptions) => runStatus(options));
+}
+
+async function runStatus(options: StatusCliOptions): Promise<void> {
+  const url = databaseUrl(options);
+  const pool = createPool(url, createLogger(options.logLevel), 1);
+  try {
+    const status = await outboxStatus(pool, { schema: options.schema });
+    const text = options.json
+      ? JSON.stringify({ schema: options.schema, ...status })
+      : formatStatus(options.schema, status);
+    process.stdout.write(`${text}\n`);
+  } finally {
+    await pool.end();
+  }
+}
+
+/** The human view: summary, partitions grouped by owner, relays. */
+export function formatStatus(schema: string, status: OutboxStatus): string {
+  const lines = [
+    `Outbox "${schema}"`,
+    `  pending              ${status.pending}`,
+    `  oldest pending age   ${formatAge(status.oldestPendingAgeSeconds)}`,
+    `  retrying             ${status.retrying}`,
+    `  dead                 ${status.dead}${status.dead > 0 ? '  (each blocks its aggregate until replayed)' : ''}`,
+    '',
+    `Partitions (${status.partitions.length})`,
+    ...table(['OWNER', 'PARTITIONS', 'LEASE'], partitionRows(status.partitions)),
+    '',
+    `Relays (${status.relays.length})`,
+  ];
+  if (status.relays.length === 0) {
+    lines.push('  none running');
+  } else {
+    const rows = status.relays.map((r) => [
+      r.relayId,
+      r.host,
+      String(r.pid),
+      `${formatAge(r.lastHeartbeatSecondsAgo)} ago`,
+    ]);
+    lines.push(...table(['RELAY', 'HOST', 'PID', 'LAST HEARTBEAT'], rows));
+  }
+  return lines.join('\n');
+}
+
+function partitionRows(partitions: readonly PartitionStatus[]): string[][] {
+  const byOwner = new Map<string | null, PartitionStatus[]>();
+  for (const p of partitions) byOwner.set(p.owner, [...(byOwner.get(p.owner) ?? []), p]);
+  return [...byOwner.entries()].map(([owner, owned]) => [
+    owner ?? '(none)',
+    `${ranges(owned.map((p) => p.partition))} (${owned.length})`,
+    owner === null ? '-' : leaseText(owned),
+  ]);
+}
+
+function leaseText(owned: readonly PartitionStatus[]): string {
+  const soonest = Math.min(...owned.map((p) => p.leaseExpiresInSeconds ?? 0));
+  return soonest < 0 ? `expired ${formatAge(-soonest)} ago` : `expires in ${formatAge(soonest)}`;
+}
+
+/** `0-3, 7, 9-10` */
+function ranges(numbers: readonly number[]): string {
+  const sorted = [...numbers].sort((a, b) => a - b);
+  const parts: string[] = [];
+  let start = sorted[0];
+  for (let i = 0; start !== undefined && i < sorted.length; i++) {
+    const current = sorted[i]!;
+    const next = sorted[i + 1];
+    if (next === current + 1) continue;
+    parts.push(start === current ? String(current) : `${start}-${current}`);
+    start = next;
+  }
+  return parts.join(', ');
+}
+
+function formatAge(seconds: number | null): string {
+  if (seconds === null) return '-';
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
+  if (seconds < 3600) return `${(seconds / 60).toFixed(1)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
+function table(header: readonly string[], rows: readonly (readonly string[])[]): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const render = (cells: readonly string[]) =>
+    `  ${cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ')}`.trimEnd();
+  return [render(header), ...rows.map(render)];
+}

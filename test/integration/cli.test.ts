@@ -1,0 +1,258 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { outboxStatus } from '../../src/ops/status.js';
+import { enqueue } from '../../src/producer/enqueue.js';
+import { verifyWebhook } from '../../src/publishers/webhook.js';
+import { migrate } from '../../src/schema/migrate.js';
+import { inTransaction, waitFor } from '../helpers/db.js';
+import { DATABASE_URL } from '../helpers/env.js';
+
+// The built CLI, as users run it (`npm test` builds first; run `npm run build` before this file alone).
+const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
+const SCHEMA = `t_cli_${randomBytes(4).toString('hex')}`;
+const SECRET = `whsec_${randomBytes(24).toString('base64')}`;
+
+interface Run {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+interface Started {
+  readonly child: ChildProcess;
+  readonly done: Promise<Run>;
+  stderr(): string;
+}
+
+let pool: pg.Pool;
+const children: ChildProcess[] = [];
+
+beforeAll(() => {
+  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first`);
+  pool = new pg.Pool({ connectionString: DATABASE_URL, max: 4 });
+});
+
+afterAll(async () => {
+  for (const child of children)
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  await pool?.query(`DROP SCHEMA IF EXISTS "${SCHEMA}" CASCADE`);
+  await pool?.end();
+});
+
+function cliEnv(overrides: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL, ...overrides };
+  for (const [key, value] of Object.entries(overrides)) if (value === undefined) delete env[key];
+  return env;
+}
+
+function start(args: readonly string[], env: NodeJS.ProcessEnv = cliEnv()): Started {
+  const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const done = new Promise<Run>((resolve) => {
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+  return { child, done, stderr: () => stderr };
+}
+
+function run(args: readonly string[], env?: NodeJS.ProcessEnv): Promise<Run> {
+  return start(args, env).done;
+}
+
+/** The error contract: exactly one line `tx-outbox: …` and no stack trace. */
+function expectOneErrorLine(result: Run): string {
+  const lines = result.stderr.trimEnd().split('\n');
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toMatch(/^tx-outbox: /);
+  expect(result.stderr).not.toMatch(/^\s+at /m);
+  return lines[0]!;
+}
+
+describe('tx-outbox CLI', () => {
+  it('migrates, then status --json shows the fields', async () => {
+    const migrated = await run(['migrate', '--schema', SCHEMA, '--partitions', '4']);
+    expect(migrated.stderr).toBe('');
+    expect(migrated.code).toBe(0);
+    expect(migrated.stdout).toMatch(/Applied 1 migration/);
+
+    const again = await run(['migrate', '--schema', SCHEMA]);
+    expect(again.code).toBe(0);
+    expect(again.stdout).toMatch(/Nothing to apply/);
+
+    const status = await run(['status', '--json', '--schema', SCHEMA]);
+    expect(status.code).toBe(0);
+    const parsed = JSON.parse(status.stdout) as Record<string, unknown>;
+    expect(parsed).toMatchObject({
+      pending: 0,
+      oldestPendingAgeSeconds: null,
+      dead: 0,
+      retrying: 0,
+      relays: [],
+    });
+    expect(parsed['partitions']).toHaveLength(4);
+    expect((parsed['partitions'] as unknown[])[0]).toEqual({
+      partition: 0,
+      owner: null,
+      epoch: 0,
+      leaseExpiresInSeconds: null,
+    });
+
+    const table = await run(['status', '--schema', SCHEMA]);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toMatch(/pending\s+0/);
+    expect(table.stdout).toMatch(/Partitions \(4\)/);
+  });
+
+  it('status on a missing schema fails with one line that says to migrate', async () => {
+    const result = await run(['status', '--schema', `${SCHEMA}_missing`]);
+    expect(result.code).toBe(1);
+    expect(expectOneErrorLine(result)).toMatch(/tx-outbox migrate/);
+    expect(result.stdout).toBe('');
+  });
+
+  it('--verbose adds the stack trace', async () => {
+    const result = await run(['--verbose', 'status', '--schema', `${SCHEMA}_missing`]);
+    expect(result.code).toBe(1);
+    expect(result.stderr.split('\n')[0]).toMatch(/^tx-outbox: .*migrate/);
+    expect(result.stderr).toMatch(/^\s+at /m);
+  });
+
+  it('relay without a publisher is bad usage (exit 2)', async () => {
+    const result = await run(['relay', '--schema', SCHEMA]);
+    expect(result.code).toBe(2);
+    expect(expectOneErrorLine(result)).toMatch(/--nats.*--webhook/);
+  });
+
+  it('relay with a non-numeric --batch-size is bad usage naming the flag', async () => {
+    const result = await run([
+      'relay',
+      '--schema',
+      SCHEMA,
+      '--webhook',
+      'http://127.0.0.1:1/',
+      '--batch-size',
+      'abc',
+    ]);
+    expect(result.code).toBe(2);
+    expect(expectOneErrorLine(result)).toMatch(/--batch-size/);
+  });
+
+  it('says how to give the database when there is no URL', async () => {
+    const result = await run(['status'], cliEnv({ DATABASE_URL: undefined }));
+    expect(result.code).toBe(2);
+    expect(expectOneErrorLine(result)).toMatch(/--database-url.*DATABASE_URL/);
+  });
+
+  it('relay delivers enqueued events to a webhook, and SIGTERM stops it and releases its partitions', async () => {
+    await migrate(pool, { schema: SCHEMA, partitions: 4 });
+    const receiver = await startReceiver();
+    try {
+      await inTransaction(pool, (tx) =>
+        enqueue(
+          tx,
+          Array.from({ length: 20 }, (_, i) => ({
+            aggregateType: 'order',
+            aggregateId: `o-${i % 3}`,
+            type: 'order.placed',
+            payload: { i },
+          })),
+          { schema: SCHEMA },
+        ),
+      );
+      const relay = start([
+        'relay',
+        '--schema',
+        SCHEMA,
+        '--webhook',
+        receiver.url,
+        '--webhook-secret',
+        SECRET,
+        '--poll-interval',
+        '100',
+        '--lease',
+        '3000',
+        '--relay-id',
+        'cli-test-relay',
+      ]);
+      await waitFor(() => receiver.ids.size === 20, { what: '20 webhook deliveries', timeoutMs: 15_000 });
+      expect(receiver.badSignatures).toBe(0);
+      const running = await outboxStatus(pool, { schema: SCHEMA });
+      expect(running.partitions.every((p) => p.owner === 'cli-test-relay')).toBe(true);
+      expect(running.relays.map((r) => r.relayId)).toEqual(['cli-test-relay']);
+
+      const stoppedAt = Date.now();
+      relay.child.kill('SIGTERM');
+      const result = await relay.done;
+      expect(Date.now() - stoppedAt).toBeLessThan(5000);
+      expect(result.code).toBe(0);
+      expect(result.stderr).toMatch(/"msg":"tx-outbox relay started"/);
+      expect(result.stderr).toMatch(/"msg":"tx-outbox relay stopped"/);
+      expect(result.stderr).toMatch(/"published":20/);
+
+      const after = await outboxStatus(pool, { schema: SCHEMA });
+      expect(after.pending).toBe(0);
+      expect(after.partitions.every((p) => p.owner === null)).toBe(true);
+      expect(after.relays).toEqual([]);
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it('demo against DATABASE_URL ends with RESULT: OK and drops its schema', async () => {
+    const result = await run(['demo', '--duration', '4', '--rate', '100']);
+    expect(result.stdout).toMatch(/RESULT: OK/);
+    expect(result.code).toBe(0);
+    const schema = /schema "(txo_demo_[0-9a-f]+)"/.exec(result.stdout)?.[1];
+    expect(schema).toBeDefined();
+    const { rows } = await pool.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema]);
+    expect(rows).toHaveLength(0);
+  });
+});
+
+interface Receiver {
+  readonly url: string;
+  readonly ids: Set<string>;
+  badSignatures: number;
+  close(): Promise<void>;
+}
+
+/** A webhook endpoint that checks signatures and records event ids. */
+async function startReceiver(): Promise<Receiver> {
+  const receiver = { ids: new Set<string>(), badSignatures: 0 };
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      if (!verifyWebhook({ secret: SECRET, headers: req.headers, body: Buffer.concat(chunks) })) {
+        receiver.badSignatures += 1;
+        res.writeHead(401).end();
+        return;
+      }
+      receiver.ids.add(String(req.headers['webhook-id']));
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return Object.assign(receiver, {
+    url: `http://127.0.0.1:${port}/hooks`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  });
+}
