@@ -7,6 +7,9 @@ export default defineConfig({
     hookTimeout: 60_000,
     pool: 'forks',
     maxWorkers: 4,
-    reporters: ['default'],
+    // CI also writes a JSON report, from which .ci/run prints a plain 'N passed, N failed' line.
+    reporters: process.env['TXO_TEST_REPORT']
+      ? ['default', ['json', { outputFile: process.env['TXO_TEST_REPORT'] }]]
+      : ['default'],
   },
 });
