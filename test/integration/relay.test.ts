@@ -60,6 +60,26 @@ describe('polling relay', () => {
     expect(r.stats().published).toBe(300);
   });
 
+  it('never publishes the event of a rolled-back transaction', async () => {
+    const publisher = new RecordingPublisher();
+    const r = relay(publisher);
+    await r.start();
+    await expect(
+      inTransaction(db.pool, async (tx) => {
+        await enqueue(
+          tx,
+          { aggregateType: 'o', aggregateId: 'rb', type: 'gone', payload: 1 },
+          { schema: db.schema },
+        );
+        throw new Error('rolled back');
+      }),
+    ).rejects.toThrow('rolled back');
+    await put([{ aggregateType: 'o', aggregateId: 'rb', type: 'kept', payload: 2 }]);
+    await waitFor(() => publisher.received.length === 1);
+    await new Promise((res) => setTimeout(res, 200));
+    expect(publisher.received.map((m) => [m.type, m.sequence])).toEqual([['kept', 1]]);
+  });
+
   it('keeps per-aggregate order, across batches and waves', async () => {
     const publisher = new RecordingPublisher();
     for (let k = 0; k < 5; k++) {
