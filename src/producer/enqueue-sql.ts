@@ -1,10 +1,31 @@
 /**
- * One statement for a whole batch: hands out per-aggregate sequences (the
- * upsert's row lock orders concurrent writers of one aggregate, in key order to
- * avoid deadlocks), derives the partition from a stable hash of the aggregate
- * key, inserts the events, and optionally wakes listening relays once.
+ * The producer's statements: one round trip per call. Each hands out the
+ * per-aggregate sequence (the upsert's row lock orders concurrent writers of
+ * one aggregate), derives the partition from a stable hash of the aggregate
+ * key, inserts the event rows, and optionally wakes listening relays.
  */
-const INSERT_EVENTS = `
+
+const PARTITION_OF = `((hashtextextended({{type}} || chr(31) || {{id}}, 0) & 9223372036854775807)
+         % (SELECT partitions FROM {{schema}}.config))::smallint`;
+
+/** One event, scalar parameters: the common case, kept as lean as the statement can be. */
+const INSERT_ONE = `
+WITH seq AS (
+  INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence)
+  VALUES ($2::text, $3::text, 1)
+  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence + 1
+  RETURNING last_sequence
+){{wake}}
+INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type,
+  schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
+SELECT $1::uuid, ${PARTITION_OF.replace('{{type}}', '$2').replace('{{id}}', '$3')},
+       $2, $3, seq.last_sequence, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz,
+       greatest(now(), coalesce($10::timestamptz, now()))
+FROM seq{{join}}
+RETURNING sequence::text AS sequence`;
+
+/** A batch: arrays in, per-aggregate counts reserved in one upsert (in key order, against deadlocks). */
+const INSERT_MANY = `
 WITH input AS (
   SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[],
                        $7::jsonb[], $8::bytea[], $9::jsonb[], $10::timestamptz[])
@@ -17,28 +38,36 @@ WITH input AS (
   SELECT aggregate_type, aggregate_id, n FROM counts ORDER BY aggregate_type, aggregate_id
   ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence + excluded.last_sequence
   RETURNING aggregate_type, aggregate_id, last_sequence
-), cfg AS (
-  SELECT partitions{{notify}} FROM {{schema}}.config
-)
+){{wake}}
 INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type,
   schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
-SELECT i.event_id,
-       ((hashtextextended(i.aggregate_type || chr(31) || i.aggregate_id, 0) & 9223372036854775807)
-         % cfg.partitions)::smallint,
+SELECT i.event_id, ${PARTITION_OF.replace('{{type}}', 'i.aggregate_type').replace('{{id}}', 'i.aggregate_id')},
        i.aggregate_type, i.aggregate_id,
        seq.last_sequence - c.n + row_number() OVER (PARTITION BY i.aggregate_type, i.aggregate_id ORDER BY i.ord),
        i.event_type, i.schema_version, i.topic, i.payload, i.payload_bytes, i.headers, i.deliver_after,
        greatest(now(), coalesce(i.deliver_after, now()))
 FROM input i
 JOIN counts c USING (aggregate_type, aggregate_id)
-JOIN seq USING (aggregate_type, aggregate_id)
-CROSS JOIN cfg
+JOIN seq USING (aggregate_type, aggregate_id){{join}}
 ORDER BY i.ord
 RETURNING event_id::text AS event_id, sequence::text AS sequence`;
 
-export function insertEventsSql(quotedSchema: string, channel: string | null): string {
-  const notify = channel === null ? '' : `, pg_notify('${channel}', '') AS notified`;
-  return INSERT_EVENTS.replaceAll('{{schema}}', quotedSchema).replace('{{notify}}', notify);
+export interface EnqueueStatements {
+  readonly one: string;
+  readonly many: string;
+}
+
+/**
+ * The statements for a schema. With a wake-up channel, a one-row CTE calls
+ * pg_notify once per statement (PostgreSQL delivers one notification per
+ * transaction for a repeated channel and payload).
+ */
+export function enqueueStatements(quotedSchema: string, channel: string | null): EnqueueStatements {
+  const wake = channel === null ? '' : `, wake AS (SELECT pg_notify('${channel}', '') AS notified)`;
+  const join = channel === null ? '' : ' CROSS JOIN wake';
+  const fill = (sql: string) =>
+    sql.replaceAll('{{schema}}', quotedSchema).replaceAll('{{wake}}', wake).replaceAll('{{join}}', join);
+  return { one: fill(INSERT_ONE), many: fill(INSERT_MANY) };
 }
 
 /** The LISTEN/NOTIFY channel of a schema (schema names are validated identifiers). */

@@ -3,7 +3,7 @@ import { v7 as uuidv7 } from 'uuid';
 import { OutboxValidationError } from '../errors.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
-import { insertEventsSql, wakeChannel } from './enqueue-sql.js';
+import { enqueueStatements, wakeChannel } from './enqueue-sql.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, type OutboxEvent, type PreparedEvent, prepareEvent } from './event.js';
 import { assertInTransaction } from './executor.js';
 import { activeTraceHeaders } from './trace.js';
@@ -29,18 +29,27 @@ interface Statement {
   readonly text: string;
 }
 
-const statements = new Map<string, Statement>();
+interface Statements {
+  readonly one: Statement;
+  readonly many: Statement;
+}
 
-function statementFor(schema: string, notify: boolean, prepared: boolean): Statement {
+const statements = new Map<string, Statements>();
+
+function named(text: string, prepared: boolean): Statement {
+  const digest = createHash('sha1').update(text).digest('hex').slice(0, 16);
+  return { name: prepared ? `txo_enqueue_${digest}` : undefined, text };
+}
+
+function statementsFor(schema: string, notify: boolean, prepared: boolean): Statements {
   const key = `${schema}\u0000${notify}\u0000${prepared}`;
-  let statement = statements.get(key);
-  if (!statement) {
-    const text = insertEventsSql(quoteSchema(schema), notify ? wakeChannel(schema) : null);
-    const digest = createHash('sha1').update(text).digest('hex').slice(0, 16);
-    statement = { name: prepared ? `txo_enqueue_${digest}` : undefined, text };
-    statements.set(key, statement);
+  let found = statements.get(key);
+  if (!found) {
+    const sql = enqueueStatements(quoteSchema(schema), notify ? wakeChannel(schema) : null);
+    found = { one: named(sql.one, prepared), many: named(sql.many, prepared) };
+    statements.set(key, found);
   }
-  return statement;
+  return found;
 }
 
 export const MAX_BATCH = 10_000;
@@ -82,11 +91,7 @@ export async function enqueue(
       `Split it into batches of ${MAX_BATCH}.`,
     );
   }
-  const statement = statementFor(
-    options.schema ?? DEFAULT_SCHEMA,
-    options.notify ?? true,
-    options.prepared ?? true,
-  );
+  const sql = statementsFor(options.schema ?? DEFAULT_SCHEMA, options.notify ?? true, options.prepared ?? true);
   assertInTransaction(tx);
   if (events.length === 0) return [];
 
@@ -107,14 +112,30 @@ export async function enqueue(
     prepared.push(p);
   }
 
-  const { rows } = await tx.query<{ event_id: string; sequence: string }>({
-    name: statement.name,
-    text: statement.text,
-    values: columns(prepared),
-  });
+  if (prepared.length === 1) {
+    const p = prepared[0]!;
+    const { rows } = await tx.query<{ sequence: string }>({ ...sql.one, values: scalars(p) });
+    const result = { eventId: p.eventId, sequence: Number(rows[0]?.sequence ?? 0) };
+    return single ? result : [result];
+  }
+  const { rows } = await tx.query<{ event_id: string; sequence: string }>({ ...sql.many, values: columns(prepared) });
   const sequences = new Map(rows.map((r) => [r.event_id, Number(r.sequence)]));
-  const results = prepared.map((p) => ({ eventId: p.eventId, sequence: sequences.get(p.eventId) ?? 0 }));
-  return single ? results[0]! : results;
+  return prepared.map((p) => ({ eventId: p.eventId, sequence: sequences.get(p.eventId) ?? 0 }));
+}
+
+function scalars(e: PreparedEvent): unknown[] {
+  return [
+    e.eventId,
+    e.aggregateType,
+    e.aggregateId,
+    e.type,
+    e.schemaVersion,
+    e.topic,
+    e.payloadJson,
+    e.payloadBytes,
+    e.headers,
+    e.deliverAfter,
+  ];
 }
 
 function columns(events: readonly PreparedEvent[]): unknown[] {

@@ -2,16 +2,18 @@
  * Claim: the next due events of the partitions this relay holds (owner, epoch
  * and an unexpired lease checked against the database clock), in id order.
  *
- * Ordering gate, database half. The events of one aggregate still in the table
- * form a contiguous run of sequences from its head (sequences are gap-free and
- * delivered events leave from the front). So:
- * - the scan probes each row's aggregate head (one index probe) and skips rows
- *   whose head is dead or backing off, so a blocked aggregate never fills the batch;
- * - an event is kept only when it and every earlier event of its aggregate are
- *   in the batch: its rank among the batch's events of that aggregate must match
- *   its distance from the head. Work per claim is bounded by the batch size,
- *   not by the backlog.
- * The relay needs no row locks: only the partition's owner claims its rows.
+ * Ordering gate, database half. Sequences are gap-free and an aggregate's
+ * events leave the table from the front, so the events of one aggregate still
+ * in the table are exactly sequences delivered+1, delivered+2, … where
+ * `aggregate_progress.delivered_sequence` is kept by the relay itself.
+ * - The scan skips aggregates whose head is blocked (dead, or backing off until
+ *   `blocked_until`), so a blocked aggregate never fills the batch.
+ * - An event is kept only when it and every earlier event of its aggregate are
+ *   in the batch: its rank among the batch's events of that aggregate must equal
+ *   its distance from the last delivered sequence.
+ * Work per claim is bounded by the batch size (one primary-key probe of
+ * aggregate_progress per scanned row), not by the backlog. No row locks: only the
+ * partition's owner claims its rows and writes its aggregates' progress.
  */
 export const CLAIM_SQL = `
 WITH mine AS (
@@ -20,24 +22,18 @@ WITH mine AS (
   JOIN unnest($1::smallint[], $2::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
   WHERE p.owner = $3 AND p.epoch = o.epoch AND p.lease_until > now()
 ), candidates AS MATERIALIZED (
-  SELECT e.id, e.aggregate_type, e.aggregate_id, e.sequence, head.sequence AS head_sequence
+  SELECT e.id, e.aggregate_type, e.aggregate_id, e.sequence, coalesce(g.delivered_sequence, 0) AS delivered
   FROM {{schema}}.events e
-  CROSS JOIN LATERAL (
-    SELECT h.sequence, h.status, h.next_attempt_at
-    FROM {{schema}}.events h
-    WHERE h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id
-    ORDER BY h.sequence
-    LIMIT 1
-  ) head
+  LEFT JOIN {{schema}}.aggregate_progress g
+    ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
   WHERE e.partition = ANY (ARRAY(SELECT partition FROM mine))
     AND e.status = 'pending'
     AND e.next_attempt_at <= now()
-    AND head.status = 'pending'
-    AND head.next_attempt_at <= now()
+    AND (g.blocked_until IS NULL OR g.blocked_until <= now())
   ORDER BY e.id
   LIMIT $4
 ), gated AS (
-  SELECT c.id, c.sequence, c.head_sequence,
+  SELECT c.id, c.sequence, c.delivered,
          row_number() OVER (PARTITION BY c.aggregate_type, c.aggregate_id ORDER BY c.sequence) AS rank
   FROM candidates c
 )
@@ -46,5 +42,5 @@ SELECT e.id::text AS id, e.event_id::text AS event_id, e.partition, e.aggregate_
        e.payload::text AS payload, e.payload_bytes, e.headers::text AS headers, e.created_at, e.attempts
 FROM gated g
 JOIN {{schema}}.events e ON e.id = g.id
-WHERE g.sequence = g.head_sequence + g.rank - 1
+WHERE g.sequence = g.delivered + g.rank
 ORDER BY e.id`;

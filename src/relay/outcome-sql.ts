@@ -1,9 +1,11 @@
 /**
  * Outcome of a whole batch in one statement, fenced by the partition epochs
  * the relay claimed under: delivered events leave the hot table, failed ones
- * are rescheduled or marked dead with their last error. `FOR SHARE` on the
- * partition rows makes a concurrent takeover (which raises the epoch) wait for
- * this statement, or this statement see the new epoch and change nothing.
+ * are rescheduled or marked dead with their last error, and each touched
+ * aggregate's progress (last delivered sequence, blocked until) is updated in
+ * one upsert. `FOR SHARE` on the partition rows makes a concurrent takeover
+ * (which raises the epoch) wait for this statement, or this statement see the
+ * new epoch and change nothing.
  */
 export const RECORD_OUTCOME_SQL = `
 WITH fence AS (
@@ -16,7 +18,7 @@ WITH fence AS (
   DELETE FROM {{schema}}.events e
   USING fence f
   WHERE e.id = ANY ($4::bigint[]) AND e.partition = f.partition
-  RETURNING e.id
+  RETURNING e.aggregate_type, e.aggregate_id, e.sequence
 ), failed AS (
   UPDATE {{schema}}.events e
   SET attempts = e.attempts + 1,
@@ -26,6 +28,21 @@ WITH fence AS (
       dead_at = CASE WHEN x.status = 'dead' THEN now() END
   FROM unnest($5::bigint[], $6::text[], $7::bigint[], $8::text[]) AS x(id, status, delay_ms, error), fence f
   WHERE e.id = x.id AND e.partition = f.partition
-  RETURNING e.id
+  RETURNING e.aggregate_type, e.aggregate_id,
+            CASE WHEN e.status = 'dead' THEN 'infinity'::timestamptz ELSE e.next_attempt_at END AS blocked_until
+), touched AS (
+  SELECT coalesce(d.aggregate_type, b.aggregate_type) AS aggregate_type,
+         coalesce(d.aggregate_id, b.aggregate_id) AS aggregate_id,
+         coalesce(d.delivered_sequence, 0) AS delivered_sequence,
+         b.blocked_until
+  FROM (SELECT aggregate_type, aggregate_id, max(sequence) AS delivered_sequence
+        FROM delivered GROUP BY aggregate_type, aggregate_id) d
+  FULL JOIN failed b ON b.aggregate_type = d.aggregate_type AND b.aggregate_id = d.aggregate_id
+), progress AS (
+  INSERT INTO {{schema}}.aggregate_progress AS g (aggregate_type, aggregate_id, delivered_sequence, blocked_until)
+  SELECT aggregate_type, aggregate_id, delivered_sequence, blocked_until FROM touched
+  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
+  SET delivered_sequence = greatest(g.delivered_sequence, excluded.delivered_sequence),
+      blocked_until = excluded.blocked_until
 )
 SELECT (SELECT count(*) FROM delivered)::int AS delivered, (SELECT count(*) FROM failed)::int AS failed`;

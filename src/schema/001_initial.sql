@@ -29,20 +29,31 @@ CREATE TABLE IF NOT EXISTS {{schema}}.events (
   last_error       text,
   status           text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'dead')),
   dead_at          timestamptz,
-  CONSTRAINT events_payload_one CHECK ((payload IS NULL) <> (payload_bytes IS NULL)),
-  CONSTRAINT events_aggregate_sequence UNIQUE (aggregate_type, aggregate_id, sequence)
+  CONSTRAINT events_payload_one CHECK ((payload IS NULL) <> (payload_bytes IS NULL))
 ) WITH (fillfactor = 90);
 
--- No index beyond the two above: the claim walks the primary key in id order
--- (see src/relay/claim-sql.ts), and every extra index costs the producers.
+-- No index beyond the primary key: the claim walks it in id order (see
+-- src/relay/claim-sql.ts), and every extra index costs every producer's insert.
 
--- One row per aggregate; its row lock orders concurrent writers of one aggregate.
+-- Producers' side: one row per aggregate, the last sequence handed out. Its row
+-- lock orders concurrent writers of one aggregate. Room for HOT updates.
 CREATE TABLE IF NOT EXISTS {{schema}}.aggregate_sequences (
   aggregate_type  text NOT NULL,
   aggregate_id    text NOT NULL,
   last_sequence   bigint NOT NULL,
   PRIMARY KEY (aggregate_type, aggregate_id)
-);
+) WITH (fillfactor = 50);
+
+-- Relay's side (written only by the partition's owner, never by producers): the
+-- last sequence delivered, and until when the aggregate's head is blocked (its
+-- next retry; 'infinity' while it is dead). The claim's ordering gate reads it.
+CREATE TABLE IF NOT EXISTS {{schema}}.aggregate_progress (
+  aggregate_type      text NOT NULL,
+  aggregate_id        text NOT NULL,
+  delivered_sequence  bigint NOT NULL DEFAULT 0,
+  blocked_until       timestamptz,
+  PRIMARY KEY (aggregate_type, aggregate_id)
+) WITH (fillfactor = 50);
 
 -- Partition leases: the epoch is the fencing token, raised on every change of owner.
 CREATE TABLE IF NOT EXISTS {{schema}}.partitions (

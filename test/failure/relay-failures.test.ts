@@ -38,6 +38,7 @@ afterEach(async () => {
   for (const f of cleanups.splice(0)) await f();
   await db.pool.query(`DELETE FROM "${db.schema}".events`);
   await db.pool.query(`DELETE FROM "${db.schema}".aggregate_sequences`);
+  await db.pool.query(`DELETE FROM "${db.schema}".aggregate_progress`);
   await db.pool.query(`UPDATE "${db.schema}".partitions SET owner = NULL, lease_until = '-infinity'`);
   await db.pool.query(`DELETE FROM "${db.schema}".relays`);
 });

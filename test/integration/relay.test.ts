@@ -179,6 +179,38 @@ describe('polling relay', () => {
     expect(publisher.received.some((m) => m.aggregateId === 'poison')).toBe(false);
   });
 
+  it("a dead aggregate's queued events never crowd out the others (small batches)", async () => {
+    const publisher = new RecordingPublisher();
+    publisher.verdict = (m) =>
+      m.aggregateId === 'stuck'
+        ? { ok: false, retryable: false, error: new Error('rejected') }
+        : { ok: true };
+    await put(
+      Array.from({ length: 40 }, (_, i) => ({
+        aggregateType: 'o',
+        aggregateId: 'stuck',
+        type: 't',
+        payload: i,
+      })),
+    );
+    await put(
+      Array.from({ length: 12 }, (_, i) => ({
+        aggregateType: 'o',
+        aggregateId: `free${i}`,
+        type: 't',
+        payload: i,
+      })),
+    );
+    relay(publisher, { batchSize: 4 }).start();
+    await waitFor(() => publisher.received.length === 12, {
+      what: 'the free aggregates, past 39 blocked events',
+    });
+    const { rows } = await db.pool.query(
+      `SELECT count(*) FILTER (WHERE status = 'dead')::int AS dead, count(*)::int AS n FROM "${db.schema}".events`,
+    );
+    expect(rows[0]).toEqual({ dead: 1, n: 40 });
+  });
+
   it('an unreachable broker charges no attempt; events wait and then flow', async () => {
     const publisher = new RecordingPublisher();
     let down = true;
