@@ -22,13 +22,13 @@ RETURNING p.partition, p.epoch::text AS epoch`;
 
 export const RELEASE_SQL = `
 UPDATE {{schema}}.partitions p
-SET owner = NULL, lease_until = '-infinity'
+SET owner = NULL, lease_until = '-infinity', sleeping = false
 FROM unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch)
 WHERE p.partition = o.partition AND p.owner = $1 AND p.epoch = o.epoch`;
 
 export const ACQUIRE_SQL = `
 UPDATE {{schema}}.partitions p
-SET owner = $1, epoch = p.epoch + 1, lease_until = now() + $3 * interval '1 millisecond'
+SET owner = $1, epoch = p.epoch + 1, lease_until = now() + $3 * interval '1 millisecond', sleeping = false
 WHERE p.partition IN (
   SELECT partition FROM {{schema}}.partitions
   WHERE owner IS NULL OR lease_until < now()
@@ -38,3 +38,10 @@ WHERE p.partition IN (
 RETURNING p.partition, p.epoch::text AS epoch`;
 
 export const UNREGISTER_SQL = `DELETE FROM {{schema}}.relays WHERE relay_id = $1`;
+
+/** An idle relay asks the producers of its partitions to NOTIFY it (or, awake again, to stop). */
+export const SET_SLEEPING_SQL = `
+UPDATE {{schema}}.partitions p
+SET sleeping = $4
+FROM unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch)
+WHERE p.partition = o.partition AND p.owner = $1 AND p.epoch = o.epoch AND p.sleeping <> $4`;

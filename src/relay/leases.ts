@@ -8,6 +8,7 @@ import {
   LIVE_RELAYS_SQL,
   RELEASE_SQL,
   RENEW_SQL,
+  SET_SLEEPING_SQL,
   UNREGISTER_SQL,
 } from './lease-sql.js';
 
@@ -18,6 +19,7 @@ interface Statements {
   readonly release: string;
   readonly acquire: string;
   readonly unregister: string;
+  readonly sleeping: string;
 }
 
 /** The fair share of `partitions` for the relay at `rank` among `relays` live relays. */
@@ -54,6 +56,7 @@ export class PartitionLeases {
       release: withSchema(RELEASE_SQL, quotedSchema),
       acquire: withSchema(ACQUIRE_SQL, quotedSchema),
       unregister: withSchema(UNREGISTER_SQL, quotedSchema),
+      sleeping: withSchema(SET_SLEEPING_SQL, quotedSchema),
     };
   }
 
@@ -144,6 +147,13 @@ export class PartitionLeases {
       if (this.registered) await this.pool.query(this.sql.unregister, [this.relayId]);
       this.registered = false;
     });
+  }
+
+  /** Marks the held partitions as sleeping (producers then NOTIFY) or awake. */
+  async setSleeping(sleeping: boolean): Promise<void> {
+    const { partitions, epochs } = this.snapshot();
+    if (partitions.length === 0) return;
+    await this.pool.query(this.sql.sleeping, [this.relayId, partitions, epochs, sleeping]);
   }
 
   /** Forget everything without touching the database (the leases expire on their own). */

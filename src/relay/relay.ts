@@ -90,6 +90,11 @@ interface Statements {
   readonly outcome: { name: string; text: string };
 }
 
+/** How long an idle relay keeps polling fast before it sleeps and asks for NOTIFY. */
+const SETTLE_MS = 50;
+/** After asking for NOTIFY, one more look this much later, for commits that read the flag before. */
+const GRACE_MS = 10;
+
 /** Creates a polling relay: leased partitions, ordering gate, backoff, dead events. */
 export function createRelay(options: RelayOptions): Relay {
   return new PollingRelay(resolveRelayOptions(options));
@@ -130,6 +135,7 @@ class PollingRelay implements Relay {
   private partitionCount: number | undefined;
   private readonly counters = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
   private outages = 0;
+  private idle = { since: 0, step: 1, flagged: false, graced: false };
   private readonly watches = { claim: new Stopwatch(), publish: new Stopwatch(), record: new Stopwatch() };
   private lastError: string | undefined;
 
@@ -261,9 +267,10 @@ class PollingRelay implements Relay {
         }
         const claimed = await this.claim();
         if (claimed.rows.length === 0) {
-          await this.doorbell.sleep(Math.max(0, Math.min(this.o.pollIntervalMs, nextRebalance - Date.now())));
+          await this.whenIdle(Math.max(0, nextRebalance - Date.now()));
           continue;
         }
+        await this.awake();
         const outage = await this.process(claimed.rows, claimed.partitions, claimed.epochs);
         failures = 0;
         if (outage) {
@@ -289,6 +296,47 @@ class PollingRelay implements Relay {
         await this.doorbell.sleep(delay);
       }
     }
+  }
+
+  /**
+   * Idle policy. Right after the last event the relay polls fast (1, 2, 4, 4 … ms for
+   * SETTLE_MS), so steady low-rate traffic is picked up within milliseconds without any
+   * NOTIFY. Then, when it LISTENs, it marks its partitions `sleeping` (producers NOTIFY
+   * only then), claims once more, waits GRACE_MS for transactions that read the flag
+   * before it was set, claims again, and sleeps until a wake-up or the poll interval.
+   */
+  private async whenIdle(untilRebalanceMs: number): Promise<void> {
+    const idle = this.idle;
+    const now = Date.now();
+    if (idle.since === 0) {
+      idle.since = now;
+      idle.step = 1;
+    }
+    const cap = (ms: number) => Math.min(ms, untilRebalanceMs);
+    if (now - idle.since < SETTLE_MS) {
+      await this.doorbell.sleep(cap(idle.step));
+      idle.step = Math.min(idle.step * 2, 4);
+      return;
+    }
+    if (this.o.listen && !idle.flagged) {
+      await this.leases.setSleeping(true);
+      idle.flagged = true;
+      return;
+    }
+    if (idle.flagged && !idle.graced) {
+      idle.graced = true;
+      await this.doorbell.sleep(cap(GRACE_MS));
+      return;
+    }
+    // Re-assert: a no-op unless partitions were acquired meanwhile.
+    if (idle.flagged) await this.leases.setSleeping(true);
+    await this.doorbell.sleep(cap(this.o.pollIntervalMs));
+  }
+
+  private async awake(): Promise<void> {
+    const flagged = this.idle.flagged;
+    this.idle = { since: 0, step: 1, flagged: false, graced: false };
+    if (flagged) await this.leases.setSleeping(false);
   }
 
   private async connection(): Promise<PoolClient> {

@@ -56,12 +56,15 @@ CREATE TABLE IF NOT EXISTS {{schema}}.aggregate_progress (
 ) WITH (fillfactor = 50);
 
 -- Partition leases: the epoch is the fencing token, raised on every change of owner.
+-- `sleeping` is set by an idle owner that LISTENs: only then do producers NOTIFY,
+-- so a busy relay costs producers no NOTIFY (whose commit-time lock serialises commits).
 CREATE TABLE IF NOT EXISTS {{schema}}.partitions (
   partition    smallint PRIMARY KEY,
   owner        text,
   epoch        bigint NOT NULL DEFAULT 0,
-  lease_until  timestamptz NOT NULL DEFAULT '-infinity'
-);
+  lease_until  timestamptz NOT NULL DEFAULT '-infinity',
+  sleeping     boolean NOT NULL DEFAULT false
+) WITH (fillfactor = 50);
 INSERT INTO {{schema}}.partitions (partition)
   SELECT p FROM generate_series(0, {{partitions}} - 1) AS p
   ON CONFLICT DO NOTHING;

@@ -161,6 +161,58 @@ describe('enqueue', () => {
   });
 });
 
+describe('wake-up', () => {
+  async function notificationsDuring(fn: () => Promise<unknown>): Promise<number> {
+    const listener = await db.pool.connect();
+    let count = 0;
+    const onNotification = () => {
+      count += 1;
+    };
+    listener.on('notification', onNotification);
+    try {
+      await listener.query(`LISTEN "txo_${db.schema}"`);
+      await fn();
+      await new Promise((r) => setTimeout(r, 150));
+      return count;
+    } finally {
+      await listener.query('UNLISTEN *');
+      listener.removeListener('notification', onNotification);
+      listener.release();
+    }
+  }
+  const one = { aggregateType: 'w', aggregateId: 'x', type: 't', payload: 1 };
+
+  it('sends no NOTIFY while no relay sleeps (a busy relay costs producers nothing)', async () => {
+    await db.pool.query(`UPDATE "${db.schema}".partitions SET sleeping = false`);
+    const n = await notificationsDuring(() =>
+      inTransaction(db.pool, async (tx) => {
+        await enqueue(tx, one, { schema: db.schema });
+        await enqueue(tx, [one, { ...one, aggregateId: 'y' }], { schema: db.schema });
+      }),
+    );
+    expect(n).toBe(0);
+  });
+
+  it('sends one NOTIFY per transaction when the partition owner sleeps, none with notify: false', async () => {
+    await db.pool.query(`UPDATE "${db.schema}".partitions SET sleeping = true`);
+    try {
+      const n = await notificationsDuring(() =>
+        inTransaction(db.pool, async (tx) => {
+          await enqueue(tx, one, { schema: db.schema });
+          await enqueue(tx, [one, { ...one, aggregateId: 'y' }], { schema: db.schema });
+        }),
+      );
+      expect(n).toBe(1);
+      const quiet = await notificationsDuring(() =>
+        inTransaction(db.pool, (tx) => enqueue(tx, one, { schema: db.schema, notify: false })),
+      );
+      expect(quiet).toBe(0);
+    } finally {
+      await db.pool.query(`UPDATE "${db.schema}".partitions SET sleeping = false`);
+    }
+  });
+});
+
 describe('enqueue refuses bad input, naming the field, and writes nothing', () => {
   const cases: Array<[string, unknown, string]> = [
     ['missing aggregateId', { aggregateType: 'o', type: 't', payload: {} }, 'event.aggregateId'],

@@ -299,6 +299,26 @@ describe('polling relay', () => {
     expect(Date.now() - t0).toBeLessThan(2000);
   });
 
+  it('an idle relay marks its partitions sleeping (producers NOTIFY only then), a busy one does not', async () => {
+    const publisher = new RecordingPublisher();
+    const r = relay(publisher);
+    await r.start();
+    const sleeping = async () =>
+      (
+        await db.pool.query(
+          `SELECT count(*) FILTER (WHERE sleeping)::int AS n FROM "${db.schema}".partitions`,
+        )
+      ).rows[0].n as number;
+    await waitFor(async () => (await sleeping()) === 16, { what: 'all partitions sleeping' });
+    publisher.delayMs = 300;
+    await put([{ aggregateType: 'o', aggregateId: 'busy', type: 't', payload: 1 }]);
+    await waitFor(async () => (await sleeping()) === 0, { what: 'awake while publishing' });
+    await waitFor(() => publisher.received.length === 1);
+    await waitFor(async () => (await sleeping()) === 16, { what: 'asleep again' });
+    await r.stop();
+    expect(await sleeping()).toBe(0);
+  });
+
   it('stop() is idempotent, releases the partitions, and start after stop is refused', async () => {
     const publisher = new RecordingPublisher();
     const r = relay(publisher);
