@@ -1,20 +1,23 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
-import { type JetStreamManager, jetstreamManager } from '@nats-io/jetstream';
+import { type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
 import type { Publisher, PublishOutcome } from '../../src/publishers/contract.js';
-import { ensureStream, natsPublisher } from '../../src/publishers/nats.js';
+import { ensureStream, type NatsPublishMode, natsPublisher } from '../../src/publishers/nats.js';
 import { NATS_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';
+import { PrivateNats } from '../helpers/processes.js';
+
+const MODES: readonly NatsPublishMode[] = ['pipeline', 'client'];
 
 // Unique per run: test files run in parallel against one shared NATS server.
 const suffix = randomUUID().slice(0, 8);
-const PREFIX = `txo-nats-${suffix}`;
+const ROOT = `txo-nats-${suffix}`;
 const STREAM = `TXO_NATS_${suffix}`;
 const OTHER_STREAM = `TXO_NATS_OTHER_${suffix}`;
-const AUTO_STREAM = `TXO_NATS_AUTO_${suffix}`;
+const autoStream = (mode: NatsPublishMode): string => `TXO_NATS_AUTO_${mode.toUpperCase()}_${suffix}`;
 const UNUSED_URL = 'nats://127.0.0.1:4999';
 
 let nc: NatsConnection;
@@ -29,6 +32,21 @@ function publisher(options: Parameters<typeof natsPublisher>[0]): Publisher {
   const created = natsPublisher(options);
   publishers.push(created);
   return created;
+}
+
+/** Event ids stored on `subject`, in stream order (headers only). */
+async function storedIds(stream: string, subject: string, expected: number): Promise<string[]> {
+  const consumer = await jetstream(nc).consumers.get(stream, {
+    filter_subjects: subject,
+    headers_only: true,
+  });
+  const ids: string[] = [];
+  const messages = await consumer.consume();
+  for await (const m of messages) {
+    ids.push(m.headers?.get('Nats-Msg-Id') ?? '');
+    if (ids.length === expected) break;
+  }
+  return ids;
 }
 
 function never(): AbortSignal {
@@ -51,19 +69,31 @@ beforeAll(async () => {
   process.on('unhandledRejection', onUnhandled);
   nc = await connect({ servers: NATS_URL });
   jsm = await jetstreamManager(nc);
-  await ensureStream(nc, { name: STREAM, subjects: [`${PREFIX}.>`] });
-  await ensureStream(nc, { name: OTHER_STREAM, subjects: [`${PREFIX}-other.>`] });
+  await ensureStream(nc, { name: STREAM, subjects: [`${ROOT}.>`] });
+  await ensureStream(nc, { name: OTHER_STREAM, subjects: [`${ROOT}-other.>`] });
 });
 
 afterAll(async () => {
   await Promise.allSettled(publishers.map((p) => p.close()));
-  for (const name of [STREAM, OTHER_STREAM, AUTO_STREAM]) await jsm.streams.delete(name).catch(() => false);
+  for (const name of [STREAM, OTHER_STREAM, ...MODES.map((m) => autoStream(m))])
+    await jsm.streams.delete(name).catch(() => false);
   await nc.close();
   process.off('unhandledRejection', onUnhandled);
   expect(unhandled).toEqual([]);
 });
 
-describe('natsPublisher', () => {
+describe.each(MODES)('natsPublisher in %s mode', (mode) => {
+  const PREFIX = `${ROOT}.${mode}`; // captured by STREAM
+  const OTHER = `${ROOT}-other.${mode}`; // captured by OTHER_STREAM
+  const LOOSE = `${ROOT}-${mode}`; // captured by no stream
+  const AUTO = autoStream(mode);
+
+  function publisher(options: Parameters<typeof natsPublisher>[0]): Publisher {
+    const created = natsPublisher({ mode, ...options });
+    publishers.push(created);
+    return created;
+  }
+
   it('publishes a batch with the envelope headers, Nats-Msg-Id and the payload bytes unchanged', async () => {
     const pub = publisher({ servers: NATS_URL, stream: STREAM, source: 'orders-service' });
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
@@ -184,7 +214,7 @@ describe('natsPublisher', () => {
   it('fails permanently when the subject belongs to another stream than the expected one', async () => {
     const pub = publisher({ servers: NATS_URL, stream: OTHER_STREAM });
     const outcomes = await pub.publish(
-      [makeMessage({ topic: `${PREFIX}.wrong-stream` }), makeMessage({ topic: `${PREFIX}-other.right` })],
+      [makeMessage({ topic: `${PREFIX}.wrong-stream` }), makeMessage({ topic: `${OTHER}.right` })],
       never(),
     );
     expect(expectFailure(outcomes[0], false).message).toContain(`${PREFIX}.wrong-stream`);
@@ -199,21 +229,39 @@ describe('natsPublisher', () => {
     const error = expectFailure(outcome, true);
     expect(error.message).toContain(subject);
     expect(error.message).toContain('no responders');
+    expect(isBrokerUnavailable(error)).toBe(true);
     expect(Date.now() - started).toBeLessThan(2000);
+  });
+
+  it('fails a header NATS cannot carry permanently while the rest of the batch succeeds', async () => {
+    const pub = publisher({ servers: NATS_URL });
+    const outcomes = await pub.publish(
+      [
+        makeMessage({ topic: `${PREFIX}.hdr.bad`, headers: { 'x-note': 'line\nbreak' } }),
+        makeMessage({ topic: `${PREFIX}.hdr.badname`, headers: { 'bad name': 'v' } }),
+        makeMessage({ topic: `${PREFIX}.hdr.ok`, headers: { 'x-note': '  padded  ' } }),
+      ],
+      never(),
+    );
+    expect(expectFailure(outcomes[0], false).message).toContain(`${PREFIX}.hdr.bad`);
+    expect(expectFailure(outcomes[1], false).message).toContain(`${PREFIX}.hdr.badname`);
+    expect(outcomes[2]).toEqual({ ok: true });
+    const stored = await jsm.streams.getMessage(STREAM, { last_by_subj: `${PREFIX}.hdr.ok` });
+    expect(stored!.header.get('x-note')).toBe('padded');
   });
 
   it('creates the stream at first use with file storage and the duplicate window', async () => {
     const pub = publisher({
       servers: NATS_URL,
-      stream: AUTO_STREAM,
-      streamSubjects: [`${PREFIX}-auto.>`],
+      stream: AUTO,
+      streamSubjects: [`${LOOSE}-auto.>`],
       duplicateWindowMs: 30_000,
     });
-    const batch = [makeMessage({ topic: `${PREFIX}-auto.a` }), makeMessage({ topic: `${PREFIX}-auto.b` })];
+    const batch = [makeMessage({ topic: `${LOOSE}-auto.a` }), makeMessage({ topic: `${LOOSE}-auto.b` })];
     expect(await pub.publish(batch, never())).toEqual([{ ok: true }, { ok: true }]);
-    const info = await jsm.streams.info(AUTO_STREAM);
+    const info = await jsm.streams.info(AUTO);
     expect(info.config.storage).toBe('file');
-    expect(info.config.subjects).toEqual([`${PREFIX}-auto.>`]);
+    expect(info.config.subjects).toEqual([`${LOOSE}-auto.>`]);
     expect(info.config.duplicate_window).toBe(nanos(30_000));
     expect(info.state.messages).toBe(2);
   });
@@ -232,7 +280,7 @@ describe('natsPublisher', () => {
 
   it('never has more than maxInFlight publishes awaiting their PubAck', async () => {
     // A plain NATS responder stands in for the stream so the test can see concurrency.
-    const subject = `${PREFIX}-acker`;
+    const subject = `${LOOSE}-acker`;
     let outstanding = 0;
     let peak = 0;
     let seq = 0;
@@ -263,7 +311,7 @@ describe('natsPublisher', () => {
   });
 
   describe('when the PubAck never comes (a silent responder holds the subject)', () => {
-    const silent = `${PREFIX}-silent`;
+    const silent = `${LOOSE}-silent`;
     let received = 0;
 
     beforeAll(async () => {
@@ -400,7 +448,9 @@ describe('natsPublisher', () => {
     await pub.close();
     expect(nc.isClosed()).toBe(false);
   });
+});
 
+describe('natsPublisher options', () => {
   it('rejects invalid options', () => {
     expect(() => natsPublisher({})).toThrow(OutboxValidationError);
     expect(() => natsPublisher({ servers: NATS_URL, connection: nc })).toThrow(OutboxValidationError);
@@ -409,9 +459,131 @@ describe('natsPublisher', () => {
     );
     expect(() => natsPublisher({ servers: NATS_URL, maxInFlight: 0 })).toThrow(OutboxValidationError);
     expect(() => natsPublisher({ servers: NATS_URL, timeoutMs: -1 })).toThrow(OutboxValidationError);
+    expect(() => natsPublisher({ servers: NATS_URL, mode: 'fast' as NatsPublishMode })).toThrow(
+      OutboxValidationError,
+    );
   });
 
   it('exposes the name nats', () => {
     expect(publisher({ servers: NATS_URL }).name).toBe('nats');
+    expect(publisher({ servers: NATS_URL, mode: 'client' }).name).toBe('nats');
+  });
+});
+
+describe('natsPublisher pipeline', () => {
+  const PREFIX = `${ROOT}.lean`;
+  const LOOSE = `${ROOT}-lean`;
+
+  it('acknowledges 5,000 messages of one batch, stores each once, in batch order', async () => {
+    const pub = publisher({ servers: NATS_URL, stream: STREAM, maxInFlight: 500 });
+    const subject = `${PREFIX}.bulk`;
+    const batch = Array.from({ length: 5000 }, (_, i) =>
+      makeMessage({ topic: subject, aggregateId: `bulk-${i}`, json: { i, pad: 'x'.repeat(200) } }),
+    );
+    const outcomes = await pub.publish(batch, never());
+    expect(outcomes.filter((o) => !o.ok)).toEqual([]);
+    expect(outcomes).toHaveLength(5000);
+    expect(await storedIds(STREAM, subject, 5000)).toEqual(batch.map((m) => m.eventId));
+    // republished (a relay retry): all delivered as duplicates, nothing stored twice
+    expect((await pub.publish(batch.slice(0, 100), never())).every((o) => o.ok)).toBe(true);
+    const info = await jsm.streams.info(STREAM, { subjects_filter: subject });
+    expect(subjectCount(info, subject)).toBe(5000);
+  });
+
+  it('fails only the messages whose PubAck times out, and frees their slots', async () => {
+    const silent = `${LOOSE}-mute`;
+    const sub = nc.subscribe(`${silent}.>`, { callback: () => undefined });
+    await nc.flush();
+    try {
+      const pub = publisher({ servers: NATS_URL, timeoutMs: 400, maxInFlight: 4 });
+      const batch = Array.from({ length: 16 }, (_, i) =>
+        makeMessage({ topic: i % 5 === 1 ? `${silent}.${i}` : `${PREFIX}.timeouts.${i}` }),
+      );
+      const started = Date.now();
+      const outcomes = await pub.publish(batch, never());
+      expect(Date.now() - started).toBeLessThan(2000);
+      outcomes.forEach((outcome, i) => {
+        if (i % 5 !== 1) {
+          expect(outcome).toEqual({ ok: true });
+          return;
+        }
+        const error = expectFailure(outcome, true);
+        expect(error.message).toContain('Timed out');
+        expect(error.message).toContain(`${silent}.${i}`);
+        expect(isBrokerUnavailable(error)).toBe(false);
+      });
+      // every slot came back: a batch needing all four still goes through
+      const after = Array.from({ length: 8 }, (_, i) =>
+        makeMessage({ topic: `${PREFIX}.timeouts.after.${i}` }),
+      );
+      expect(await pub.publish(after, never())).toEqual(after.map(() => ({ ok: true })));
+    } finally {
+      sub.unsubscribe();
+    }
+  });
+
+  it('recovers when its NATS server restarts mid-stream: lost PubAcks fail fast, no event is stored twice', async () => {
+    const server = await PrivateNats.start();
+    const stream = `TXO_NATS_RESTART_${suffix}`;
+    try {
+      const pub = publisher({
+        servers: server.url,
+        stream,
+        streamSubjects: ['restart.>'],
+        timeoutMs: 8000,
+        connectionOptions: { reconnectTimeWait: 100 },
+      });
+      const silentSub = await connect({ servers: server.url });
+      silentSub.subscribe('mute.>', { callback: () => undefined });
+      await silentSub.flush();
+
+      // A relay-like loop: batches of 250, failed events retried in the next batch. Meanwhile
+      // the server is killed under it (with a publish whose PubAck never comes) and restarted.
+      const events = Array.from({ length: 6000 }, (_, i) => makeMessage({ topic: `restart.${i % 7}` }));
+      let queue = [...events];
+      let unavailable = 0;
+      let outage: Promise<void> | undefined;
+      let lost: { outcome: PublishOutcome | undefined; afterMs: number } | undefined;
+      const deadline = Date.now() + 12_000;
+      while (queue.length > 0 && Date.now() < deadline) {
+        if (outage === undefined && events.length - queue.length >= 1000) {
+          const hanging = pub.publish([makeMessage({ topic: 'mute.x' })], never());
+          outage = (async () => {
+            await new Promise((resolve) => setTimeout(resolve, 10));
+            const killedAt = Date.now();
+            await server.down();
+            const [outcome] = await hanging;
+            lost = { outcome, afterMs: Date.now() - killedAt };
+            await new Promise((resolve) => setTimeout(resolve, 300));
+            await server.up();
+          })();
+        }
+        const batch = queue.slice(0, 250);
+        const outcomes = await pub.publish(batch, never());
+        const failedEvents = batch.filter((_, i) => !outcomes[i]!.ok);
+        for (const outcome of outcomes) {
+          if (outcome.ok) continue;
+          expect(outcome.retryable).toBe(true);
+          if (isBrokerUnavailable(outcome.error)) unavailable += 1;
+        }
+        queue = [...failedEvents, ...queue.slice(batch.length)];
+        if (failedEvents.length > 0) await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      await outage;
+      // The publish whose PubAck was lost failed when the connection dropped, not after timeoutMs.
+      expect(lost!.afterMs).toBeLessThan(2000);
+      expect(isBrokerUnavailable(expectFailure(lost!.outcome, true))).toBe(true);
+      expect(queue).toEqual([]);
+      expect(unavailable).toBeGreaterThan(0);
+      // The reply subscription came back with the connection: PubAcks arrive again.
+      expect(await pub.publish([makeMessage({ topic: 'restart.after' })], never())).toEqual([{ ok: true }]);
+      await silentSub.close();
+      const check = await connect({ servers: server.url });
+      const info = await (await jetstreamManager(check)).streams.info(stream);
+      await check.close();
+      expect(info.state.messages).toBe(events.length + 1);
+    } finally {
+      await server.destroy();
+    }
   });
 });

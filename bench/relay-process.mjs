@@ -1,0 +1,39 @@
+// One tx-outbox relay in its own process, for the benchmarks (built package, dist/).
+// Config in TXO_BENCH_RELAY (JSON): { databaseUrl, schema, natsUrl, stream, batchSize, relayId }.
+// On SIGTERM: stops gracefully and prints one JSON line { stats, peakRssMb } to stdout.
+import { readFileSync } from 'node:fs';
+import pg from 'pg';
+import { createRelay } from '../dist/index.js';
+import { natsPublisher } from '../dist/publishers/nats.js';
+
+const cfg = JSON.parse(process.env.TXO_BENCH_RELAY ?? '{}');
+const pool = new pg.Pool({ connectionString: cfg.databaseUrl, max: 4 });
+const publisher = natsPublisher({
+  servers: cfg.natsUrl,
+  stream: cfg.stream,
+  ...(cfg.mode ? { mode: cfg.mode } : {}),
+});
+const relay = createRelay({
+  pool,
+  publisher,
+  schema: cfg.schema,
+  batchSize: cfg.batchSize ?? 1000,
+  relayId: cfg.relayId,
+  leaseMs: cfg.leaseMs ?? 5000,
+});
+
+function peakRssMb() {
+  const status = readFileSync('/proc/self/status', 'utf8');
+  const kb = Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0);
+  return Math.round(kb / 1024);
+}
+
+await relay.start();
+process.stdout.write(`${JSON.stringify({ started: relay.id })}\n`);
+process.on('SIGTERM', async () => {
+  await relay.stop({ timeout: 10_000 });
+  await publisher.close();
+  await pool.end();
+  process.stdout.write(`${JSON.stringify({ stats: relay.stats(), peakRssMb: peakRssMb() })}\n`);
+  process.exit(0);
+});

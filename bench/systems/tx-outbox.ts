@@ -1,0 +1,108 @@
+/**
+ * tx-outbox as the drain benchmarks run it: events written with `enqueue` in
+ * business transactions of 1,000, then N relay processes (bench/relay-process.mjs,
+ * the built package) drain them into JetStream.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { enqueue, migrate } from '../../src/index.js';
+import type { BenchContext, DrainResult, DrainSystem, DrainWorkload } from './types.js';
+import { benchEvent, inChunks } from './workload.js';
+
+const RELAY_PROCESS = join(dirname(fileURLToPath(import.meta.url)), '..', 'relay-process.mjs');
+
+interface RelayChild {
+  readonly child: ChildProcess;
+  readonly lines: string[];
+}
+
+function spawnRelay(ctx: BenchContext, index: number, batchSize: number, mode?: string): RelayChild {
+  const config = {
+    databaseUrl: ctx.databaseUrl,
+    schema: ctx.schema,
+    natsUrl: ctx.natsUrl,
+    stream: ctx.stream,
+    batchSize,
+    relayId: `bench-relay-${index}`,
+    mode,
+  };
+  const child = spawn(process.execPath, [RELAY_PROCESS], {
+    env: { ...process.env, TXO_BENCH_RELAY: JSON.stringify(config) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const lines: string[] = [];
+  child.stdout!.setEncoding('utf8');
+  child.stdout!.on('data', (chunk: string) => lines.push(...chunk.split('\n').filter(Boolean)));
+  return { child, lines };
+}
+
+async function stopRelay(r: RelayChild): Promise<number | undefined> {
+  const exited = new Promise((resolve) => r.child.once('exit', resolve));
+  r.child.kill('SIGTERM');
+  await exited;
+  for (const line of r.lines) {
+    const parsed = JSON.parse(line) as { peakRssMb?: number };
+    if (parsed.peakRssMb !== undefined) return parsed.peakRssMb;
+  }
+  return undefined;
+}
+
+export async function pendingCount(ctx: BenchContext): Promise<number> {
+  const { rows } = await ctx.pool.query(`SELECT count(*)::int AS n FROM "${ctx.schema}".events`);
+  return rows[0].n as number;
+}
+
+export async function loadOutbox(ctx: BenchContext, workload: DrainWorkload): Promise<void> {
+  await migrate(ctx.pool, { schema: ctx.schema });
+  await inChunks(workload.events, 1000, async (from, count) => {
+    const client = await ctx.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const events = Array.from({ length: count }, (_, k) => {
+        const e = benchEvent(from + k, workload.aggregates, workload.payloadBytes);
+        return {
+          aggregateType: e.aggregateType,
+          aggregateId: e.aggregateId,
+          type: e.type,
+          topic: `${ctx.subjectPrefix}.${e.subjectSuffix}`,
+          payload: e.payload,
+        };
+      });
+      await enqueue(client, events, { schema: ctx.schema });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+  });
+  await ctx.pool.query(`VACUUM ANALYZE "${ctx.schema}".events`);
+}
+
+export function txOutboxSystem(
+  options: { batchSize?: number; mode?: 'pipeline' | 'client' } = {},
+): DrainSystem {
+  const batchSize = options.batchSize ?? 1000;
+  let relays: RelayChild[] = [];
+  return {
+    name: options.mode === 'client' ? 'tx-outbox (js.publish client)' : 'tx-outbox',
+    load: loadOutbox,
+    async drain(ctx, workload): Promise<DrainResult> {
+      const started = performance.now();
+      relays = Array.from({ length: workload.relays }, (_, i) => spawnRelay(ctx, i, batchSize, options.mode));
+      while ((await pendingCount(ctx)) > 0) await new Promise((r) => setTimeout(r, 20));
+      const seconds = (performance.now() - started) / 1000;
+      const peaks = await Promise.all(relays.map(stopRelay));
+      relays = [];
+      const measured = peaks.filter((p): p is number => p !== undefined);
+      return {
+        seconds,
+        delivered: workload.events,
+        ...(measured.length > 0 ? { peakRssMb: Math.max(...measured) } : {}),
+      };
+    },
+    async teardown() {
+      for (const r of relays) r.child.kill('SIGKILL');
+      relays = [];
+    },
+  };
+}

@@ -1,0 +1,118 @@
+/**
+ * W3 producer overhead: TPS of a one-row business transaction plus (a) a bare
+ * single-row INSERT of the same payload into a plain table, or (b) one
+ * `enqueue` (sequence, event row, wake-up: all of it), from 8 connections,
+ * interleaved rounds. A relay process runs throughout (idle, or draining what
+ * (b) writes), so the wake-up path is the real one.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type pg from 'pg';
+import { enqueue, migrate } from '../../src/index.js';
+import { benchContext } from '../lib.js';
+
+const RELAY_PROCESS = join(dirname(fileURLToPath(import.meta.url)), '..', 'relay-process.mjs');
+
+export const PRODUCER_VARIANTS = ['business only', 'business + bare INSERT', 'business + enqueue'] as const;
+export type ProducerVariant = (typeof PRODUCER_VARIANTS)[number];
+
+export async function producerRuns(
+  pool: pg.Pool,
+  options: { seconds: number; rounds: number; connections?: number },
+): Promise<Record<ProducerVariant, number[]>> {
+  const connections = options.connections ?? 8;
+  const ctx = await benchContext(pool);
+  const s = `"${ctx.schema}"`;
+  let relay: ChildProcess | undefined;
+  try {
+    await migrate(pool, { schema: ctx.schema });
+    await pool.query(`CREATE TABLE ${s}.orders (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`);
+    await pool.query(`CREATE TABLE ${s}.bare (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`);
+    relay = spawn(process.execPath, [RELAY_PROCESS], {
+      env: {
+        ...process.env,
+        TXO_BENCH_RELAY: JSON.stringify({
+          databaseUrl: ctx.databaseUrl,
+          schema: ctx.schema,
+          natsUrl: ctx.natsUrl,
+          stream: ctx.stream,
+        }),
+      },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    await new Promise((r) => setTimeout(r, 1500));
+    const payload = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };
+    const json = JSON.stringify(payload);
+    const topic = `${ctx.subjectPrefix}.order.placed`;
+
+    async function round(variant: ProducerVariant): Promise<number> {
+      const until = performance.now() + options.seconds * 1000;
+      const counts = await Promise.all(
+        Array.from({ length: connections }, async (_, c) => {
+          const client = await pool.connect();
+          let n = 0;
+          try {
+            while (performance.now() < until) {
+              await client.query('BEGIN');
+              await client.query({
+                name: 'w3_biz',
+                text: `INSERT INTO ${s}.orders (payload) VALUES ($1)`,
+                values: [json],
+              });
+              if (variant === 'business + bare INSERT') {
+                await client.query({
+                  name: 'w3_bare',
+                  text: `INSERT INTO ${s}.bare (payload) VALUES ($1)`,
+                  values: [json],
+                });
+              } else if (variant === 'business + enqueue') {
+                await enqueue(
+                  client,
+                  {
+                    aggregateType: 'order',
+                    aggregateId: `c${c}-${n % 500}`,
+                    type: 'order.placed',
+                    topic,
+                    payload,
+                  },
+                  { schema: ctx.schema },
+                );
+              }
+              await client.query('COMMIT');
+              n += 1;
+            }
+          } finally {
+            client.release();
+          }
+          return n;
+        }),
+      );
+      return counts.reduce((a, b) => a + b, 0) / options.seconds;
+    }
+
+    const result = Object.fromEntries(PRODUCER_VARIANTS.map((v) => [v, [] as number[]])) as unknown as Record<
+      ProducerVariant,
+      number[]
+    >;
+    for (let r = 0; r < options.rounds; r++) {
+      for (const v of PRODUCER_VARIANTS) {
+        result[v].push(await round(v));
+        // Let the relay drain what the enqueue round wrote before the next round starts.
+        for (let i = 0; i < 200; i++) {
+          const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${s}.events`);
+          if (rows[0].n === 0) break;
+          await new Promise((res) => setTimeout(res, 50));
+        }
+      }
+    }
+    return result;
+  } finally {
+    if (relay) {
+      const exited = new Promise((r) => relay!.once('exit', r));
+      relay.kill('SIGTERM');
+      await exited;
+    }
+    await ctx.close();
+  }
+}
