@@ -91,7 +91,11 @@ export async function enqueue(
       `Split it into batches of ${MAX_BATCH}.`,
     );
   }
-  const sql = statementsFor(options.schema ?? DEFAULT_SCHEMA, options.notify ?? true, options.prepared ?? true);
+  const sql = statementsFor(
+    options.schema ?? DEFAULT_SCHEMA,
+    options.notify ?? true,
+    options.prepared ?? true,
+  );
   assertInTransaction(tx);
   if (events.length === 0) return [];
 
@@ -118,7 +122,10 @@ export async function enqueue(
     const result = { eventId: p.eventId, sequence: Number(rows[0]?.sequence ?? 0) };
     return single ? result : [result];
   }
-  const { rows } = await tx.query<{ event_id: string; sequence: string }>({ ...sql.many, values: columns(prepared) });
+  const { rows } = await tx.query<{ event_id: string; sequence: string }>({
+    ...sql.many,
+    values: columns(prepared),
+  });
   const sequences = new Map(rows.map((r) => [r.event_id, Number(r.sequence)]));
   return prepared.map((p) => ({ eventId: p.eventId, sequence: sequences.get(p.eventId) ?? 0 }));
 }
