@@ -1,4 +1,3 @@
-import type { PoolClient } from 'pg';
 import { brokerUnavailable, errorMessage, isBrokerUnavailable, OutboxError } from '../errors.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
@@ -9,6 +8,7 @@ import { PartitionLeases } from './leases.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
 import { aggregateKey, waves } from './ordering-gate.js';
 import { RECORD_OUTCOME_SQL } from './outcome-sql.js';
+import { RelaySession } from './session.js';
 import { Doorbell, WakeListener } from './wakeup.js';
 
 export interface RelayStats {
@@ -78,6 +78,12 @@ interface ClaimedRow {
   attempts: number;
 }
 
+interface Claimed {
+  readonly rows: ClaimedRow[];
+  readonly partitions: number[];
+  readonly epochs: string[];
+}
+
 interface Failure {
   readonly id: string;
   readonly status: 'pending' | 'dead';
@@ -130,8 +136,8 @@ class PollingRelay implements Relay {
   private abort = new AbortController();
   private halt = false;
   private renewTimer: NodeJS.Timeout | undefined;
-  private client: PoolClient | undefined;
-  private onClientError: ((error: Error) => void) | undefined;
+  private readonly claimer: RelaySession;
+  private readonly recorder: RelaySession;
   private partitionCount: number | undefined;
   private readonly counters = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
   private outages = 0;
@@ -146,6 +152,11 @@ class PollingRelay implements Relay {
       claim: { name: `txo_claim_${tag}`, text: withSchema(CLAIM_SQL, o.quotedSchema) },
       outcome: { name: `txo_outcome_${tag}`, text: withSchema(RECORD_OUTCOME_SQL, o.quotedSchema) },
     };
+    // The claim must walk the primary key in id order whatever the (churning) statistics
+    // say: a bitmap or sequential scan plus sort would cost time in proportion to the backlog.
+    const settings = `SET synchronous_commit = ${o.synchronousCommit}; SET enable_seqscan = off; SET enable_bitmapscan = off`;
+    this.claimer = new RelaySession(o.pool, settings, o.logger, 'claim');
+    this.recorder = new RelaySession(o.pool, settings, o.logger, 'outcome');
     this.leases = new PartitionLeases(
       o.pool,
       o.quotedSchema,
@@ -228,7 +239,7 @@ class PollingRelay implements Relay {
     } catch (error) {
       this.o.logger.warn({ err: error }, 'could not release leases; they expire on their own');
     }
-    await this.releaseClient();
+    await Promise.all([this.claimer.release(), this.recorder.release()]);
     this.o.logger.info({ relayId: this.id, ...this.counters }, 'relay stopped');
   }
 
@@ -250,32 +261,46 @@ class PollingRelay implements Relay {
     return this.partitionCount;
   }
 
+  /**
+   * The relay loop. While a batch is published and its outcome recorded, the next
+   * batch is already being claimed (excluding the ids in flight, whose later events
+   * the gate holds back anyway), so claim, publish and record overlap. No claim is
+   * in flight when leases are rebalanced.
+   */
   private async loop(): Promise<void> {
     let failures = 0;
     let nextRebalance = 0;
     const rebalanceEvery = Math.max(100, Math.floor(this.o.leaseMs / 3));
+    let prefetch: Promise<Claimed> | undefined;
     while (!this.halt) {
       try {
-        if (Date.now() >= nextRebalance) {
+        if (!prefetch && Date.now() >= nextRebalance) {
           const short = await this.leases.rebalance();
           // Short of our share: look again soon, as leases of a crashed relay expire.
           nextRebalance = Date.now() + (short ? Math.min(rebalanceEvery, 500) : rebalanceEvery);
         }
-        if (this.leases.size === 0) {
+        if (!prefetch && this.leases.size === 0) {
           await this.doorbell.sleep(Math.min(this.o.pollIntervalMs, rebalanceEvery));
           continue;
         }
-        const claimed = await this.claim();
+        const claimed = await (prefetch ?? this.claim());
+        prefetch = undefined;
         if (claimed.rows.length === 0) {
           await this.whenIdle(Math.max(0, nextRebalance - Date.now()));
           continue;
         }
         await this.awake();
+        if (!this.halt && Date.now() < nextRebalance && claimed.rows.length === this.o.batchSize) {
+          prefetch = this.claim(claimed.rows.map((r) => r.id));
+          prefetch.catch(() => undefined);
+        }
         const outage = await this.process(claimed.rows, claimed.partitions, claimed.epochs);
         failures = 0;
         if (outage) {
           // The broker is unreachable: wait before claiming again; the events stay as they were.
           this.outages += 1;
+          await prefetch?.catch(() => undefined);
+          prefetch = undefined;
           await this.doorbell.sleep(
             fullJitterDelay({ baseMs: 200, capMs: 5000 }, this.outages, this.o.random) + 50,
           );
@@ -283,10 +308,12 @@ class PollingRelay implements Relay {
           this.outages = 0;
         }
       } catch (error) {
+        await prefetch?.catch(() => undefined);
+        prefetch = undefined;
         if (this.halt) break;
         failures += 1;
         this.lastError = errorMessage(error);
-        await this.releaseClient(error);
+        await Promise.all([this.claimer.release(error), this.recorder.release(error)]);
         const delay = 100 + fullJitterDelay({ baseMs: 200, capMs: 10_000 }, failures, this.o.random);
         this.o.logger.error(
           { err: error, relayId: this.id, retryInMs: delay },
@@ -296,6 +323,7 @@ class PollingRelay implements Relay {
         await this.doorbell.sleep(delay);
       }
     }
+    await prefetch?.catch(() => undefined);
   }
 
   /**
@@ -339,53 +367,13 @@ class PollingRelay implements Relay {
     if (flagged) await this.leases.setSleeping(false);
   }
 
-  private async connection(): Promise<PoolClient> {
-    if (this.client) return this.client;
-    const client = await this.o.pool.connect();
-    // An idle checked-out client that loses its connection emits 'error'; the next query fails and reconnects.
-    this.onClientError = (error) => {
-      this.o.logger.warn({ err: error, relayId: this.id }, 'relay connection error');
-    };
-    client.on('error', this.onClientError);
-    try {
-      // The claim must walk the primary key in id order whatever the (churning) statistics
-      // say: a bitmap or sequential scan plus sort would cost time in proportion to the backlog.
-      await client.query(
-        `SET synchronous_commit = ${this.o.synchronousCommit}; SET enable_seqscan = off; SET enable_bitmapscan = off`,
-      );
-    } catch (error) {
-      client.removeListener('error', this.onClientError);
-      client.release(error instanceof Error ? error : true);
-      throw error;
-    }
-    this.client = client;
-    return client;
-  }
-
-  private async releaseClient(error?: unknown): Promise<void> {
-    const client = this.client;
-    this.client = undefined;
-    if (!client) return;
-    if (this.onClientError) client.removeListener('error', this.onClientError);
-    if (error !== undefined) {
-      client.release(error instanceof Error ? error : true);
-      return;
-    }
-    try {
-      await client.query('RESET synchronous_commit; RESET enable_seqscan; RESET enable_bitmapscan');
-      client.release();
-    } catch (e) {
-      client.release(e instanceof Error ? e : true);
-    }
-  }
-
-  private async claim(): Promise<{ rows: ClaimedRow[]; partitions: number[]; epochs: string[] }> {
+  private async claim(exclude: readonly string[] = []): Promise<Claimed> {
     const { partitions, epochs } = this.leases.snapshot();
-    const client = await this.connection();
+    const client = await this.claimer.get();
     const started = performance.now();
     const { rows } = await client.query<ClaimedRow>({
       ...this.sql.claim,
-      values: [partitions, epochs, this.id, this.o.batchSize],
+      values: [partitions, epochs, this.id, this.o.batchSize, exclude],
     });
     if (rows.length > 0) this.watches.claim.add(performance.now() - started);
     return { rows, partitions, epochs };
@@ -429,7 +417,7 @@ class PollingRelay implements Relay {
     this.watches.publish.add(performance.now() - publishStarted);
     this.counters.unavailable += unavailable;
     if (delivered.length === 0 && failures.length === 0) return unavailable > 0;
-    const client = await this.connection();
+    const client = await this.recorder.get();
     const recordStarted = performance.now();
     const { rows: result } = await client.query<{ delivered: number; failed: number }>({
       ...this.sql.outcome,

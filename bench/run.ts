@@ -1,0 +1,326 @@
+/**
+ * The benchmark harness: tx-outbox side by side with the alternatives and with
+ * this machine's ceilings, in one run.
+ *
+ *   npm run bench                 # full profile
+ *   npm run bench -- --quick      # under 3 minutes (CI)
+ *   npm run bench -- --only W1,W3 # some workloads
+ *
+ * Every configuration runs at least 3 times; the report gives median and
+ * min-max, ratios against peers measured in the same run, and the machine.
+ * Writes bench/results/<timestamp>.json and .md. Speed is judged here, never
+ * in the test suite: nothing is asserted, targets are reported as met/missed.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { DATABASE_URL, fmt, fmtMs, machine, type Summary, summarize } from './lib.js';
+import { brokerCeilingSystem } from './systems/broker-ceiling-system.js';
+import { graphileWorkerSystem } from './systems/peers/graphile-worker.js';
+import { naiveLoopSystem } from './systems/peers/naive-loop.js';
+import { pgBossSystem } from './systems/peers/pg-boss.js';
+import {
+  pgTransactionalOutboxPollingSystem,
+  pgTransactionalOutboxReplicationSystem,
+} from './systems/peers/pg-transactional-outbox.js';
+import { sqlCeilingSystem } from './systems/sql-ceiling.js';
+import { txOutboxSystem } from './systems/tx-outbox.js';
+import type { DrainSystem } from './systems/types.js';
+import { type DrainRun, drainRun, simulateHistory } from './workloads/drain.js';
+import { type LatencyResult, latencyRun } from './workloads/latency.js';
+import { PRODUCER_VARIANTS, producerRuns } from './workloads/producer.js';
+
+const { values: args } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    only: { type: 'string' },
+    runs: { type: 'string' },
+  },
+});
+
+interface Profile {
+  readonly runs: number;
+  readonly events: number;
+  readonly aggregates: number;
+  readonly peerEvents: Readonly<Record<string, number>>;
+  readonly latency: { readonly rates: readonly number[]; readonly seconds: number; readonly runs: number };
+  readonly producer: { readonly seconds: number; readonly rounds: number };
+  readonly history: number;
+  readonly relays: readonly number[];
+}
+
+const PROFILES: Record<'full' | 'quick', Profile> = {
+  full: {
+    runs: 3,
+    events: 100_000,
+    aggregates: 5_000,
+    peerEvents: {
+      naive: 1_000,
+      graphile: 30_000,
+      graphileOrdered: 3_000,
+      pgboss: 20_000,
+      ptoReplication: 3_000,
+      ptoPolling: 300,
+    },
+    latency: { rates: [200, 1000, 5000], seconds: 20, runs: 3 },
+    producer: { seconds: 10, rounds: 3 },
+    history: 5_000_000,
+    relays: [1, 2, 4],
+  },
+  quick: {
+    runs: 3,
+    events: 10_000,
+    aggregates: 1_000,
+    peerEvents: {
+      naive: 200,
+      graphile: 2_000,
+      graphileOrdered: 500,
+      pgboss: 2_000,
+      ptoReplication: 300,
+      ptoPolling: 30,
+    },
+    latency: { rates: [200, 1000], seconds: 5, runs: 1 },
+    producer: { seconds: 3, rounds: 3 },
+    history: 300_000,
+    relays: [1, 2],
+  },
+};
+
+const profileName = args.quick ? 'quick' : 'full';
+const profile: Profile = { ...PROFILES[profileName], ...(args.runs ? { runs: Number(args.runs) } : {}) };
+const only = new Set((args.only ?? 'W1,W2,W3,W4,W5').split(',').map((w) => w.trim().toUpperCase()));
+const PAYLOAD_BYTES = 300;
+
+const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12 });
+const report: Record<string, unknown> = { profile: profileName, startedAt: new Date().toISOString() };
+const lines: string[] = [];
+const out = (line = ''): void => {
+  console.log(line);
+  lines.push(line);
+};
+const range = (s: Summary, f: (n: number) => string = fmt): string =>
+  `${f(s.median)} [${f(s.min)}–${f(s.max)}]`;
+
+async function repeat(
+  system: DrainSystem,
+  events: number,
+  relays = 1,
+  extra: Parameters<typeof drainRun>[3] = {},
+) {
+  const runs: DrainRun[] = [];
+  for (let i = 0; i < profile.runs; i++) {
+    const run = await drainRun(
+      pool,
+      system,
+      { events, aggregates: profile.aggregates, payloadBytes: PAYLOAD_BYTES, relays },
+      extra,
+    );
+    runs.push(run);
+    if (run.skipped) break;
+  }
+  return runs;
+}
+
+function rateOf(runs: readonly DrainRun[]): Summary | undefined {
+  const ok = runs.filter((r) => !r.skipped);
+  return ok.length === 0 ? undefined : summarize(ok.map((r) => r.perSecond));
+}
+
+async function w1(): Promise<Record<string, Summary | string>> {
+  out('## W1 — backlog drain into NATS JetStream');
+  out();
+  const systems: Array<[string, DrainSystem, number]> = [
+    ['tx-outbox', txOutboxSystem(), profile.events],
+    ['ceiling (a): SQL claim+delete, no broker', sqlCeilingSystem(), profile.events],
+    ['ceiling (b): broker-only lean publish loop, no database', brokerCeilingSystem('raw'), profile.events],
+    ['broker-only js.publish() loop', brokerCeilingSystem('client'), profile.events],
+    [
+      'graphile-worker (batched: localQueue; order not guaranteed)',
+      graphileWorkerSystem({ localQueue: true }),
+      profile.peerEvents['graphile']!,
+    ],
+    [
+      'graphile-worker (queue per aggregate: ordered)',
+      graphileWorkerSystem(),
+      profile.peerEvents['graphileOrdered']!,
+    ],
+    ['pg-boss', pgBossSystem(), profile.peerEvents['pgboss']!],
+    [
+      'pg-transactional-outbox (replication)',
+      pgTransactionalOutboxReplicationSystem(),
+      profile.peerEvents['ptoReplication']!,
+    ],
+    [
+      'pg-transactional-outbox (polling)',
+      pgTransactionalOutboxPollingSystem(),
+      profile.peerEvents['ptoPolling']!,
+    ],
+    ['naive polling loop', naiveLoopSystem(), profile.peerEvents['naive']!],
+  ];
+  const rates: Record<string, Summary | string> = {};
+  let memory: number[] = [];
+  for (const [name, system, events] of systems) {
+    const runs = await repeat(system, events);
+    const skipped = runs.find((r) => r.skipped)?.skipped;
+    const rate = rateOf(runs);
+    rates[name] = rate ?? skipped ?? 'skipped';
+    if (name === 'tx-outbox') memory = runs.flatMap((r) => (r.peakRssMb === undefined ? [] : [r.peakRssMb]));
+    console.error(`  W1 ${name}: ${rate ? range(rate) : skipped}`);
+  }
+  const ours = rates['tx-outbox'] as Summary;
+  const a = rates['ceiling (a): SQL claim+delete, no broker'] as Summary;
+  const b = rates['ceiling (b): broker-only lean publish loop, no database'] as Summary;
+  const ceiling = Math.min(a.median, b.median);
+  out(
+    `Backlog ${fmt(profile.events)} events over ${fmt(profile.aggregates)} aggregates (peers: smaller backlogs, same shape), ${PAYLOAD_BYTES}-byte JSON payloads; events/s, median [min–max] of ${profile.runs} runs.`,
+  );
+  out();
+  out('| system | backlog | events/s | tx-outbox is |');
+  out('|---|---|---|---|');
+  for (const [name, , events] of systems) {
+    const r = rates[name]!;
+    if (typeof r === 'string') out(`| ${name} | ${fmt(events)} | ${r} | |`);
+    else out(`| ${name} | ${fmt(events)} | ${range(r)} | ${(ours.median / r.median).toFixed(2)}× |`);
+  }
+  out();
+  out(
+    `Relay ceiling min(a, b) = ${fmt(ceiling)} events/s; tx-outbox reaches ${(ours.median / ceiling).toFixed(2)}× of it (target ≥ 0.65).`,
+  );
+  if (memory.length > 0) {
+    const m = summarize(memory);
+    out(`Relay process peak RSS during W1: ${range(m)} MB (target ≤ 150 MB).`);
+    rates['peakRssMb'] = m;
+  }
+  out();
+  return rates;
+}
+
+async function w2(): Promise<LatencyResult[]> {
+  out('## W2 — steady-state latency, commit → broker consumer');
+  out();
+  out(
+    `8 producer connections, business row + event per transaction, ${profile.latency.seconds} s per run; ms.`,
+  );
+  out();
+  out('| offered tx/s | achieved tx/s | p50 | p95 | p99 | max |');
+  out('|---|---|---|---|---|---|');
+  const all: LatencyResult[] = [];
+  for (const rate of profile.latency.rates) {
+    const runs: LatencyResult[] = [];
+    for (let i = 0; i < profile.latency.runs; i++) {
+      runs.push(await latencyRun(pool, { rate, seconds: profile.latency.seconds }));
+    }
+    all.push(...runs);
+    const s = (f: (r: LatencyResult) => number) => summarize(runs.map(f));
+    out(
+      `| ${rate} | ${range(s((r) => r.achievedRate))} | ${range(
+        s((r) => r.p50),
+        fmtMs,
+      )} | ${range(
+        s((r) => r.p95),
+        fmtMs,
+      )} | ${range(
+        s((r) => r.p99),
+        fmtMs,
+      )} | ${range(
+        s((r) => r.max),
+        fmtMs,
+      )} |`,
+    );
+    console.error(`  W2 ${rate} tx/s: p99 ${fmtMs(s((r) => r.p99).median)} ms`);
+  }
+  out();
+  out('Targets: at 1,000 tx/s p99 ≤ 10 ms with the offered rate reached; at 200 tx/s p99 ≤ 5 ms.');
+  out();
+  return all;
+}
+
+async function w3(): Promise<Record<string, number[]>> {
+  out('## W3 — producer overhead');
+  out();
+  const result = await producerRuns(pool, profile.producer);
+  const bare = summarize(result['business + bare INSERT']).median;
+  out(
+    `8 connections, ${profile.producer.rounds} interleaved rounds of ${profile.producer.seconds} s, a relay running throughout.`,
+  );
+  out();
+  out('| transaction | TPS | ratio to business + bare INSERT |');
+  out('|---|---|---|');
+  for (const v of PRODUCER_VARIANTS) {
+    const s = summarize(result[v]);
+    out(`| ${v} | ${range(s)} | ${(s.median / bare).toFixed(2)} |`);
+  }
+  out();
+  out('Target: business + enqueue ≥ 0.95× business + bare INSERT of the same payload.');
+  out();
+  return result;
+}
+
+async function w4(): Promise<Record<string, Summary>> {
+  out('## W4 — history independence');
+  out();
+  const empty = rateOf(await repeat(txOutboxSystem(), profile.events))!;
+  const withHistory = rateOf(
+    await repeat(txOutboxSystem(), profile.events, 1, {
+      prepare: (ctx) => simulateHistory(ctx, profile.history, Math.max(1, Math.floor(profile.history / 10))),
+    }),
+  )!;
+  out(
+    `W1 (tx-outbox, ${fmt(profile.events)} events) on a fresh outbox vs one that already delivered ${fmt(profile.history)} events.`,
+  );
+  out();
+  out('| history | events/s | ratio |');
+  out('|---|---|---|');
+  out(`| none | ${range(empty)} | 1.00 |`);
+  out(
+    `| ${fmt(profile.history)} delivered | ${range(withHistory)} | ${(withHistory.median / empty.median).toFixed(2)} |`,
+  );
+  out();
+  out('Target: ≥ 0.9× the empty-history rate.');
+  out();
+  return { empty, withHistory };
+}
+
+async function w5(): Promise<Record<string, { rate: Summary; violations: number }>> {
+  out('## W5 — several relays over the same partitions');
+  out();
+  out('| relays | events/s | ratio to 1 relay | per-aggregate order violations |');
+  out('|---|---|---|---|');
+  const result: Record<string, { rate: Summary; violations: number }> = {};
+  for (const n of profile.relays) {
+    const runs = await repeat(txOutboxSystem(), profile.events, n, { checkOrder: true });
+    const rate = rateOf(runs)!;
+    const violations = runs.reduce((acc, r) => acc + (r.orderViolations ?? 0), 0);
+    result[String(n)] = { rate, violations };
+    const one = result['1']!.rate.median;
+    out(`| ${n} | ${range(rate)} | ${(rate.median / one).toFixed(2)} | ${violations} |`);
+  }
+  out();
+  out('Target: 2 relays ≥ 1.0× one relay, order held.');
+  out();
+  return result;
+}
+
+const started = performance.now();
+try {
+  report['machine'] = await machine(pool);
+  out(`# tx-outbox benchmark (${profileName} profile)`);
+  out();
+  out(`Machine: ${JSON.stringify(report['machine'])}`);
+  out();
+  if (only.has('W1')) report['W1'] = await w1();
+  if (only.has('W2')) report['W2'] = await w2();
+  if (only.has('W3')) report['W3'] = await w3();
+  if (only.has('W4')) report['W4'] = await w4();
+  if (only.has('W5')) report['W5'] = await w5();
+} finally {
+  await pool.end();
+}
+const seconds = (performance.now() - started) / 1000;
+out(`Total ${seconds.toFixed(0)} s. Command: npm run bench${args.quick ? ' -- --quick' : ''}`);
+report['seconds'] = seconds;
+mkdirSync('bench/results', { recursive: true });
+const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+writeFileSync(`bench/results/${profileName}-${stamp}.json`, `${JSON.stringify(report, null, 2)}\n`);
+writeFileSync(`bench/results/${profileName}-${stamp}.md`, `${lines.join('\n')}\n`);
+console.error(`written bench/results/${profileName}-${stamp}.{json,md}`);
