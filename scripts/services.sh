@@ -23,6 +23,15 @@ if ! up 4222; then
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
   wait_port 4222 NATS
 fi
+# Logical replication (the CDC relay, and pg-transactional-outbox in the benchmarks) needs
+# wal_level=logical; it takes a restart, done once per server.
+if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc 'SHOW wal_level')" != "logical" ]; then
+  echo "services: setting wal_level=logical and restarting PostgreSQL"
+  psql -h 127.0.0.1 -U postgres -d postgres -c 'ALTER SYSTEM SET wal_level = logical' >/dev/null
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main restart ||
+    echo "services: could not restart PostgreSQL; logical replication stays unavailable" >&2
+  wait_port 5432 PostgreSQL
+fi
 # The test database must exist.
 psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" | grep -q 1 ||
   psql -h 127.0.0.1 -U postgres -d postgres -c 'CREATE DATABASE test'
