@@ -28,9 +28,12 @@ export function sqlCeilingSystem(batchSize = 1000): DrainSystem {
         );
         const partitions = parts.map((p) => p.partition as number);
         const epochs = partitions.map(() => '1');
-        const claim = { name: 'ceiling_claim', text: CLAIM_SQL.replaceAll('{{schema}}', schema) };
+        const claim = {
+          name: `ceiling_claim_${ctx.schema}`,
+          text: CLAIM_SQL.replaceAll('{{schema}}', schema),
+        };
         const outcome = {
-          name: 'ceiling_outcome',
+          name: `ceiling_outcome_${ctx.schema}`,
           text: RECORD_OUTCOME_SQL.replaceAll('{{schema}}', schema),
         };
         let delivered = 0;
@@ -38,7 +41,7 @@ export function sqlCeilingSystem(batchSize = 1000): DrainSystem {
         for (;;) {
           const { rows } = await client.query({
             ...claim,
-            values: [partitions, epochs, 'ceiling', batchSize],
+            values: [partitions, epochs, 'ceiling', batchSize, []],
           });
           if (rows.length === 0) break;
           await client.query({

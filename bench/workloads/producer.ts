@@ -1,9 +1,11 @@
 /**
  * W3 producer overhead: TPS of a one-row business transaction plus (a) a bare
  * single-row INSERT of the same payload into a plain table, or (b) one
- * `enqueue` (sequence, event row, wake-up: all of it), from 8 connections,
- * interleaved rounds. A relay process runs throughout (idle, or draining what
- * (b) writes), so the wake-up path is the real one.
+ * `enqueue` (sequence, event row, wake-up check: all of it), from 8
+ * connections, interleaved rounds. For (b) the relay process is stopped, so the
+ * producer's own cost is compared with the bare INSERT's (whose rows nobody
+ * drains either); (c) repeats (b) with the relay draining at the same time, the
+ * whole system's cost on this 2-core machine.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
@@ -14,7 +16,12 @@ import { benchContext } from '../lib.js';
 
 const RELAY_PROCESS = join(dirname(fileURLToPath(import.meta.url)), '..', 'relay-process.mjs');
 
-export const PRODUCER_VARIANTS = ['business only', 'business + bare INSERT', 'business + enqueue'] as const;
+export const PRODUCER_VARIANTS = [
+  'business only',
+  'business + bare INSERT',
+  'business + enqueue',
+  'business + enqueue, relay draining meanwhile',
+] as const;
 export type ProducerVariant = (typeof PRODUCER_VARIANTS)[number];
 
 export async function producerRuns(
@@ -29,19 +36,28 @@ export async function producerRuns(
     await migrate(pool, { schema: ctx.schema });
     await pool.query(`CREATE TABLE ${s}.orders (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`);
     await pool.query(`CREATE TABLE ${s}.bare (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`);
-    relay = spawn(process.execPath, [RELAY_PROCESS], {
-      env: {
-        ...process.env,
-        TXO_BENCH_RELAY: JSON.stringify({
-          databaseUrl: ctx.databaseUrl,
-          schema: ctx.schema,
-          natsUrl: ctx.natsUrl,
-          stream: ctx.stream,
-        }),
-      },
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    await new Promise((r) => setTimeout(r, 1500));
+    const startRelay = async (): Promise<void> => {
+      relay = spawn(process.execPath, [RELAY_PROCESS], {
+        env: {
+          ...process.env,
+          TXO_BENCH_RELAY: JSON.stringify({
+            databaseUrl: ctx.databaseUrl,
+            schema: ctx.schema,
+            natsUrl: ctx.natsUrl,
+            stream: ctx.stream,
+          }),
+        },
+        stdio: ['ignore', 'ignore', 'inherit'],
+      });
+      await new Promise((r) => setTimeout(r, 1500));
+    };
+    const stopRelay = async (): Promise<void> => {
+      if (!relay) return;
+      const exited = new Promise((r) => relay!.once('exit', r));
+      relay.kill('SIGTERM');
+      await exited;
+      relay = undefined;
+    };
     const payload = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };
     const json = JSON.stringify(payload);
     const topic = `${ctx.subjectPrefix}.order.placed`;
@@ -66,7 +82,7 @@ export async function producerRuns(
                   text: `INSERT INTO ${s}.bare (payload) VALUES ($1)`,
                   values: [json],
                 });
-              } else if (variant === 'business + enqueue') {
+              } else if (variant !== 'business only') {
                 await enqueue(
                   client,
                   {
@@ -97,20 +113,28 @@ export async function producerRuns(
     >;
     for (let r = 0; r < options.rounds; r++) {
       for (const v of PRODUCER_VARIANTS) {
+        const draining = v === 'business + enqueue, relay draining meanwhile';
+        if (draining) await startRelay();
         result[v].push(await round(v));
-        // Let the relay drain what the enqueue round wrote before the next round starts.
-        for (let i = 0; i < 200; i++) {
-          const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${s}.events`);
-          if (rows[0].n === 0) break;
-          await new Promise((res) => setTimeout(res, 50));
+        if (draining) {
+          // Let the relay drain what was written before the next round starts.
+          for (let i = 0; i < 600; i++) {
+            const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${s}.events`);
+            if (rows[0].n === 0) break;
+            await new Promise((res) => setTimeout(res, 50));
+          }
+          await stopRelay();
+        } else {
+          await pool.query(`DELETE FROM ${s}.events`);
         }
       }
     }
     return result;
   } finally {
     if (relay) {
-      const exited = new Promise((r) => relay!.once('exit', r));
-      relay.kill('SIGTERM');
+      const child: ChildProcess = relay;
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
       await exited;
     }
     await ctx.close();
