@@ -29,7 +29,7 @@ WITH mine AS (
   WHERE e.partition = ANY (ARRAY(SELECT partition FROM mine))
     AND e.status = 'pending'
     AND e.next_attempt_at <= now()
-    AND NOT (e.id = ANY ($5::bigint[]))
+    AND e.id NOT IN (SELECT unnest($5::bigint[]))
     AND (g.blocked_until IS NULL OR g.blocked_until <= now())
   ORDER BY e.id
   LIMIT $4

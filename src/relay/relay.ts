@@ -84,6 +84,13 @@ interface Claimed {
   readonly epochs: string[];
 }
 
+interface Verdict {
+  readonly claimed: Claimed;
+  readonly delivered: string[];
+  readonly failures: Failure[];
+  readonly unavailable: number;
+}
+
 interface Failure {
   readonly id: string;
   readonly status: 'pending' | 'dead';
@@ -262,45 +269,68 @@ class PollingRelay implements Relay {
   }
 
   /**
-   * The relay loop. While a batch is published and its outcome recorded, the next
-   * batch is already being claimed (excluding the ids in flight, whose later events
-   * the gate holds back anyway), so claim, publish and record overlap. No claim is
-   * in flight when leases are rebalanced.
+   * The relay loop, a three-stage pipeline: while batch k is published, batch k-1's
+   * outcome is recorded and batch k+1 is claimed. A claim skips the ids of every batch
+   * not yet recorded, and the ordering gate holds back the later events of their
+   * aggregates (their progress has not advanced), so stages never overlap on one
+   * aggregate. The pipeline is drained before leases are rebalanced and before idling.
    */
   private async loop(): Promise<void> {
     let failures = 0;
     let nextRebalance = 0;
     const rebalanceEvery = Math.max(100, Math.floor(this.o.leaseMs / 3));
     let prefetch: Promise<Claimed> | undefined;
+    let recording: Promise<void> | undefined;
+    const inFlight = new Set<string>();
+    const drain = async (): Promise<void> => {
+      const p = prefetch;
+      const r = recording;
+      prefetch = undefined;
+      recording = undefined;
+      await p?.catch(() => undefined);
+      await r;
+    };
     while (!this.halt) {
       try {
         if (!prefetch && Date.now() >= nextRebalance) {
+          await drain();
           const short = await this.leases.rebalance();
           // Short of our share: look again soon, as leases of a crashed relay expire.
           nextRebalance = Date.now() + (short ? Math.min(rebalanceEvery, 500) : rebalanceEvery);
         }
         if (!prefetch && this.leases.size === 0) {
+          await drain();
           await this.doorbell.sleep(Math.min(this.o.pollIntervalMs, rebalanceEvery));
           continue;
         }
-        const claimed = await (prefetch ?? this.claim());
+        const claimed = await (prefetch ?? this.claim([...inFlight]));
         prefetch = undefined;
         if (claimed.rows.length === 0) {
+          if (recording) {
+            // Events held back behind the batch being recorded become claimable once it lands.
+            await drain();
+            continue;
+          }
           await this.whenIdle(Math.max(0, nextRebalance - Date.now()));
           continue;
         }
         await this.awake();
+        for (const row of claimed.rows) inFlight.add(row.id);
         if (!this.halt && Date.now() < nextRebalance && claimed.rows.length === this.o.batchSize) {
-          prefetch = this.claim(claimed.rows.map((r) => r.id));
+          prefetch = this.claim([...inFlight]);
           prefetch.catch(() => undefined);
         }
-        const outage = await this.process(claimed.rows, claimed.partitions, claimed.epochs);
+        const verdict = await this.publishBatch(claimed);
+        await recording;
+        recording = this.record(verdict).finally(() => {
+          for (const row of claimed.rows) inFlight.delete(row.id);
+        });
+        recording.catch(() => undefined);
         failures = 0;
-        if (outage) {
+        if (verdict.unavailable > 0) {
           // The broker is unreachable: wait before claiming again; the events stay as they were.
           this.outages += 1;
-          await prefetch?.catch(() => undefined);
-          prefetch = undefined;
+          await drain();
           await this.doorbell.sleep(
             fullJitterDelay({ baseMs: 200, capMs: 5000 }, this.outages, this.o.random) + 50,
           );
@@ -308,8 +338,8 @@ class PollingRelay implements Relay {
           this.outages = 0;
         }
       } catch (error) {
-        await prefetch?.catch(() => undefined);
-        prefetch = undefined;
+        await drain().catch(() => undefined);
+        inFlight.clear();
         if (this.halt) break;
         failures += 1;
         this.lastError = errorMessage(error);
@@ -323,7 +353,12 @@ class PollingRelay implements Relay {
         await this.doorbell.sleep(delay);
       }
     }
-    await prefetch?.catch(() => undefined);
+    await drain().catch((error: unknown) => {
+      this.o.logger.warn(
+        { err: error, relayId: this.id },
+        'last outcome not recorded; its events will be republished',
+      );
+    });
   }
 
   /**
@@ -379,13 +414,9 @@ class PollingRelay implements Relay {
     return { rows, partitions, epochs };
   }
 
-  /** Publishes a claimed batch through the ordering gate and records the outcome; true when the broker was down. */
-  private async process(
-    rows: readonly ClaimedRow[],
-    partitions: number[],
-    epochs: string[],
-  ): Promise<boolean> {
-    const messages = rows.map(toMessage);
+  /** Publishes a claimed batch through the ordering gate; the verdict per event, nothing recorded yet. */
+  private async publishBatch(claimed: Claimed): Promise<Verdict> {
+    const messages = claimed.rows.map(toMessage);
     const delivered: string[] = [];
     const failures: Failure[] = [];
     const blocked = new Set<string>();
@@ -416,15 +447,21 @@ class PollingRelay implements Relay {
     }
     this.watches.publish.add(performance.now() - publishStarted);
     this.counters.unavailable += unavailable;
-    if (delivered.length === 0 && failures.length === 0) return unavailable > 0;
+    return { claimed, delivered, failures, unavailable };
+  }
+
+  /** Records a batch's verdict in one statement, fenced by the epochs it was claimed under. */
+  private async record(verdict: Verdict): Promise<void> {
+    const { delivered, failures, claimed } = verdict;
+    if (delivered.length === 0 && failures.length === 0) return;
     const client = await this.recorder.get();
     const recordStarted = performance.now();
     const { rows: result } = await client.query<{ delivered: number; failed: number }>({
       ...this.sql.outcome,
       values: [
         this.id,
-        partitions,
-        epochs,
+        claimed.partitions,
+        claimed.epochs,
         delivered,
         failures.map((f) => f.id),
         failures.map((f) => f.status),
@@ -450,7 +487,6 @@ class PollingRelay implements Relay {
         'outcome fenced: a partition changed owner during the batch; the new owner will republish',
       );
     }
-    return unavailable > 0;
   }
 
   private judge(message: OutboxMessage, outcome: Extract<PublishOutcome, { ok: false }>): Failure {
