@@ -22,7 +22,9 @@ WITH mine AS (
   JOIN unnest($1::smallint[], $2::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
   WHERE p.owner = $3 AND p.epoch = o.epoch AND p.lease_until > now()
 ), candidates AS MATERIALIZED (
-  SELECT e.id, e.aggregate_type, e.aggregate_id, e.sequence, coalesce(g.delivered_sequence, 0) AS delivered
+  SELECT e.id, e.event_id, e.partition, e.aggregate_type, e.aggregate_id, e.sequence, e.event_type,
+         e.schema_version, e.topic, e.payload, e.payload_bytes, e.headers, e.created_at, e.attempts,
+         coalesce(g.delivered_sequence, 0) AS delivered
   FROM {{schema}}.events e
   LEFT JOIN {{schema}}.aggregate_progress g
     ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
@@ -34,14 +36,12 @@ WITH mine AS (
   ORDER BY e.id
   LIMIT $4
 ), gated AS (
-  SELECT c.id, c.sequence, c.delivered,
-         row_number() OVER (PARTITION BY c.aggregate_type, c.aggregate_id ORDER BY c.sequence) AS rank
+  SELECT c.*, row_number() OVER (PARTITION BY c.aggregate_type, c.aggregate_id ORDER BY c.sequence) AS rank
   FROM candidates c
 )
-SELECT e.id::text AS id, e.event_id::text AS event_id, e.partition, e.aggregate_type, e.aggregate_id,
-       e.sequence::text AS sequence, e.event_type, e.schema_version, e.topic,
-       e.payload::text AS payload, e.payload_bytes, e.headers::text AS headers, e.created_at, e.attempts
+SELECT g.id::text AS id, g.event_id::text AS event_id, g.partition, g.aggregate_type, g.aggregate_id,
+       g.sequence::text AS sequence, g.event_type, g.schema_version, g.topic,
+       g.payload::text AS payload, g.payload_bytes, g.headers::text AS headers, g.created_at, g.attempts
 FROM gated g
-JOIN {{schema}}.events e ON e.id = g.id
 WHERE g.sequence = g.delivered + g.rank
-ORDER BY e.id`;
+ORDER BY g.id`;
