@@ -1,5 +1,6 @@
 export { isRetryableDatabaseError, OutboxError, OutboxValidationError, PublishError } from './errors.js';
 export { type Logger, silentLogger } from './logger.js';
+export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
 export { type OutboxStatus, outboxStatus } from './ops/status.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';

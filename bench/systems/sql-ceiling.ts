@@ -1,60 +1,102 @@
 /**
  * Physical ceiling (a): the SQL-only claim + delete cycle, no broker. The same
- * claim statement and outcome statement the relay runs, on one connection, in
- * batches, with the relay's session settings; every claimed event is recorded
- * as delivered at once.
+ * claim statement and outcome statement the relay runs, with the relay's
+ * session settings; every claimed event is recorded as delivered at once.
+ * `pipelined`: as the relay does, the next batch is claimed on a second
+ * connection while the last one's outcome is recorded (a stricter ceiling).
  */
+import type pg from 'pg';
 import { CLAIM_SQL } from '../../src/relay/claim-sql.js';
 import { RECORD_OUTCOME_SQL } from '../../src/relay/outcome-sql.js';
 import { loadOutbox } from './tx-outbox.js';
-import type { DrainSystem } from './types.js';
+import type { BenchContext, DrainSystem } from './types.js';
 
-export function sqlCeilingSystem(batchSize = 1000): DrainSystem {
+const SETTINGS = 'SET synchronous_commit = off; SET enable_seqscan = off; SET enable_bitmapscan = off';
+
+interface Cycle {
+  claim(exclude: readonly string[]): Promise<string[]>;
+  record(ids: readonly string[]): Promise<void>;
+}
+
+async function cycle(
+  ctx: BenchContext,
+  claimer: pg.PoolClient,
+  recorder: pg.PoolClient,
+  batchSize: number,
+): Promise<Cycle> {
+  const schema = `"${ctx.schema}"`;
+  await claimer.query(
+    `UPDATE ${schema}.partitions SET owner = 'ceiling', epoch = 1, lease_until = now() + interval '1 hour'`,
+  );
+  const { rows: parts } = await claimer.query(
+    `SELECT partition FROM ${schema}.partitions ORDER BY partition`,
+  );
+  const partitions = parts.map((p) => p.partition as number);
+  const epochs = partitions.map(() => '1');
+  const claim = { name: `ceiling_claim_${ctx.schema}`, text: CLAIM_SQL.replaceAll('{{schema}}', schema) };
+  const outcome = {
+    name: `ceiling_outcome_${ctx.schema}`,
+    text: RECORD_OUTCOME_SQL.replaceAll('{{schema}}', schema),
+  };
   return {
-    name: 'ceiling (a): SQL claim+delete only',
+    async claim(exclude) {
+      const { rows } = await claimer.query({
+        ...claim,
+        values: [partitions, epochs, 'ceiling', batchSize, exclude],
+      });
+      return rows.map((r) => r.id as string);
+    },
+    async record(ids) {
+      await recorder.query({ ...outcome, values: ['ceiling', partitions, epochs, ids, [], [], [], []] });
+    },
+  };
+}
+
+export function sqlCeilingSystem(options: { batchSize?: number; pipelined?: boolean } = {}): DrainSystem {
+  const batchSize = options.batchSize ?? 1000;
+  return {
+    name: options.pipelined ? "ceiling (a'): SQL claim+delete, pipelined" : 'ceiling (a): SQL claim+delete',
     load: loadOutbox,
     async drain(ctx, workload) {
-      const schema = `"${ctx.schema}"`;
-      const client = await ctx.pool.connect();
+      const claimer = await ctx.pool.connect();
+      const recorder = await ctx.pool.connect();
       try {
-        await client.query(
-          `UPDATE ${schema}.partitions SET owner = 'ceiling', epoch = 1, lease_until = now() + interval '1 hour'`,
-        );
-        await client.query(
-          'SET synchronous_commit = off; SET enable_seqscan = off; SET enable_bitmapscan = off',
-        );
-        const { rows: parts } = await client.query(
-          `SELECT partition FROM ${schema}.partitions ORDER BY partition`,
-        );
-        const partitions = parts.map((p) => p.partition as number);
-        const epochs = partitions.map(() => '1');
-        const claim = {
-          name: `ceiling_claim_${ctx.schema}`,
-          text: CLAIM_SQL.replaceAll('{{schema}}', schema),
-        };
-        const outcome = {
-          name: `ceiling_outcome_${ctx.schema}`,
-          text: RECORD_OUTCOME_SQL.replaceAll('{{schema}}', schema),
-        };
+        await claimer.query(SETTINGS);
+        await recorder.query(SETTINGS);
+        const c = await cycle(ctx, claimer, recorder, batchSize);
         let delivered = 0;
         const started = performance.now();
-        for (;;) {
-          const { rows } = await client.query({
-            ...claim,
-            values: [partitions, epochs, 'ceiling', batchSize, []],
-          });
-          if (rows.length === 0) break;
-          await client.query({
-            ...outcome,
-            values: ['ceiling', partitions, epochs, rows.map((r) => r.id), [], [], [], []],
-          });
-          delivered += rows.length;
+        if (options.pipelined) {
+          let recording: Promise<void> = Promise.resolve();
+          let inFlight: string[] = [];
+          for (;;) {
+            const ids = await c.claim(inFlight);
+            if (ids.length === 0) {
+              await recording;
+              if ((await c.claim([])).length === 0) break;
+              inFlight = [];
+              continue;
+            }
+            await recording;
+            inFlight = ids;
+            recording = c.record(ids);
+            delivered += ids.length;
+          }
+        } else {
+          for (;;) {
+            const ids = await c.claim([]);
+            if (ids.length === 0) break;
+            await c.record(ids);
+            delivered += ids.length;
+          }
         }
         const seconds = (performance.now() - started) / 1000;
-        await client.query('RESET ALL');
         return { seconds, delivered: Math.min(delivered, workload.events) };
       } finally {
-        client.release();
+        await claimer.query('RESET ALL').catch(() => undefined);
+        await recorder.query('RESET ALL').catch(() => undefined);
+        claimer.release();
+        recorder.release();
       }
     },
     async teardown() {},

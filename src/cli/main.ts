@@ -6,6 +6,7 @@
 
 import { Command } from 'commander';
 import { packageVersion, reportError, verboseRequested } from './common.js';
+import { registerDead } from './dead.js';
 import { registerDemo } from './demo.js';
 import { registerMigrate } from './migrate.js';
 import { registerRelay } from './relay.js';
@@ -13,7 +14,7 @@ import { registerStatus } from './status.js';
 
 function buildProgram(): Command {
   const program = new Command('tx-outbox')
-    .description('Transactional outbox for PostgreSQL: migrate, relay, status, demo.')
+    .description('Transactional outbox for PostgreSQL: migrate, relay, status, dead, demo.')
     .version(packageVersion(), '-V, --version', 'print the version')
     .option('--verbose', 'print stack traces with errors')
     .showSuggestionAfterError()
@@ -23,6 +24,7 @@ function buildProgram(): Command {
   registerMigrate(program);
   registerRelay(program);
   registerStatus(program);
+  registerDead(program);
   registerDemo(program);
   return program;
 }

@@ -151,6 +151,25 @@ describe('tx-outbox CLI', () => {
     expect(expectOneErrorLine(result)).toMatch(/--batch-size/);
   });
 
+  it('dead list shows none as JSON; dead replay needs a reason and ids or --all', async () => {
+    await run(['migrate', '--schema', SCHEMA, '--partitions', '4']);
+    const list = await run(['dead', 'list', '--json', '--schema', SCHEMA]);
+    expect(list.code).toBe(0);
+    expect(JSON.parse(list.stdout)).toEqual([]);
+    const noReason = await run(['dead', 'replay', '--all', '--schema', SCHEMA]);
+    expect(noReason.code).toBe(2);
+    expect(expectOneErrorLine(noReason)).toMatch(/--reason/);
+    const noIds = await run(['dead', 'replay', '--reason', 'fixed', '--schema', SCHEMA]);
+    expect(noIds.code).toBe(2);
+    expect(expectOneErrorLine(noIds)).toMatch(/--all/);
+    const badId = await run(['dead', 'replay', 'not-a-uuid', '--reason', 'fixed', '--schema', SCHEMA]);
+    expect(badId.code).toBe(2);
+    expect(expectOneErrorLine(badId)).toMatch(/eventIds/);
+    const all = await run(['dead', 'replay', '--all', '--reason', 'fixed', '--schema', SCHEMA]);
+    expect(all.code).toBe(0);
+    expect(all.stdout).toMatch(/Replayed 0 dead events/);
+  });
+
   it('says how to give the database when there is no URL', async () => {
     const result = await run(['status'], cliEnv({ DATABASE_URL: undefined }));
     expect(result.code).toBe(2);

@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { brokerUnavailable, PublishError } from '../../src/errors.js';
+import { listDead, replayDead } from '../../src/ops/dead-letter.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import { createRelay, type Relay } from '../../src/relay/relay.js';
@@ -234,6 +235,54 @@ describe('polling relay', () => {
     down = false;
     await waitFor(() => publisher.received.length === 30);
     expect(r.stats().dead).toBe(0);
+  });
+
+  it('a dead event is listed and, replayed with a reason, delivered in order with its aggregate (audited)', async () => {
+    const publisher = new RecordingPublisher();
+    let broken = true;
+    publisher.verdict = (m) =>
+      broken && m.aggregateId === 'dl'
+        ? { ok: false, retryable: false, error: new Error('schema mismatch') }
+        : { ok: true };
+    await put([
+      { aggregateType: 'o', aggregateId: 'dl', type: 't', payload: 1 },
+      { aggregateType: 'o', aggregateId: 'dl', type: 't', payload: 2 },
+    ]);
+    relay(publisher).start();
+    await waitFor(async () => (await listDead(db.pool, { schema: db.schema })).length === 1, {
+      what: 'a dead event',
+    });
+    const [dead] = await listDead(db.pool, { schema: db.schema });
+    expect(dead).toMatchObject({
+      aggregateId: 'dl',
+      sequence: 1,
+      attempts: 1,
+      lastError: 'permanent: schema mismatch',
+    });
+    await expect(
+      replayDead(db.pool, { schema: db.schema, eventIds: [dead!.eventId], reason: ' ' }),
+    ).rejects.toThrow(/reason/);
+    broken = false;
+    const replayed = await replayDead(db.pool, {
+      schema: db.schema,
+      eventIds: [dead!.eventId],
+      reason: 'consumer schema fixed',
+      actor: 'test',
+    });
+    expect(replayed).toEqual([dead!.eventId]);
+    await waitFor(() => publisher.received.filter((m) => m.aggregateId === 'dl').length === 2, {
+      what: 'replayed',
+    });
+    expect(publisher.received.filter((m) => m.aggregateId === 'dl').map((m) => m.sequence)).toEqual([1, 2]);
+    const { rows } = await db.pool.query(
+      `SELECT actor, action, event_ids::text[] AS ids, reason FROM "${db.schema}".audit`,
+    );
+    expect(rows).toContainEqual({
+      actor: 'test',
+      action: 'replay',
+      ids: [dead!.eventId],
+      reason: 'consumer schema fixed',
+    });
   });
 
   it('a permanent error goes straight to dead', async () => {

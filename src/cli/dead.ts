@@ -1,0 +1,95 @@
+/** `tx-outbox dead list | replay`: dead events, and replaying them with a reason (audited). */
+
+import type { Command } from 'commander';
+import { type DeadEvent, listDead, replayDead } from '../ops/dead-letter.js';
+import {
+  addDatabaseOptions,
+  addLogLevelOption,
+  createLogger,
+  createPool,
+  type DatabaseOptions,
+  databaseUrl,
+  integerOption,
+  type LogLevelOptions,
+  usageError,
+} from './common.js';
+
+interface ListOptions extends DatabaseOptions, LogLevelOptions {
+  readonly json?: boolean;
+  readonly limit: number;
+}
+
+interface ReplayCliOptions extends DatabaseOptions, LogLevelOptions {
+  readonly reason?: string;
+  readonly all?: boolean;
+  readonly actor?: string;
+}
+
+/** Registers `tx-outbox dead list [--json] [--limit N]` and `tx-outbox dead replay <ids…>|--all --reason …`. */
+export function registerDead(program: Command): void {
+  const dead = program
+    .command('dead')
+    .description('list dead events, or replay them with a reason (audited)');
+
+  const list = dead
+    .command('list')
+    .description('list dead events, oldest first, with their last error')
+    .option('--json', 'print a JSON array')
+    .option('--limit <n>', 'at most this many (default 100)', integerOption(1, 100_000), 100);
+  addDatabaseOptions(list);
+  addLogLevelOption(list, 'warn');
+  list.action((options: ListOptions) => runList(options));
+
+  const replay = dead
+    .command('replay [eventIds...]')
+    .description('put dead events back to pending and unblock their aggregates')
+    .option('--reason <text>', 'why (required; kept in the audit table)')
+    .option('--all', 'replay every dead event')
+    .option('--actor <name>', 'who (default: the database user)');
+  addDatabaseOptions(replay);
+  addLogLevelOption(replay, 'warn');
+  replay.action((ids: string[], options: ReplayCliOptions) => runReplay(ids, options));
+}
+
+async function runList(options: ListOptions): Promise<void> {
+  const pool = createPool(databaseUrl(options), createLogger(options.logLevel), 1);
+  try {
+    const events = await listDead(pool, { schema: options.schema, limit: options.limit });
+    process.stdout.write(`${options.json ? JSON.stringify(events) : formatDead(events)}\n`);
+  } finally {
+    await pool.end();
+  }
+}
+
+async function runReplay(ids: string[], options: ReplayCliOptions): Promise<void> {
+  if (!options.reason) throw usageError('replay needs --reason "<why>"; it is kept in the audit table');
+  if (options.all && ids.length > 0) throw usageError('give event ids or --all, not both');
+  if (!options.all && ids.length === 0) throw usageError('give the event ids to replay, or --all');
+  const pool = createPool(databaseUrl(options), createLogger(options.logLevel), 1);
+  try {
+    const replayed = await replayDead(pool, {
+      schema: options.schema,
+      eventIds: options.all ? 'all' : ids,
+      reason: options.reason,
+      actor: options.actor,
+    });
+    const skipped = options.all ? 0 : ids.length - replayed.length;
+    process.stdout.write(
+      `Replayed ${replayed.length} dead event${replayed.length === 1 ? '' : 's'}` +
+        `${skipped > 0 ? `; ${skipped} given id(s) were not dead` : ''}.\n`,
+    );
+  } finally {
+    await pool.end();
+  }
+}
+
+function formatDead(events: readonly DeadEvent[]): string {
+  if (events.length === 0) return 'No dead events.';
+  return events
+    .map(
+      (e) =>
+        `${e.eventId}  ${e.aggregateType}/${e.aggregateId} #${e.sequence}  ${e.type}  attempts ${e.attempts}  ` +
+        `dead since ${e.deadAt?.toISOString() ?? '?'}\n    ${e.lastError ?? ''}`,
+    )
+    .join('\n');
+}
