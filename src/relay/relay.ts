@@ -362,7 +362,7 @@ class PollingRelay implements Relay {
   }
 
   /**
-   * Idle policy. Right after the last event the relay polls fast (1, 2, 4, 4 … ms for
+   * Idle policy. Right after the last event the relay polls fast (1, 2, 2, 2 … ms for
    * SETTLE_MS), so steady low-rate traffic is picked up within milliseconds without any
    * NOTIFY. Then, when it LISTENs, it marks its partitions `sleeping` (producers NOTIFY
    * only then), claims once more, waits GRACE_MS for transactions that read the flag
@@ -378,7 +378,7 @@ class PollingRelay implements Relay {
     const cap = (ms: number) => Math.min(ms, untilRebalanceMs);
     if (now - idle.since < SETTLE_MS) {
       await this.doorbell.sleep(cap(idle.step));
-      idle.step = Math.min(idle.step * 2, 4);
+      idle.step = Math.min(idle.step * 2, 2);
       return;
     }
     if (this.o.listen && !idle.flagged) {
