@@ -27,7 +27,7 @@ function spawnRelay(ctx: BenchContext, index: number, batchSize: number, mode?: 
     relayId: `bench-relay-${index}`,
     mode,
   };
-  const nodeArgs = (process.env["TXO_RELAY_NODE_ARGS"] ?? "").split(" ").filter(Boolean);
+  const nodeArgs = (process.env['TXO_RELAY_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
   const child = spawn(process.execPath, [...nodeArgs, RELAY_PROCESS], {
     env: { ...process.env, TXO_BENCH_RELAY: JSON.stringify(config) },
     stdio: ['ignore', 'pipe', 'inherit'],
