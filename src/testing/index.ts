@@ -1,0 +1,9 @@
+export {
+  contractMessage,
+  type PublisherFeatures,
+  type PublisherUnderTest,
+  publisherContract,
+  type ReceivedMessage,
+  type TestApi,
+} from './publisher-contract.js';
+export { type Address, TcpProxy } from './tcp-proxy.js';

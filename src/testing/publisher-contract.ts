@@ -1,0 +1,246 @@
+/**
+ * One behaviour suite for every publisher, on the real broker, switched by the
+ * features a publisher declares. Test-runner agnostic: pass your runner's
+ * `describe`, `it`, `expect`, `beforeAll`, `afterAll` (vitest and jest fit).
+ *
+ *   publisherContract({ describe, it, expect, beforeAll, afterAll }, {
+ *     name: 'redis', features: { orderedPerKey: true, brokerDedup: true, persistent: true },
+ *     broker: { host: '127.0.0.1', port: 6379 }, create, topic, read, poison,
+ *   });
+ *
+ * The suite puts a TcpProxy in front of the broker so it can cut the
+ * connection ("broker down") and restore it, without touching the broker.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { OutboxError } from '../errors.js';
+import type { OutboxMessage, Publisher, PublishOutcome } from '../publishers/contract.js';
+import { type Address, TcpProxy } from './tcp-proxy.js';
+
+export interface PublisherFeatures {
+  /** Messages of one key (aggregate) are stored in publish order. */
+  readonly orderedPerKey: boolean;
+  /** The broker drops a republished event id (JetStream Nats-Msg-Id, Redis guard …). */
+  readonly brokerDedup: boolean;
+  /** Messages survive a broker restart. */
+  readonly persistent: boolean;
+}
+
+/** What the broker holds, read back for the checks. */
+export interface ReceivedMessage {
+  readonly eventId: string;
+  readonly aggregateId: string;
+  readonly sequence: number;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly payload: Uint8Array;
+}
+
+export interface PublisherUnderTest {
+  readonly name: string;
+  readonly features: PublisherFeatures;
+  /** The real broker; the suite connects through a proxy in front of it. */
+  readonly broker: Address;
+  /** A publisher connected to `address`, for destinations of this `namespace` (unique per test). */
+  create(address: Address, namespace: string): Publisher | Promise<Publisher>;
+  /** The `topic` an event must carry to land in this namespace's destination. */
+  topic(namespace: string): string;
+  /** Everything the broker holds for the namespace, in broker order; waits until `expected` arrived (or a timeout). */
+  read(namespace: string, expected: number): Promise<ReceivedMessage[]>;
+  /** A copy of `message` the broker refuses permanently (too large, unroutable, bad topic …). */
+  poison(namespace: string, message: OutboxMessage): OutboxMessage;
+  /** Removes what the namespace created on the broker. */
+  cleanup?(namespace: string): Promise<void>;
+  /** How long a reconnect may take before the suite gives up, ms. Default 20000. */
+  readonly reconnectMs?: number;
+}
+
+/** The part of a test runner the suite uses. */
+export interface TestApi {
+  describe(name: string, fn: () => void): void;
+  it(name: string, fn: () => Promise<void>, timeout?: number): void;
+  beforeAll(fn: () => Promise<void>, timeout?: number): void;
+  afterAll(fn: () => Promise<void>, timeout?: number): void;
+  // biome-ignore lint/suspicious/noExplicitAny: the runner's own expect, whatever its typing
+  expect: (actual: unknown) => any;
+}
+
+const never = new AbortController().signal;
+
+/** An OutboxMessage as the relay hands it over. */
+export function contractMessage(
+  topic: string,
+  aggregateId: string,
+  sequence: number,
+  extra: Partial<OutboxMessage> = {},
+): OutboxMessage {
+  return {
+    id: String(sequence),
+    eventId: randomUUID(),
+    aggregateType: 'contract',
+    aggregateId,
+    sequence,
+    type: 'contract.happened',
+    schemaVersion: 2,
+    topic,
+    payload: Buffer.from(JSON.stringify({ aggregateId, sequence, pad: 'p'.repeat(64) })),
+    contentType: 'application/json',
+    headers: { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' },
+    createdAt: new Date(),
+    attempts: 0,
+    ...extra,
+  };
+}
+
+function failures(outcomes: readonly PublishOutcome[]): Array<Extract<PublishOutcome, { ok: false }>> {
+  return outcomes.filter((o): o is Extract<PublishOutcome, { ok: false }> => !o.ok);
+}
+
+export function publisherContract(api: TestApi, subject: PublisherUnderTest): void {
+  const { describe, it, expect, beforeAll, afterAll } = api;
+  const reconnectMs = subject.reconnectMs ?? 20_000;
+
+  describe(`publisher contract: ${subject.name}`, () => {
+    let proxy: TcpProxy;
+    const open: Publisher[] = [];
+    const namespaces: string[] = [];
+    const ns = (): string => {
+      const n = `c${randomBytes(4).toString('hex')}`;
+      namespaces.push(n);
+      return n;
+    };
+    const publisher = async (namespace: string): Promise<Publisher> => {
+      const p = await subject.create(proxy.address, namespace);
+      open.push(p);
+      return p;
+    };
+
+    beforeAll(async () => {
+      proxy = await TcpProxy.start(subject.broker);
+    });
+    afterAll(async () => {
+      await Promise.all(open.map((p) => p.close().catch(() => undefined)));
+      await proxy?.close();
+      for (const n of namespaces) await subject.cleanup?.(n).catch(() => undefined);
+    }, 60_000);
+
+    it('publishes a batch; every message arrives with its envelope and payload intact', async () => {
+      const n = ns();
+      const p = await publisher(n);
+      const batch = Array.from({ length: 20 }, (_, i) => contractMessage(subject.topic(n), `k${i}`, 1));
+      const outcomes = await p.publish(batch, never);
+      expect(failures(outcomes)).toEqual([]);
+      const got = await subject.read(n, batch.length);
+      expect(got).toHaveLength(batch.length);
+      for (const sent of batch) {
+        const r = got.find((m) => m.eventId === sent.eventId);
+        expect(r).toBeDefined();
+        expect(r!.headers['ce-id']).toBe(sent.eventId);
+        expect(r!.headers['ce-type']).toBe(sent.type);
+        expect(r!.headers['ce-aggregatetype']).toBe(sent.aggregateType);
+        expect(r!.headers['ce-aggregateid']).toBe(sent.aggregateId);
+        expect(r!.headers['ce-sequence']).toBe(String(sent.sequence));
+        expect(r!.headers['ce-schemaversion']).toBe(String(sent.schemaVersion));
+        expect(r!.headers['traceparent']).toBe(sent.headers['traceparent']);
+        expect(Buffer.from(r!.payload).equals(Buffer.from(sent.payload))).toBe(true);
+      }
+    });
+
+    if (subject.features.orderedPerKey) {
+      it('keeps per-key order across batches', async () => {
+        const n = ns();
+        const p = await publisher(n);
+        const keys = ['a', 'b', 'c', 'd'];
+        for (let seq = 1; seq <= 10; seq++) {
+          const outcomes = await p.publish(
+            keys.map((k) => contractMessage(subject.topic(n), k, seq)),
+            never,
+          );
+          expect(failures(outcomes)).toEqual([]);
+        }
+        const got = await subject.read(n, 40);
+        for (const k of keys) {
+          expect(got.filter((m) => m.aggregateId === k).map((m) => m.sequence)).toEqual(
+            Array.from({ length: 10 }, (_, i) => i + 1),
+          );
+        }
+      });
+    }
+
+    it('one bad message in a batch fails only itself, as permanent', async () => {
+      const n = ns();
+      const p = await publisher(n);
+      const batch = Array.from({ length: 6 }, (_, i) => contractMessage(subject.topic(n), `p${i}`, 1));
+      batch[2] = subject.poison(n, batch[2]!);
+      const outcomes = await p.publish(batch, never);
+      expect(outcomes).toHaveLength(6);
+      outcomes.forEach((o, i) => {
+        if (i === 2) expect(o).toMatchObject({ ok: false, retryable: false });
+        else expect(o).toEqual({ ok: true });
+      });
+      const got = await subject.read(n, 5);
+      expect(got.map((m) => m.eventId).sort()).toEqual(
+        batch
+          .filter((_, i) => i !== 2)
+          .map((m) => m.eventId)
+          .sort(),
+      );
+    });
+
+    it('broker down: retryable failures, no crash; broker back: publishing resumes without a restart', async () => {
+      const n = ns();
+      const p = await publisher(n);
+      expect(failures(await p.publish([contractMessage(subject.topic(n), 'up', 1)], never))).toEqual([]);
+      await proxy.cut();
+      try {
+        const down = await p.publish(
+          [contractMessage(subject.topic(n), 'down', 1)],
+          AbortSignal.timeout(15_000),
+        );
+        expect(down).toHaveLength(1);
+        expect(down[0]).toMatchObject({ ok: false, retryable: true });
+      } finally {
+        await proxy.restore();
+      }
+      const deadline = Date.now() + reconnectMs;
+      let last: PublishOutcome | undefined;
+      const again = contractMessage(subject.topic(n), 'down', 1);
+      while (Date.now() < deadline) {
+        [last] = await p.publish([again], AbortSignal.timeout(5_000));
+        if (last?.ok) break;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      expect(last).toEqual({ ok: true });
+      const got = await subject.read(n, 2);
+      expect(got.map((m) => m.eventId)).toContain(again.eventId);
+    }, 60_000);
+
+    if (subject.features.brokerDedup) {
+      it('a republished event id is stored once', async () => {
+        const n = ns();
+        const p = await publisher(n);
+        const m = contractMessage(subject.topic(n), 'dup', 1);
+        expect(failures(await p.publish([m], never))).toEqual([]);
+        expect(await p.publish([m], never)).toEqual([{ ok: true }]);
+        const other = contractMessage(subject.topic(n), 'dup', 2);
+        expect(failures(await p.publish([other], never))).toEqual([]);
+        const got = await subject.read(n, 2);
+        expect(got.filter((r) => r.eventId === m.eventId)).toHaveLength(1);
+      });
+    }
+
+    it('close() settles publishes in flight and later publishes are refused clearly', async () => {
+      const n = ns();
+      const p = await subject.create(proxy.address, n);
+      const batch = Array.from({ length: 200 }, (_, i) =>
+        contractMessage(subject.topic(n), `z${i % 20}`, i + 1),
+      );
+      const inFlight = p.publish(batch, never);
+      await p.close();
+      const outcomes = await inFlight;
+      expect(outcomes).toHaveLength(200);
+      await expect(p.publish([contractMessage(subject.topic(n), 'late', 1)], never)).rejects.toBeInstanceOf(
+        OutboxError,
+      );
+      await p.close();
+    }, 30_000);
+  });
+}
