@@ -12,8 +12,12 @@
  * connection ("broker down") and restore it, without touching the broker.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { OutboxError } from '../errors.js';
+import { enqueue } from '../producer/enqueue.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../publishers/contract.js';
+import { createRelay } from '../relay/relay.js';
+import { migrate } from '../schema/migrate.js';
 import { type Address, TcpProxy } from './tcp-proxy.js';
 
 export interface PublisherFeatures {
@@ -94,7 +98,16 @@ function failures(outcomes: readonly PublishOutcome[]): Array<Extract<PublishOut
   return outcomes.filter((o): o is Extract<PublishOutcome, { ok: false }> => !o.ok);
 }
 
-export function publisherContract(api: TestApi, subject: PublisherUnderTest): void {
+export interface ContractOptions {
+  /** Also move events through the full relay from this PostgreSQL database (a scratch schema is created and dropped). */
+  readonly relay?: { readonly databaseUrl: string; readonly events?: number; readonly aggregates?: number };
+}
+
+export function publisherContract(
+  api: TestApi,
+  subject: PublisherUnderTest,
+  options: ContractOptions = {},
+): void {
   const { describe, it, expect, beforeAll, afterAll } = api;
   const reconnectMs = subject.reconnectMs ?? 20_000;
 
@@ -225,6 +238,62 @@ export function publisherContract(api: TestApi, subject: PublisherUnderTest): vo
         const got = await subject.read(n, 2);
         expect(got.filter((r) => r.eventId === m.eventId)).toHaveLength(1);
       });
+    }
+
+    const relayOptions = options.relay;
+    if (relayOptions) {
+      const total = relayOptions.events ?? 10_000;
+      const aggregates = relayOptions.aggregates ?? 200;
+      it(`the relay moves ${total} events through it, every one, in per-aggregate order`, async () => {
+        const n = ns();
+        const schema = `contract_${n}`;
+        const pool = new pg.Pool({ connectionString: relayOptions.databaseUrl, max: 6 });
+        const p = await publisher(n);
+        const relay = createRelay({ pool, publisher: p, schema, batchSize: 500, pollIntervalMs: 100 });
+        try {
+          await migrate(pool, { schema });
+          for (let from = 0; from < total; from += 1000) {
+            const client = await pool.connect();
+            try {
+              await client.query('BEGIN');
+              const events = Array.from({ length: Math.min(1000, total - from) }, (_, k) => ({
+                aggregateType: 'contract',
+                aggregateId: `a${(from + k) % aggregates}`,
+                type: 'contract.happened',
+                topic: subject.topic(n),
+                payload: { i: from + k },
+              }));
+              await enqueue(client, events, { schema });
+              await client.query('COMMIT');
+            } finally {
+              client.release();
+            }
+          }
+          await relay.start();
+          const deadline = Date.now() + 120_000;
+          for (;;) {
+            const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".events`);
+            if (rows[0].n === 0) break;
+            if (Date.now() > deadline) throw new Error(`${rows[0].n} events still pending after 120 s`);
+            await new Promise((r) => setTimeout(r, 100));
+          }
+          const got = await subject.read(n, total);
+          expect(new Set(got.map((m) => m.eventId)).size).toBe(total);
+          if (subject.features.orderedPerKey) {
+            const last = new Map<string, number>();
+            let violations = 0;
+            for (const m of got) {
+              if (m.sequence <= (last.get(m.aggregateId) ?? 0)) violations += 1;
+              last.set(m.aggregateId, Math.max(last.get(m.aggregateId) ?? 0, m.sequence));
+            }
+            expect(violations).toBe(0);
+          }
+        } finally {
+          await relay.stop();
+          await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
+          await pool.end();
+        }
+      }, 180_000);
     }
 
     it('close() settles publishes in flight and later publishes are refused clearly', async () => {

@@ -3,7 +3,7 @@ import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { natsPublisher } from '../../src/publishers/nats.js';
 import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
-import { NATS_URL } from '../helpers/env.js';
+import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 
 const broker = new URL(NATS_URL);
 const streamOf = (ns: string) => `TXO_CONTRACT_${ns}`;
@@ -64,4 +64,5 @@ publisherContract(
       await nc.close();
     },
   },
+  { relay: { databaseUrl: DATABASE_URL } },
 );

@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { webhookPublisher } from '../../src/publishers/webhook.js';
 import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
+import { DATABASE_URL } from '../helpers/env.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const received = new Map<string, ReceivedMessage[]>();
@@ -65,4 +66,5 @@ publisherContract(
     },
     poison: (ns, m) => ({ ...m, topic: `${ns}-reject` }),
   },
+  { relay: { databaseUrl: DATABASE_URL } },
 );
