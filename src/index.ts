@@ -7,6 +7,7 @@ export type { OutboxEvent } from './producer/event.js';
 export { assertInTransaction, type SqlExecutor } from './producer/executor.js';
 export type { OutboxMessage, Publisher, PublishOutcome } from './publishers/contract.js';
 export { envelopeHeaders } from './publishers/envelope.js';
+export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';
 export { fullJitterDelay } from './relay/backoff.js';
 export type { RelayOptions } from './relay/options.js';
 export { createRelay, type Relay, type RelayStats } from './relay/relay.js';
