@@ -42,9 +42,9 @@ async function cycle(
     async claim(exclude) {
       const { rows } = await claimer.query({
         ...claim,
-        values: [partitions, epochs, 'ceiling', batchSize, exclude],
+        values: [partitions, epochs, 'ceiling', batchSize, exclude, []],
       });
-      return rows.map((r) => r.id as string);
+      return rows.filter((r) => r.passed).map((r) => r.id as string);
     },
     async record(ids) {
       await recorder.query({ ...outcome, values: ['ceiling', partitions, epochs, ids, [], [], [], []] });

@@ -40,6 +40,10 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 // Whitespace and control characters are rejected by every broker we publish to.
 const TOPIC_FORBIDDEN = /[\s\p{Cc}]/u;
 const MAX_NAME = 255;
+const LONE_SURROGATE_TEXT = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+// JSON.stringify writes a lone surrogate as an escape, which jsonb refuses.
+const LONE_SURROGATE =
+  /\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}/i;
 
 function nonEmptyName(value: unknown, field: string, example: string): string {
   if (typeof value !== 'string' || value.length === 0) {
@@ -57,6 +61,13 @@ function nonEmptyName(value: unknown, field: string, example: string): string {
       field,
       'contains a NUL character',
       'Remove it; PostgreSQL text cannot hold NUL.',
+    );
+  }
+  if (LONE_SURROGATE_TEXT.test(value)) {
+    throw new OutboxValidationError(
+      field,
+      'contains a lone UTF-16 surrogate',
+      'Pass well-formed Unicode text.',
     );
   }
   return value;
@@ -124,6 +135,13 @@ function serialisePayload(value: unknown, field: string): string {
       field,
       `is ${typeof value}, which JSON cannot hold`,
       'Pass plain data or bytes.',
+    );
+  }
+  if (LONE_SURROGATE.test(json)) {
+    throw new OutboxValidationError(
+      field,
+      'contains a lone UTF-16 surrogate',
+      'PostgreSQL jsonb rejects it: pass well-formed text.',
     );
   }
   if (json.includes('\\u0000')) {

@@ -28,10 +28,13 @@ WITH mine AS (
   FROM {{schema}}.events e
   LEFT JOIN {{schema}}.aggregate_progress g
     ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
-  WHERE e.partition = ANY (ARRAY(SELECT partition FROM mine))
+  -- No partition held under a live lease: a one-time filter skips the scan altogether.
+  WHERE EXISTS (SELECT 1 FROM mine)
+    AND e.partition = ANY (ARRAY(SELECT partition FROM mine))
     AND e.status = 'pending'
     AND e.next_attempt_at <= now()
     AND e.id NOT IN (SELECT unnest($5::bigint[]))
+    AND (e.aggregate_type || chr(31) || e.aggregate_id) NOT IN (SELECT unnest($6::text[]))
     AND (g.blocked_until IS NULL OR g.blocked_until <= now())
   ORDER BY e.id
   LIMIT $4
@@ -41,7 +44,9 @@ WITH mine AS (
 )
 SELECT g.id::text AS id, g.event_id::text AS event_id, g.partition, g.aggregate_type, g.aggregate_id,
        g.sequence::text AS sequence, g.event_type, g.schema_version, g.topic,
-       g.payload::text AS payload, g.payload_bytes, g.headers::text AS headers, g.created_at, g.attempts
+       CASE WHEN g.sequence = g.delivered + g.rank THEN g.payload::text END AS payload,
+       CASE WHEN g.sequence = g.delivered + g.rank THEN g.payload_bytes END AS payload_bytes,
+       g.headers::text AS headers, g.created_at, g.attempts,
+       g.sequence = g.delivered + g.rank AS passed
 FROM gated g
-WHERE g.sequence = g.delivered + g.rank
 ORDER BY g.id`;

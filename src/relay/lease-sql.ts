@@ -13,18 +13,35 @@ SELECT relay_id FROM {{schema}}.relays
 WHERE heartbeat_at + lease_ms * interval '1 millisecond' >= now()
 ORDER BY relay_id`;
 
+/**
+ * The partition rows this relay holds under the given epochs, locked in partition
+ * order — the order the outcome statement's fence takes them — so statements of one
+ * relay never deadlock each other.
+ */
+const HELD = `
+held AS (
+  SELECT p.partition
+  FROM {{schema}}.partitions p
+  JOIN unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
+  WHERE p.owner = $1 AND p.epoch = o.epoch
+  ORDER BY p.partition
+  FOR UPDATE OF p
+)`;
+
 export const RENEW_SQL = `
+WITH ${HELD}
 UPDATE {{schema}}.partitions p
 SET lease_until = now() + $4 * interval '1 millisecond'
-FROM unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch)
-WHERE p.partition = o.partition AND p.owner = $1 AND p.epoch = o.epoch
+FROM held
+WHERE p.partition = held.partition
 RETURNING p.partition, p.epoch::text AS epoch`;
 
 export const RELEASE_SQL = `
+WITH ${HELD}
 UPDATE {{schema}}.partitions p
 SET owner = NULL, lease_until = '-infinity', sleeping = false
-FROM unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch)
-WHERE p.partition = o.partition AND p.owner = $1 AND p.epoch = o.epoch`;
+FROM held
+WHERE p.partition = held.partition`;
 
 export const ACQUIRE_SQL = `
 UPDATE {{schema}}.partitions p
@@ -41,7 +58,8 @@ export const UNREGISTER_SQL = `DELETE FROM {{schema}}.relays WHERE relay_id = $1
 
 /** An idle relay asks the producers of its partitions to NOTIFY it (or, awake again, to stop). */
 export const SET_SLEEPING_SQL = `
+WITH ${HELD}
 UPDATE {{schema}}.partitions p
 SET sleeping = $4
-FROM unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch)
-WHERE p.partition = o.partition AND p.owner = $1 AND p.epoch = o.epoch AND p.sleeping <> $4`;
+FROM held
+WHERE p.partition = held.partition AND p.sleeping <> $4`;

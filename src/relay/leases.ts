@@ -62,7 +62,9 @@ export class PartitionLeases {
 
   /** Partitions and epochs, as two parallel arrays for the SQL. */
   snapshot(): { partitions: number[]; epochs: string[] } {
-    return { partitions: [...this.owned.keys()], epochs: [...this.owned.values()] };
+    // In partition order: every statement locks partition rows in that order (no deadlocks).
+    const entries = [...this.owned.entries()].sort((a, b) => a[0] - b[0]);
+    return { partitions: entries.map((e) => e[0]), epochs: entries.map((e) => e[1]) };
   }
 
   get size(): number {

@@ -9,7 +9,10 @@ import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import type { BackoffPolicy } from './backoff.js';
 
 export interface RelayOptions {
-  /** Pool for the outbox database. The relay holds up to two of its connections (loop and LISTEN). */
+  /**
+   * Pool for the outbox database. The relay keeps three of its connections (claims, outcomes,
+   * LISTEN; two with `listen: false`) and borrows one more for lease renewals: `max` ≥ 4.
+   */
   readonly pool: Pool;
   readonly publisher: Publisher;
   /** Outbox schema. Default `outbox`. */
@@ -85,6 +88,16 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
       'Pass a publisher, e.g. natsPublisher({ servers }).',
     );
   }
+  const listen = options.listen ?? true;
+  const poolMax = (options.pool as { options?: { max?: unknown } }).options?.max;
+  const needed = listen ? 4 : 3;
+  if (typeof poolMax === 'number' && poolMax < needed) {
+    throw new OutboxValidationError(
+      'pool',
+      `allows ${poolMax} connections, fewer than the relay needs`,
+      `The relay keeps ${needed - 1} (claims, outcomes${listen ? ', LISTEN' : ''}) and borrows one for leases: give it max ≥ ${needed}.`,
+    );
+  }
   const schema = options.schema ?? DEFAULT_SCHEMA;
   const leaseMs = positiveInt(options.leaseMs, 15_000, 'leaseMs');
   if (leaseMs < 300) {
@@ -115,7 +128,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     maxAttempts: positiveInt(options.maxAttempts, 10, 'maxAttempts'),
     backoff: Object.freeze({ baseMs, capMs: Math.max(capMs, baseMs) }),
     publishTimeoutMs: positiveInt(options.publishTimeoutMs, 60_000, 'publishTimeoutMs'),
-    listen: options.listen ?? true,
+    listen,
     synchronousCommit,
     relayId: options.relayId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,
     logger: options.logger ?? silentLogger,

@@ -1,4 +1,10 @@
-import { brokerUnavailable, errorMessage, isBrokerUnavailable, OutboxError } from '../errors.js';
+import {
+  brokerUnavailable,
+  errorMessage,
+  isBrokerUnavailable,
+  OutboxError,
+  PublishError,
+} from '../errors.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
 import { withSchema } from '../schema/identifiers.js';
@@ -62,6 +68,7 @@ export interface Relay {
 }
 
 interface ClaimedRow {
+  passed: boolean;
   id: string;
   event_id: string;
   partition: number;
@@ -80,6 +87,8 @@ interface ClaimedRow {
 
 interface Claimed {
   readonly rows: ClaimedRow[];
+  /** Rows the claim looked at, including those the gate held back. */
+  readonly scanned: number;
   readonly partitions: number[];
   readonly epochs: string[];
 }
@@ -148,6 +157,9 @@ class PollingRelay implements Relay {
   private partitionCount: number | undefined;
   private readonly counters = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
   private outages = 0;
+  private readonly held = new Map<string, number>();
+  private readonly heldCount = new Map<string, number>();
+  private readonly inFlightAggregates = new Map<string, number>();
   private idle = { since: 0, step: 1, flagged: false, graced: false };
   private readonly watches = { claim: new Stopwatch(), publish: new Stopwatch(), record: new Stopwatch() };
   private lastError: string | undefined;
@@ -202,8 +214,15 @@ class PollingRelay implements Relay {
       if (error instanceof OutboxError && error.code === 'TXO_NO_SCHEMA') throw error;
       this.o.logger.warn({ err: error, relayId: this.id }, 'database not reachable at start; retrying');
     }
-    if (this.loopDone) return;
-    this.o.signal?.addEventListener('abort', () => void this.stop(), { once: true });
+    // Stopped (or started by a concurrent call) while we waited: nothing more to start.
+    if (this.loopDone || this.stopping) return;
+    if (this.o.signal) {
+      if (this.o.signal.aborted) {
+        await this.stop();
+        return;
+      }
+      this.o.signal.addEventListener('abort', this.onAbort, { once: true });
+    }
     if (this.o.listen) {
       this.listener = new WakeListener(
         this.o.pool,
@@ -228,8 +247,13 @@ class PollingRelay implements Relay {
     return this.stopping;
   }
 
+  private readonly onAbort = (): void => {
+    void this.stop();
+  };
+
   private async shutdown(timeout: number): Promise<void> {
     this.halt = true;
+    this.o.signal?.removeEventListener('abort', this.onAbort);
     this.doorbell.wake();
     if (this.loopDone) {
       const timer = setTimeout(() => this.abort.abort(new Error('relay stop deadline reached')), timeout);
@@ -311,19 +335,32 @@ class PollingRelay implements Relay {
             await drain();
             continue;
           }
+          // Only held-back aggregates came back: they are excluded now, look again at once.
+          if (claimed.scanned > 0) continue;
           await this.whenIdle(Math.max(0, nextRebalance - Date.now()));
           continue;
         }
         await this.awake();
-        for (const row of claimed.rows) inFlight.add(row.id);
-        if (!this.halt && Date.now() < nextRebalance && claimed.rows.length === this.o.batchSize) {
+        for (const row of claimed.rows) {
+          inFlight.add(row.id);
+          const key = `${row.aggregate_type}\u001f${row.aggregate_id}`;
+          this.inFlightAggregates.set(key, (this.inFlightAggregates.get(key) ?? 0) + 1);
+          this.heldCount.delete(key);
+        }
+        if (!this.halt && Date.now() < nextRebalance && claimed.scanned === this.o.batchSize) {
           prefetch = this.claim([...inFlight]);
           prefetch.catch(() => undefined);
         }
         const verdict = await this.publishBatch(claimed);
         await recording;
         recording = this.record(verdict).finally(() => {
-          for (const row of claimed.rows) inFlight.delete(row.id);
+          for (const row of claimed.rows) {
+            inFlight.delete(row.id);
+            const key = `${row.aggregate_type}\u001f${row.aggregate_id}`;
+            const left = (this.inFlightAggregates.get(key) ?? 1) - 1;
+            if (left > 0) this.inFlightAggregates.set(key, left);
+            else this.inFlightAggregates.delete(key);
+          }
         });
         recording.catch(() => undefined);
         failures = 0;
@@ -340,6 +377,7 @@ class PollingRelay implements Relay {
       } catch (error) {
         await drain().catch(() => undefined);
         inFlight.clear();
+        this.inFlightAggregates.clear();
         if (this.halt) break;
         failures += 1;
         this.lastError = errorMessage(error);
@@ -408,10 +446,44 @@ class PollingRelay implements Relay {
     const started = performance.now();
     const { rows } = await client.query<ClaimedRow>({
       ...this.sql.claim,
-      values: [partitions, epochs, this.id, this.o.batchSize, exclude],
+      values: [partitions, epochs, this.id, this.o.batchSize, exclude, this.heldKeys()],
     });
     if (rows.length > 0) this.watches.claim.add(performance.now() - started);
-    return { rows, partitions, epochs };
+    const passed = rows.filter((r) => r.passed);
+    if (passed.length < rows.length) this.hold(rows.filter((r) => !r.passed));
+    return { rows: passed, partitions, epochs, scanned: rows.length };
+  }
+
+  /**
+   * Aggregates whose next event is not claimable (scheduled for later with deliverAfter,
+   * or missing — a sequence gap) are held back for a poll interval, so their later events
+   * do not fill the claims. Aggregates with an event in flight are not held: the gate
+   * releases them as soon as that event's outcome is recorded.
+   */
+  private hold(rows: readonly ClaimedRow[]): void {
+    const until = Date.now() + this.o.pollIntervalMs;
+    for (const r of rows) {
+      const key = `${r.aggregate_type}\u001f${r.aggregate_id}`;
+      if (this.inFlightAggregates.has(key)) continue;
+      const times = (this.heldCount.get(key) ?? 0) + 1;
+      this.heldCount.set(key, times);
+      this.held.set(key, until);
+      if (times === 10 || times % 100 === 0) {
+        this.o.logger.warn(
+          { relayId: this.id, aggregateType: r.aggregate_type, aggregateId: r.aggregate_id, times },
+          'aggregate held back: its next event is scheduled for later (deliverAfter) or missing (sequence gap)',
+        );
+      }
+    }
+  }
+
+  private heldKeys(): string[] {
+    const now = Date.now();
+    for (const [key, until] of this.held) {
+      if (until <= now) this.held.delete(key);
+    }
+    if (this.heldCount.size > 10_000) this.heldCount.clear();
+    return [...this.held.keys()];
   }
 
   /** Publishes a claimed batch through the ordering gate; the verdict per event, nothing recorded yet. */
@@ -511,28 +583,44 @@ class PollingRelay implements Relay {
   }
 
   private async publish(batch: readonly OutboxMessage[]): Promise<PublishOutcome[]> {
-    const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(this.o.publishTimeoutMs)]);
+    // One controller per call, its listener and timer removed when the call ends: a signal
+    // derived with AbortSignal.any from the relay-long signal would be retained per call.
+    const controller = new AbortController();
+    const onStop = (): void => controller.abort(this.abort.signal.reason);
+    if (this.abort.signal.aborted) onStop();
+    else this.abort.signal.addEventListener('abort', onStop, { once: true });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort(new Error(`publish did not finish within ${this.o.publishTimeoutMs} ms`));
+    }, this.o.publishTimeoutMs);
     const aborted = new Promise<never>((_, reject) => {
-      if (signal.aborted) reject(signal.reason);
-      signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+      if (controller.signal.aborted) reject(controller.signal.reason);
+      controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
     });
     aborted.catch(() => undefined);
     try {
-      const outcomes = await Promise.race([this.o.publisher.publish(batch, signal), aborted]);
+      const outcomes = await Promise.race([this.o.publisher.publish(batch, controller.signal), aborted]);
       if (outcomes.length !== batch.length) {
         throw new OutboxError(
           `publisher ${this.o.publisher.name} returned ${outcomes.length} outcomes for ${batch.length}`,
-          {
-            code: 'TXO_PUBLISHER_CONTRACT',
-          },
+          { code: 'TXO_PUBLISHER_CONTRACT' },
         );
       }
       return outcomes;
     } catch (error) {
-      // The call as a whole failed or timed out: a broker problem, not the messages'.
-      const e = brokerUnavailable(`publisher ${this.o.publisher.name} failed: ${errorMessage(error)}`, error);
+      // A call that hangs past the deadline is the broker's trouble (no attempt charged); a
+      // publisher that throws is charged like any retryable failure, so a message that makes
+      // it throw goes dead in the end instead of blocking its batch forever.
+      const message = `publisher ${this.o.publisher.name} failed: ${errorMessage(error)}`;
+      const e = timedOut
+        ? brokerUnavailable(message, error)
+        : new PublishError(message, { retryable: true, cause: error });
       this.lastError = e.message;
       return batch.map(() => ({ ok: false, retryable: true, error: e }));
+    } finally {
+      clearTimeout(timer);
+      this.abort.signal.removeEventListener('abort', onStop);
     }
   }
 }

@@ -1,6 +1,7 @@
 import { OutboxValidationError } from '../errors.js';
 
-const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
+// 58 at most: the wake-up channel `txo_<schema>` must fit PostgreSQL's 63-byte identifiers.
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,57}$/;
 
 /** Validates a schema name and returns it double-quoted, safe to splice into SQL text. */
 export function quoteSchema(schema: string, field = 'schema'): string {
@@ -8,7 +9,7 @@ export function quoteSchema(schema: string, field = 'schema'): string {
     throw new OutboxValidationError(
       field,
       `${JSON.stringify(schema)} is not a valid schema name`,
-      'Use 1-63 characters: lowercase letters, digits and underscores, not starting with a digit (e.g. "outbox").',
+      'Use 1-58 characters: lowercase letters, digits and underscores, not starting with a digit (e.g. "outbox").',
     );
   }
   return `"${schema}"`;

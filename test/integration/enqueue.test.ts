@@ -337,3 +337,38 @@ describe('enqueue refuses bad input, naming the field, and writes nothing', () =
     ).rejects.toThrow(/schema/);
   });
 });
+
+describe('enqueue refuses text PostgreSQL cannot store', () => {
+  it('a lone surrogate in the payload or in an id names the field and writes nothing', async () => {
+    for (const [event, field] of [
+      [{ aggregateType: 'o', aggregateId: 'x', type: 't', payload: { s: 'a\ud800b' } }, 'event.payload'],
+      [{ aggregateType: 'o', aggregateId: 'x\udc00', type: 't', payload: 1 }, 'event.aggregateId'],
+    ] as const) {
+      const error = await inTransaction(db.pool, (tx) => enqueue(tx, event, { schema: db.schema })).catch(
+        (e: unknown) => e,
+      );
+      expect((error as OutboxValidationError).field).toBe(field);
+      expect((error as Error).message).toMatch(/surrogate/);
+    }
+    // A proper pair is fine.
+    await inTransaction(db.pool, (tx) =>
+      enqueue(
+        tx,
+        { aggregateType: 'o', aggregateId: 'emoji', type: 't', payload: { s: '😀' } },
+        { schema: db.schema },
+      ),
+    );
+  });
+
+  it('refuses a schema name too long for its wake-up channel', async () => {
+    await expect(
+      inTransaction(db.pool, (tx) =>
+        enqueue(
+          tx,
+          { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1 },
+          { schema: 's'.repeat(60) },
+        ),
+      ),
+    ).rejects.toThrow(/1-58 characters/);
+  });
+});

@@ -436,3 +436,38 @@ describe('relay setup errors', () => {
     expect(() => createRelay({ pool: db.pool } as never)).toThrow(/publisher/);
   });
 });
+
+describe('relay gate under scheduled events', () => {
+  it('an aggregate waiting on a deliverAfter event never blocks the others, even when its later events fill a batch', async () => {
+    const publisher = new RecordingPublisher();
+    await put([
+      {
+        aggregateType: 'o',
+        aggregateId: 'later',
+        type: 't',
+        payload: 0,
+        deliverAfter: new Date(Date.now() + 3_600_000),
+      },
+      ...Array.from({ length: 10 }, (_, i) => ({
+        aggregateType: 'o',
+        aggregateId: 'later',
+        type: 't',
+        payload: i + 1,
+      })),
+    ]);
+    await put(
+      Array.from({ length: 20 }, (_, i) => ({
+        aggregateType: 'o',
+        aggregateId: `now${i}`,
+        type: 't',
+        payload: i,
+      })),
+    );
+    relay(publisher, { batchSize: 10 }).start();
+    await waitFor(() => publisher.received.length === 20, {
+      timeoutMs: 10_000,
+      what: 'the 20 unrelated events',
+    });
+    expect(publisher.received.some((m) => m.aggregateId === 'later')).toBe(false);
+  });
+});
