@@ -50,7 +50,7 @@ export interface PublisherUnderTest {
   /** Everything the broker holds for the namespace, in broker order; waits until `expected` arrived (or a timeout). */
   read(namespace: string, expected: number): Promise<ReceivedMessage[]>;
   /** A copy of `message` the broker refuses permanently (too large, unroutable, bad topic …). */
-  poison(namespace: string, message: OutboxMessage): OutboxMessage;
+  poison(namespace: string, message: OutboxMessage): OutboxMessage | Promise<OutboxMessage>;
   /** Removes what the namespace created on the broker. */
   cleanup?(namespace: string): Promise<void>;
   /** How long a reconnect may take before the suite gives up, ms. Default 20000. */
@@ -182,7 +182,7 @@ export function publisherContract(
       const n = ns();
       const p = await publisher(n);
       const batch = Array.from({ length: 6 }, (_, i) => contractMessage(subject.topic(n), `p${i}`, 1));
-      batch[2] = subject.poison(n, batch[2]!);
+      batch[2] = await subject.poison(n, batch[2]!);
       const outcomes = await p.publish(batch, never);
       expect(outcomes).toHaveLength(6);
       outcomes.forEach((o, i) => {
