@@ -23,6 +23,23 @@ if ! up 4222; then
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
   wait_port 4222 NATS
 fi
+if ! up 6379; then
+  echo "services: starting Redis"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  wait_port 6379 Redis
+fi
+if ! up 5672; then
+  echo "services: starting RabbitMQ"
+  rabbitmq-server -detached
+  wait_port 5672 RabbitMQ
+fi
+if ! up 1883; then
+  echo "services: starting Mosquitto"
+  mosquitto -d -c /etc/mosquitto/mosquitto.conf
+  wait_port 1883 Mosquitto
+fi
 # Logical replication (the CDC relay, and pg-transactional-outbox in the benchmarks) needs
 # wal_level=logical; it takes a restart, done once per server.
 if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc 'SHOW wal_level')" != "logical" ]; then

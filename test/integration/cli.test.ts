@@ -1,8 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -228,6 +230,71 @@ describe('tx-outbox CLI', () => {
       expect(after.relays).toEqual([]);
     } finally {
       await receiver.close();
+    }
+  });
+
+  it('relay --config routes events by type to several publishers', async () => {
+    const schema = `${SCHEMA}_cfg`;
+    await migrate(pool, { schema, partitions: 2 });
+    const orders = await startReceiver();
+    const others = await startReceiver();
+    const dir = mkdtempSync(join(tmpdir(), 'txo-cli-'));
+    const file = join(dir, 'tx-outbox.config.json');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        publishers: {
+          orders: { kind: 'webhook', url: orders.url, secret: SECRET },
+          others: { kind: 'webhook', url: others.url, secret: SECRET },
+        },
+        routes: [{ match: { type: 'order.*' }, to: 'orders' }],
+        default: 'others',
+      }),
+    );
+    try {
+      const ids = await inTransaction(pool, (tx) =>
+        enqueue(
+          tx,
+          [
+            { aggregateType: 'order', aggregateId: 'o1', type: 'order.placed', payload: 1 },
+            { aggregateType: 'user', aggregateId: 'u1', type: 'user.created', payload: 2 },
+          ],
+          { schema },
+        ),
+      );
+      const relay = start(['relay', '--schema', schema, '--config', file, '--poll-interval', '100']);
+      await waitFor(() => orders.ids.size === 1 && others.ids.size === 1, { what: 'routed deliveries' });
+      expect([...orders.ids]).toEqual([ids[0]!.eventId]);
+      expect([...others.ids]).toEqual([ids[1]!.eventId]);
+      relay.child.kill('SIGTERM');
+      expect((await relay.done).code).toBe(0);
+    } finally {
+      await orders.close();
+      await others.close();
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a config naming an unknown publisher is bad usage, naming the field', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'txo-cli-'));
+    const file = join(dir, 'tx-outbox.config.json');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        publishers: { a: { kind: 'redis', url: 'redis://127.0.0.1:6379' } },
+        routes: [{ match: { type: 'x' }, to: 'missing' }],
+      }),
+    );
+    try {
+      const result = await run(['relay', '--schema', SCHEMA, '--config', file]);
+      expect(result.code).toBe(2);
+      expect(expectOneErrorLine(result)).toMatch(/routes\.0\.to: no publisher named "missing"/);
+      const both = await run(['relay', '--schema', SCHEMA, '--redis', 'redis://x', '--kafka', 'k:1']);
+      expect(both.code).toBe(2);
+      expect(expectOneErrorLine(both)).toMatch(/choose one publisher/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
