@@ -39,7 +39,7 @@ import {
   type LogLevelOptions,
   sleep,
 } from './common.js';
-import { importNats } from './relay.js';
+import { importNats } from './publishers.js';
 
 const WRITERS = 4;
 const AGGREGATES = 50;

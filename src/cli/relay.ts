@@ -8,12 +8,10 @@ import type { Command } from 'commander';
 import type { Logger as PinoLogger } from 'pino';
 import { outboxStatus } from '../ops/status.js';
 import type { Publisher } from '../publishers/contract.js';
-import { webhookPublisher } from '../publishers/webhook.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import {
   addDatabaseOptions,
   addLogLevelOption,
-  CliError,
   createLogger,
   createPool,
   type DatabaseOptions,
@@ -23,6 +21,8 @@ import {
   type LogLevelOptions,
   usageError,
 } from './common.js';
+import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
+import { publisherFromConfig, publisherFromSpec } from './publishers.js';
 
 /** How long the first SIGTERM/SIGINT lets the batch in flight finish. */
 const STOP_TIMEOUT_MS = 30_000;
@@ -34,6 +34,12 @@ interface RelayCliOptions extends DatabaseOptions, LogLevelOptions {
   readonly natsSubjects?: string[];
   readonly webhook?: string;
   readonly webhookSecret?: string;
+  readonly kafka?: string;
+  readonly rabbitmq?: string;
+  readonly rabbitmqExchange?: string;
+  readonly redis?: string;
+  readonly mqtt?: string;
+  readonly config?: string;
   readonly batchSize?: number;
   readonly pollInterval?: number;
   readonly lease?: number;
@@ -46,7 +52,9 @@ interface RelayCliOptions extends DatabaseOptions, LogLevelOptions {
 export function registerRelay(program: Command): void {
   const command = program
     .command('relay')
-    .description('publish committed outbox events to NATS JetStream or a webhook until SIGTERM/SIGINT')
+    .description(
+      'publish committed outbox events to NATS JetStream, Kafka, RabbitMQ, Redis Streams, MQTT or a webhook until SIGTERM/SIGINT',
+    )
     .option('--nats <url>', 'publish to NATS JetStream at this server URL (comma-separated for several)')
     .option('--nats-stream <name>', 'stream every message must land in (with --nats)')
     .option(
@@ -56,6 +64,15 @@ export function registerRelay(program: Command): void {
     )
     .option('--webhook <url>', 'POST each event to this http(s) URL, signed (Standard Webhooks)')
     .option('--webhook-secret <secret>', `signing secret for --webhook (default: env ${SECRET_ENV})`)
+    .option('--kafka <brokers>', 'publish to Kafka: comma-separated bootstrap brokers, e.g. 127.0.0.1:9092')
+    .option('--rabbitmq <url>', 'publish to RabbitMQ, e.g. amqp://guest:guest@127.0.0.1:5672')
+    .option('--rabbitmq-exchange <name>', 'exchange for --rabbitmq (default tx-outbox)')
+    .option('--redis <url>', 'append to Redis Streams, e.g. redis://127.0.0.1:6379')
+    .option('--mqtt <url>', 'publish to an MQTT broker (QoS 1), e.g. mqtt://127.0.0.1:1883')
+    .option(
+      '--config <file>',
+      `publishers and routing rules (default: the first of ${CONFIG_FILES.join(', ')} in this directory)`,
+    )
     .option('--batch-size <n>', 'events claimed per batch (default 500)', integerOption(1, 10_000))
     .option(
       '--poll-interval <ms>',
@@ -79,16 +96,20 @@ function commaList(value: string): string[] {
 }
 
 async function runRelay(options: RelayCliOptions): Promise<void> {
-  checkPublisherOptions(options);
+  const source = await publisherSource(options);
   const url = databaseUrl(options);
   const logger = createLogger(options.logLevel);
   const signals = watchSignals(logger);
-  const pool = createPool(url, logger, 4);
+  const pool = createPool(url, logger, 5);
   let publisher: Publisher | undefined;
   try {
     // Fails fast, with a hint to migrate, instead of a relay retrying forever against nothing.
     const status = await outboxStatus(pool, { schema: options.schema });
-    publisher = await createPublisher(options);
+    const secret = options.webhookSecret ?? process.env[SECRET_ENV];
+    publisher =
+      source.kind === 'config'
+        ? await publisherFromConfig(source.config, secret)
+        : await publisherFromSpec(source.spec, secret);
     const relay = createRelay({
       pool,
       publisher,
@@ -101,10 +122,10 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       listen: options.listen,
       logger: logger.child({ component: 'relay' }),
     });
-    const target = publisherTarget(options);
     await serve(relay, logger, signals.first, {
       schema: options.schema,
-      publisher: target,
+      publisher:
+        source.kind === 'config' ? { config: source.file, publisher: publisher.name } : describe(source.spec),
       pending: status.pending,
     });
   } finally {
@@ -116,15 +137,65 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   }
 }
 
+type Source =
+  | { readonly kind: 'spec'; readonly spec: PublisherSpec }
+  | { readonly kind: 'config'; readonly file: string; readonly config: RelayConfig };
+
+const PUBLISHER_FLAGS = ['nats', 'webhook', 'kafka', 'rabbitmq', 'redis', 'mqtt'] as const;
+
+/** Exactly one publisher flag, or a config file (given, or found in the working directory). */
+async function publisherSource(options: RelayCliOptions): Promise<Source> {
+  const flags = PUBLISHER_FLAGS.filter((f) => options[f] !== undefined);
+  if (flags.length > 1) {
+    throw usageError(
+      `choose one publisher: --${flags.join(' and --')} were given; use --config <file> to feed several`,
+    );
+  }
+  if (flags.length === 1 && options.config !== undefined) {
+    throw usageError(`choose --${flags[0]} or --config, not both`);
+  }
+  checkPublisherOptions(options);
+  if (flags.length === 0) {
+    const file = findConfig(options.config);
+    if (file === undefined) {
+      throw usageError(
+        'no publisher given: pass --nats, --kafka, --rabbitmq, --redis, --mqtt or --webhook <url>, or --config <file>',
+      );
+    }
+    return { kind: 'config', file, config: await loadConfig(file) };
+  }
+  return { kind: 'spec', spec: specFromFlags(options) };
+}
+
+function specFromFlags(options: RelayCliOptions): PublisherSpec {
+  if (options.webhook !== undefined) return { kind: 'webhook', url: checkedWebhookUrl(options.webhook) };
+  if (options.kafka !== undefined) return { kind: 'kafka', brokers: nonEmptyList('--kafka', options.kafka) };
+  if (options.rabbitmq !== undefined) {
+    return {
+      kind: 'rabbitmq',
+      url: options.rabbitmq,
+      ...(options.rabbitmqExchange === undefined ? {} : { exchange: options.rabbitmqExchange }),
+    };
+  }
+  if (options.redis !== undefined) return { kind: 'redis', url: options.redis };
+  if (options.mqtt !== undefined) return { kind: 'mqtt', url: options.mqtt };
+  return {
+    kind: 'nats',
+    servers: nonEmptyList('--nats', options.nats ?? ''),
+    ...(options.natsStream === undefined ? {} : { stream: options.natsStream }),
+    ...(options.natsSubjects === undefined ? {} : { streamSubjects: options.natsSubjects }),
+  };
+}
+
+function nonEmptyList(flag: string, value: string): string[] {
+  const items = commaList(value);
+  if (items.length === 0) throw usageError(`${flag} is empty: pass at least one address`);
+  return items;
+}
+
 function checkPublisherOptions(options: RelayCliOptions): void {
-  if (options.nats !== undefined && options.webhook !== undefined) {
-    throw usageError('choose one publisher: pass either --nats <url> or --webhook <url>, not both');
-  }
-  if (options.nats === undefined && options.webhook === undefined) {
-    throw usageError('no publisher given: pass --nats <url> (NATS JetStream) or --webhook <url> (HTTP)');
-  }
-  if (options.webhook === undefined && options.webhookSecret !== undefined) {
-    throw usageError('--webhook-secret needs --webhook <url>');
+  if (options.webhook === undefined && options.webhookSecret !== undefined && options.config === undefined) {
+    throw usageError('--webhook-secret needs --webhook <url> (or a webhook in --config)');
   }
   if (
     options.nats === undefined &&
@@ -137,18 +208,12 @@ function checkPublisherOptions(options: RelayCliOptions): void {
   }
   if (options.natsSubjects?.length === 0)
     throw usageError('--nats-subjects is empty: list at least one subject');
+  if (options.rabbitmqExchange !== undefined && options.rabbitmq === undefined) {
+    throw usageError('--rabbitmq-exchange needs --rabbitmq <url>');
+  }
 }
 
-async function createPublisher(options: RelayCliOptions): Promise<Publisher> {
-  if (options.webhook !== undefined) return createWebhookPublisher(options.webhook, options.webhookSecret);
-  const servers = commaList(options.nats ?? '');
-  if (servers.length === 0)
-    throw usageError('--nats is empty: pass a server URL such as nats://127.0.0.1:4222');
-  const { natsPublisher } = await importNats();
-  return natsPublisher({ servers, stream: options.natsStream, streamSubjects: options.natsSubjects });
-}
-
-function createWebhookPublisher(endpoint: string, flagSecret: string | undefined): Publisher {
+function checkedWebhookUrl(endpoint: string): string {
   let url: URL;
   try {
     url = new URL(endpoint);
@@ -158,40 +223,29 @@ function createWebhookPublisher(endpoint: string, flagSecret: string | undefined
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
     throw usageError(`--webhook: "${url.protocol}" URLs are not supported; pass an http: or https: URL`);
   }
-  const secret = flagSecret ?? process.env[SECRET_ENV];
-  if (secret === undefined || secret === '') {
-    throw usageError(`--webhook needs a signing secret: pass --webhook-secret <secret> or set ${SECRET_ENV}`);
-  }
-  return webhookPublisher({ endpoints: endpoint, secret });
-}
-
-/** The NATS publisher lives behind optional peer dependencies: load it only when asked for. */
-export async function importNats(): Promise<typeof import('../publishers/nats.js')> {
-  try {
-    return await import('../publishers/nats.js');
-  } catch (error) {
-    if ((error as { code?: unknown }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
-    throw new CliError(
-      '--nats needs the optional packages @nats-io/jetstream and @nats-io/transport-node: ' +
-        'npm install @nats-io/jetstream@3.3 @nats-io/transport-node@3.3',
-      1,
-      { cause: error },
-    );
-  }
+  return endpoint;
 }
 
 /** Where events go, safe to log: no credentials, no query string. */
-function publisherTarget(options: RelayCliOptions): Record<string, string> {
-  if (options.webhook !== undefined) {
-    const url = new URL(options.webhook);
-    return { type: 'webhook', url: `${url.origin}${url.pathname}` };
+function describe(spec: PublisherSpec): Record<string, string> {
+  const redact = (s: string) => s.replace(/\/\/[^/@]*@/, '//***@').replace(/\?.*$/, '');
+  switch (spec.kind) {
+    case 'nats':
+      return {
+        type: 'nats',
+        servers: commaList(typeof spec.servers === 'string' ? spec.servers : spec.servers.join(','))
+          .map(redact)
+          .join(','),
+        ...(spec.stream ? { stream: spec.stream } : {}),
+      };
+    case 'kafka':
+      return {
+        type: 'kafka',
+        brokers: typeof spec.brokers === 'string' ? spec.brokers : spec.brokers.join(','),
+      };
+    default:
+      return { type: spec.kind, url: redact(spec.url) };
   }
-  const servers = commaList(options.nats ?? '').map((s) => s.replace(/\/\/[^/@]*@/, '//***@'));
-  return {
-    type: 'nats',
-    servers: servers.join(','),
-    ...(options.natsStream ? { stream: options.natsStream } : {}),
-  };
 }
 
 interface SignalWatch {

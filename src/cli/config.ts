@@ -1,0 +1,121 @@
+/**
+ * `tx-outbox.config.{json,mjs,js,ts}`: publishers and routing rules for a relay
+ * that feeds several brokers or destinations. Validated with zod; errors name
+ * the field and the file.
+ *
+ *   {
+ *     "publishers": {
+ *       "events": { "kind": "nats", "servers": "nats://127.0.0.1:4222", "stream": "ORDERS" },
+ *       "audit":  { "kind": "kafka", "brokers": ["127.0.0.1:9092"] }
+ *     },
+ *     "routes": [ { "match": { "aggregateType": "audit" }, "to": "audit", "topic": "audit-log" } ],
+ *     "default": "events"
+ *   }
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { extname, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { z } from 'zod';
+import { CliError } from './common.js';
+
+const nonEmpty = z.string().min(1);
+const list = z.union([nonEmpty, z.array(nonEmpty).min(1)]);
+
+export const publisherSpecSchema = z.discriminatedUnion('kind', [
+  z
+    .object({
+      kind: z.literal('nats'),
+      servers: list,
+      stream: nonEmpty.optional(),
+      streamSubjects: z.array(nonEmpty).min(1).optional(),
+    })
+    .strict(),
+  z.object({ kind: z.literal('webhook'), url: z.url(), secret: nonEmpty.optional() }).strict(),
+  z.object({ kind: z.literal('kafka'), brokers: list, clientId: nonEmpty.optional() }).strict(),
+  z.object({ kind: z.literal('rabbitmq'), url: nonEmpty, exchange: nonEmpty.optional() }).strict(),
+  z.object({ kind: z.literal('redis'), url: nonEmpty }).strict(),
+  z.object({ kind: z.literal('mqtt'), url: nonEmpty }).strict(),
+]);
+
+export type PublisherSpec = z.infer<typeof publisherSpecSchema>;
+
+const routeSchema = z
+  .object({
+    match: z
+      .object({ type: nonEmpty.optional(), aggregateType: nonEmpty.optional(), topic: nonEmpty.optional() })
+      .strict(),
+    to: nonEmpty,
+    topic: nonEmpty.optional(),
+  })
+  .strict();
+
+export const configSchema = z
+  .object({
+    publishers: z.record(nonEmpty, publisherSpecSchema),
+    routes: z.array(routeSchema).default([]),
+    default: nonEmpty.optional(),
+  })
+  .strict()
+  .superRefine((config, ctx) => {
+    const names = new Set(Object.keys(config.publishers));
+    if (names.size === 0)
+      ctx.addIssue({ code: 'custom', path: ['publishers'], message: 'name at least one publisher' });
+    config.routes.forEach((r, i) => {
+      if (!names.has(r.to)) {
+        ctx.addIssue({ code: 'custom', path: ['routes', i, 'to'], message: `no publisher named "${r.to}"` });
+      }
+    });
+    if (config.default !== undefined && !names.has(config.default)) {
+      ctx.addIssue({ code: 'custom', path: ['default'], message: `no publisher named "${config.default}"` });
+    }
+    if (config.routes.length === 0 && config.default === undefined && names.size > 1) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['default'],
+        message: 'with several publishers and no routes, say which is the default',
+      });
+    }
+  });
+
+export type RelayConfig = z.infer<typeof configSchema>;
+
+export const CONFIG_FILES = [
+  'tx-outbox.config.json',
+  'tx-outbox.config.mjs',
+  'tx-outbox.config.js',
+  'tx-outbox.config.ts',
+];
+
+/** Finds the config file: the given path, else the first of CONFIG_FILES in the working directory. */
+export function findConfig(path: string | undefined): string | undefined {
+  if (path !== undefined) return resolve(path);
+  return CONFIG_FILES.map((f) => resolve(f)).find((f) => existsSync(f));
+}
+
+export async function loadConfig(file: string): Promise<RelayConfig> {
+  if (!existsSync(file)) throw new CliError(`config file ${file} does not exist`, 2);
+  let raw: unknown;
+  const ext = extname(file);
+  try {
+    if (ext === '.json') raw = JSON.parse(readFileSync(file, 'utf8'));
+    else {
+      const mod = (await import(pathToFileURL(file).href)) as { default?: unknown };
+      raw = mod.default ?? mod;
+    }
+  } catch (error) {
+    const hint =
+      ext === '.ts'
+        ? ' (a .ts config needs a Node.js that strips types, 22.18 or later, or use .json/.mjs)'
+        : '';
+    throw new CliError(`cannot read config file ${file}: ${(error as Error).message}${hint}`, 2, {
+      cause: error,
+    });
+  }
+  const parsed = configSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const where = issue.path.length > 0 ? issue.path.join('.') : '(top level)';
+    throw new CliError(`config file ${file}: ${where}: ${issue.message}`, 2);
+  }
+  return parsed.data;
+}
