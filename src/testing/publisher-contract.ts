@@ -299,6 +299,9 @@ export function publisherContract(
     it('close() settles publishes in flight and later publishes are refused clearly', async () => {
       const n = ns();
       const p = await subject.create(proxy.address, n);
+      open.push(p);
+      // Connected first, so the 200 are really in flight when close() comes.
+      expect(failures(await p.publish([contractMessage(subject.topic(n), 'warm', 1)], never))).toEqual([]);
       const batch = Array.from({ length: 200 }, (_, i) =>
         contractMessage(subject.topic(n), `z${i % 20}`, i + 1),
       );
@@ -306,6 +309,8 @@ export function publisherContract(
       await p.close();
       const outcomes = await inFlight;
       expect(outcomes).toHaveLength(200);
+      // Delivered, or retryable: a shutdown must never send events to the dead list.
+      for (const o of outcomes) if (!o.ok) expect(o.retryable).toBe(true);
       await expect(p.publish([contractMessage(subject.topic(n), 'late', 1)], never)).rejects.toBeInstanceOf(
         OutboxError,
       );
