@@ -23,15 +23,14 @@ import {
   Producer,
   type ProducerOptions,
 } from '@platformatic/kafka';
-import {
-  BROKER_UNAVAILABLE,
-  errorMessage,
-  OutboxError,
-  OutboxValidationError,
-  PublishError,
-} from '../errors.js';
+import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
+import { asBuffer } from './shared/bytes.js';
+import { publisherClosed } from './shared/closed.js';
+import { defaultDestination } from './shared/destination.js';
+import { permanent } from './shared/outcomes.js';
+import { checkPositiveInteger } from './shared/positive-integer.js';
 
 /** The producer type this publisher drives: Buffer keys, values and headers (no serializers). */
 export type KafkaProducer = Producer<Buffer, Buffer, Buffer, Buffer>;
@@ -129,11 +128,7 @@ const TOO_LARGE_CODES: ReadonlySet<number> = new Set([10, 18]);
 const TOPIC_ALREADY_EXISTS = 36;
 
 /** `message.topic`, else `${aggregateType}.${type}`. */
-export function defaultTopic(message: OutboxMessage): string {
-  return message.topic !== null && message.topic !== ''
-    ? message.topic
-    : `${message.aggregateType}.${message.type}`;
-}
+export const defaultTopic: (message: OutboxMessage) => string = defaultDestination;
 
 /** Why Kafka would refuse the topic name, or undefined when it is fine. */
 export function topicProblem(topic: string): string | undefined {
@@ -246,12 +241,6 @@ function validateOptions(options: KafkaPublisherOptions): void {
   }
 }
 
-function checkPositiveInteger(field: string, value: number | undefined): void {
-  if (value !== undefined && (!Number.isInteger(value) || value <= 0)) {
-    throw new OutboxValidationError(field, `must be a positive integer, got ${value}`, 'Fix the option');
-  }
-}
-
 /** A message ready to send: topic checked, key, value and headers encoded. */
 interface Item {
   /** Position in the batch. */
@@ -306,7 +295,7 @@ class KafkaPublisher implements Publisher {
 
   async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
     if (this.#closed) {
-      throw new OutboxError('The Kafka publisher is closed', { code: 'TXO_PUBLISHER_CLOSED' });
+      throw publisherClosed('Kafka');
     }
     const outcomes = new Map<number, PublishOutcome>();
     const items: Item[] = [];
@@ -610,6 +599,16 @@ class KafkaPublisher implements Publisher {
 
 type AddressMap = (advertised: KafkaAddress) => KafkaAddress;
 
+/** The configured bootstrap brokers, then every broker seen in metadata (mapped), each once. */
+function bootstrapAddresses(
+  bootstrap: Broker[],
+  seen: Iterable<Broker> | undefined,
+  map: AddressMap,
+): Broker[] {
+  const discovered = [...(seen ?? [])].map((b) => map(b));
+  return uniqueAddresses([...bootstrap, ...discovered]);
+}
+
 function uniqueAddresses(brokers: readonly Broker[]): Broker[] {
   const seen = new Set<string>();
   return brokers.filter((b) => {
@@ -641,8 +640,8 @@ class MappedProducer extends Producer<Buffer, Buffer, Buffer, Buffer> {
   }
 
   override [kGetBootstrapConnection](callback: Callback<Connection>): void {
-    const discovered = [...(this.currentMetadata?.brokers.values() ?? [])].map((b) => this.#map(b));
-    this.connections.getFirstAvailable(uniqueAddresses([...this.#bootstrap, ...discovered]), callback);
+    const seen = this.currentMetadata?.brokers.values();
+    this.connections.getFirstAvailable(bootstrapAddresses(this.#bootstrap, seen, this.#map), callback);
   }
 }
 
@@ -662,8 +661,8 @@ class MappedAdmin extends Admin {
   }
 
   override [kGetBootstrapConnection](callback: Callback<Connection>): void {
-    const discovered = [...(this.currentMetadata?.brokers.values() ?? [])].map((b) => this.#map(b));
-    this.connections.getFirstAvailable(uniqueAddresses([...this.#bootstrap, ...discovered]), callback);
+    const seen = this.currentMetadata?.brokers.values();
+    this.connections.getFirstAvailable(bootstrapAddresses(this.#bootstrap, seen, this.#map), callback);
   }
 }
 
@@ -697,10 +696,6 @@ function chunk(items: readonly Item[], maxBytes: number): Item[][] {
 }
 
 // --- outcomes -----------------------------------------------------------------------------------
-
-function permanent(message: string, cause?: unknown): PublishOutcome {
-  return failed(new PublishError(message, { retryable: false, cause }), false);
-}
 
 function partitionError(code: number, topic: string, partition: number, cause: unknown): PublishError {
   const reason = PERMANENT_CODES.get(code);
@@ -855,10 +850,6 @@ function isUnknownTopic(error: unknown): boolean {
 }
 
 // --- small helpers ------------------------------------------------------------------------------
-
-function asBuffer(bytes: Uint8Array): Buffer {
-  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-}
 
 /** Header names repeat (ce-*, user headers): one Buffer each. */
 const headerNames = new Map<string, Buffer>();

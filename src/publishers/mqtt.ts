@@ -18,15 +18,17 @@ import {
   type MqttClient,
   ReasonCodes,
 } from 'mqtt';
-import {
-  BROKER_UNAVAILABLE,
-  errorMessage,
-  OutboxError,
-  OutboxValidationError,
-  PublishError,
-} from '../errors.js';
+import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
+import { abortError } from './shared/abort-watch.js';
+import { BatchRun } from './shared/batch-run.js';
+import { asBuffer } from './shared/bytes.js';
+import { publisherClosed } from './shared/closed.js';
+import { DeadlineSweep } from './shared/deadline-sweep.js';
+import { permanent } from './shared/outcomes.js';
+import { positiveInteger } from './shared/positive-integer.js';
+import { redactCredentials } from './shared/redact.js';
 
 /** Options of {@link mqttPublisher}. Give `url` or an existing `client`. */
 export interface MqttPublisherOptions {
@@ -271,14 +273,6 @@ function resolveOptions(options: MqttPublisherOptions): Resolved {
   });
 }
 
-function positiveInteger(field: string, value: number | undefined, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isInteger(value) || value <= 0) {
-    throw new OutboxValidationError(field, `must be a positive integer, got ${value}`, 'Fix the option');
-  }
-  return value;
-}
-
 // --- messages ready to send ------------------------------------------------------------------
 
 /** A message that passed every check that can be made before connecting. */
@@ -292,10 +286,6 @@ interface Prepared {
 
 function isPrepared(item: Prepared | PublishOutcome): item is Prepared {
   return 'topic' in item;
-}
-
-function asBuffer(bytes: Uint8Array): Buffer {
-  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 /** Bytes a variable byte integer takes. */
@@ -358,10 +348,6 @@ function structuredPayload(message: OutboxMessage, source: string): Buffer | str
 
 // --- outcomes --------------------------------------------------------------------------------
 
-function permanent(message: string, cause?: unknown): PublishOutcome {
-  return failed(new PublishError(message, { retryable: false, cause }), false);
-}
-
 function retryable(message: string, cause?: unknown): PublishOutcome {
   return failed(new PublishError(message, { retryable: true, cause }), true);
 }
@@ -386,67 +372,14 @@ function refusal(code: number, topic: string, cause: unknown): PublishOutcome {
   return PERMANENT_REASONS.has(code) ? permanent(message, cause) : retryable(message, cause);
 }
 
-/** Server URL for an error message, without any user:password part. */
-function redact(url: string): string {
-  return url.replace(/\/\/[^/@]*@/, '//***@');
-}
-
 // --- one publish() call ----------------------------------------------------------------------
 
-/** One `publish()` call: its outcomes, settled one by one, resolved together. */
-class Run {
-  readonly items: readonly (Prepared | PublishOutcome)[];
-  readonly outcomes: (PublishOutcome | undefined)[];
-  readonly promise: Promise<PublishOutcome[]>;
-  /** Items before this index were handed to the client (or had their outcome already). */
-  next = 0;
-  done = false;
+/** One `publish()` call, and where it is sent. */
+class Run extends BatchRun<Prepared> {
   /** The connected client it sends on, once there is one. */
   client: MqttClient | undefined;
   /** Largest PUBLISH the broker accepts, in bytes. */
   maxPacket = Number.POSITIVE_INFINITY;
-  #unsettled = 0;
-  #resolve!: (outcomes: PublishOutcome[]) => void;
-
-  constructor(items: readonly (Prepared | PublishOutcome)[]) {
-    this.items = items;
-    this.outcomes = items.map((item) => {
-      if (isPrepared(item)) {
-        this.#unsettled += 1;
-        return undefined;
-      }
-      return item; // decided before sending (bad topic, bad header …)
-    });
-    this.promise = new Promise((resolve) => {
-      this.#resolve = resolve;
-    });
-    if (this.#unsettled === 0) this.#finish();
-  }
-
-  settle(index: number, outcome: PublishOutcome): void {
-    if (this.outcomes[index] !== undefined) return;
-    this.outcomes[index] = outcome;
-    this.#unsettled -= 1;
-    if (this.#unsettled === 0) this.#finish();
-  }
-
-  /** Settles every open item from `from` on: `sent(topic)` for those handed to the client, `unsent(topic)` for the rest. */
-  settleRest(
-    from: number,
-    sent: (topic: string) => PublishOutcome,
-    unsent: (topic: string) => PublishOutcome,
-  ): void {
-    for (let i = from; i < this.items.length && !this.done; i += 1) {
-      const item = this.items[i]!;
-      if (this.outcomes[i] !== undefined || !isPrepared(item)) continue;
-      this.settle(i, i < this.next ? sent(item.topic) : unsent(item.topic));
-    }
-  }
-
-  #finish(): void {
-    this.done = true;
-    this.#resolve(this.outcomes as PublishOutcome[]);
-  }
 }
 
 /** A PUBLISH awaiting its PUBACK. */
@@ -484,6 +417,18 @@ class MqttPublisher implements Publisher {
   readonly #readyWaiters = new Set<() => void>();
   /** Our publishes awaiting their PUBACK, by token, in send order (= deadline order). */
   readonly #pending = new Map<number, Pending>();
+  /** Fails the publishes past their deadline (no PUBACK within timeoutMs). */
+  readonly #sweep = new DeadlineSweep(
+    this.#pending,
+    (p) => {
+      p.run.settle(
+        p.index,
+        retryable(`Timed out after ${this.#options.timeoutMs} ms waiting for the PUBACK of ${show(p.topic)}`),
+      );
+      forget(p);
+    },
+    () => this.#released(),
+  );
   #counter = 0;
   /** Runs with messages left to send, waiting for room, first come first served. */
   readonly #waiting: Run[] = [];
@@ -492,7 +437,6 @@ class MqttPublisher implements Publisher {
   /** maxInFlight, lowered to the broker's Receive Maximum. */
   #capacity: number;
   readonly #runs = new Set<Run>();
-  #timer: NodeJS.Timeout | undefined;
   #closed = false;
   #closing: Promise<void> | undefined;
 
@@ -505,7 +449,7 @@ class MqttPublisher implements Publisher {
 
   async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
     if (this.#closed) {
-      throw new OutboxError('The MQTT publisher is closed', { code: 'TXO_PUBLISHER_CLOSED' });
+      throw publisherClosed('MQTT');
     }
     const run = new Run(batch.map((message) => this.#prepareSafely(message)));
     if (run.done) return run.promise;
@@ -724,7 +668,7 @@ class MqttPublisher implements Publisher {
 
   #where(): string {
     const { url } = this.#options;
-    return url === undefined ? 'the given client' : redact(url);
+    return url === undefined ? 'the given client' : redactCredentials(url);
   }
 
   // --- sending -----------------------------------------------------------------------------
@@ -834,7 +778,7 @@ class MqttPublisher implements Publisher {
       const id = client.getLastMessageId();
       if (client.outgoing[id]?.cb === callback) entry.messageId = id;
     }
-    if (this.#timer === undefined) this.#arm(this.#options.timeoutMs);
+    this.#sweep.added(this.#options.timeoutMs);
   }
 
   #onAck(token: number, error: Error | undefined): void {
@@ -856,12 +800,11 @@ class MqttPublisher implements Publisher {
   #stop(run: Run, reason: unknown): void {
     const at = this.#waiting.indexOf(run);
     if (at >= 0) this.#waiting.splice(at, 1);
-    const cause = new Error(`Aborted: ${errorMessage(reason)}`, { cause: reason });
-    cause.name = 'AbortError';
+    const cause = abortError(reason);
     run.settleRest(
       0,
-      (topic) => retryable(`Publish to ${show(topic)} aborted before its PUBACK arrived`, cause),
-      (topic) => retryable(`Publish to ${show(topic)} was cancelled before sending`, cause),
+      ({ topic }) => retryable(`Publish to ${show(topic)} aborted before its PUBACK arrived`, cause),
+      ({ topic }) => retryable(`Publish to ${show(topic)} was cancelled before sending`, cause),
     );
   }
 
@@ -882,32 +825,6 @@ class MqttPublisher implements Publisher {
     this.#released();
   }
 
-  #arm(delayMs: number): void {
-    this.#timer = setTimeout(this.#expire, Math.max(1, Math.ceil(delayMs)));
-    this.#timer.unref();
-  }
-
-  /** Fails the publishes past their deadline, oldest first, and re-arms for the next one. */
-  #expire = (): void => {
-    this.#timer = undefined;
-    const now = performance.now();
-    let expired = false;
-    for (const [token, p] of this.#pending) {
-      if (p.deadline > now) {
-        this.#arm(p.deadline - now);
-        break;
-      }
-      this.#pending.delete(token);
-      p.run.settle(
-        p.index,
-        retryable(`Timed out after ${this.#options.timeoutMs} ms waiting for the PUBACK of ${show(p.topic)}`),
-      );
-      forget(p);
-      expired = true;
-    }
-    if (expired) this.#released();
-  };
-
   // --- closing -----------------------------------------------------------------------------
 
   async #shutdown(): Promise<void> {
@@ -916,8 +833,7 @@ class MqttPublisher implements Publisher {
     this.#notifyReady();
     // Unsent messages fail at once; sent ones get their PUBACK or fail within timeoutMs.
     await Promise.allSettled([...this.#runs].map((run) => run.promise));
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
+    this.#sweep.stop();
     const client = this.#client;
     if (client === undefined) return;
     if (this.#owned) await endClient(client, this.#options.timeoutMs);

@@ -33,6 +33,9 @@ import {
   noResponders,
   timedOut,
 } from './nats-shared.js';
+import { abortError } from './shared/abort-watch.js';
+import { BatchRun } from './shared/batch-run.js';
+import { DeadlineSweep } from './shared/deadline-sweep.js';
 
 /** A message ready to go: its header block was encoded by `encodeHeaders`. */
 export interface PipelineItem {
@@ -63,62 +66,10 @@ class EncodedHeaders extends MsgHdrsImpl {
   }
 }
 
-/** One `publish()` call: its outcomes, settled one by one, resolved together. */
-class Run {
-  readonly outcomes: (PublishOutcome | undefined)[];
-  readonly items: readonly (PipelineItem | PublishOutcome)[];
-  readonly promise: Promise<PublishOutcome[]>;
-  /** Items before this index were handed to the client (or had their outcome already). */
-  next = 0;
-  done = false;
+/** One `publish()` call, and the room it waits for. */
+class Run extends BatchRun<PipelineItem> {
   /** Set while the run waits for room; resolves false when it must stop sending. */
   wake: ((granted: boolean) => void) | undefined;
-  #unsettled: number;
-  #resolve!: (outcomes: PublishOutcome[]) => void;
-
-  constructor(items: readonly (PipelineItem | PublishOutcome)[]) {
-    this.items = items;
-    this.outcomes = new Array<PublishOutcome | undefined>(items.length).fill(undefined);
-    let unsettled = 0;
-    for (let i = 0; i < items.length; i += 1) {
-      const item = items[i]!;
-      if (isItem(item)) unsettled += 1;
-      else this.outcomes[i] = item; // decided before sending (bad subject, oversized …)
-    }
-    this.#unsettled = unsettled;
-    this.promise = new Promise((resolve) => {
-      this.#resolve = resolve;
-    });
-    if (unsettled === 0) this.#finish();
-  }
-
-  settle(index: number, outcome: PublishOutcome): void {
-    if (this.outcomes[index] !== undefined) return;
-    this.outcomes[index] = outcome;
-    this.#unsettled -= 1;
-    if (this.#unsettled === 0) this.#finish();
-  }
-
-  /**
-   * Settles every open item from index `from`: `sent(subject)` for those already handed to
-   * the client, `unsent(subject)` for the rest.
-   */
-  settleRest(
-    from: number,
-    sent: (subject: string) => PublishOutcome,
-    unsent: (subject: string) => PublishOutcome,
-  ): void {
-    for (let i = from; i < this.items.length && !this.done; i += 1) {
-      const item = this.items[i]!;
-      if (this.outcomes[i] !== undefined || !isItem(item)) continue;
-      this.settle(i, i < this.next ? sent(item.subject) : unsent(item.subject));
-    }
-  }
-
-  #finish(): void {
-    this.done = true;
-    this.#resolve(this.outcomes as PublishOutcome[]);
-  }
 }
 
 interface Pending {
@@ -142,6 +93,12 @@ export class AckPipeline {
   readonly #publishOptions: PublishOptions = { headers: this.#headers, reply: '' };
   /** token → message awaiting its PubAck, in send order (= deadline order). */
   readonly #pending = new Map<number, Pending>();
+  /** Fails the publishes past their deadline (no PubAck within timeoutMs). */
+  readonly #sweep = new DeadlineSweep(
+    this.#pending,
+    (p) => p.run.settle(p.index, failed(timedOut(p.subject, this.#timeoutMs), true)),
+    () => this.#released(),
+  );
   /** Runs waiting for room, first come first served. */
   readonly #waiting: Run[] = [];
   /** Slots handed to woken runs that have not sent yet. */
@@ -150,7 +107,6 @@ export class AckPipeline {
   /** `<inbox>.`: the reply subjects' common prefix. */
   #replyPrefix = '';
   #counter = 0;
-  #timer: NodeJS.Timeout | undefined;
   /** Between a disconnect and the next reconnect: nothing is sent. */
   #down = false;
   #closed = false;
@@ -214,8 +170,7 @@ export class AckPipeline {
         this.#idle = resolve;
       });
     }
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
+    this.#sweep.stop();
     if (!this.#nc.isClosed() && !this.#sub.isClosed()) this.#sub.unsubscribe();
   }
 
@@ -256,8 +211,8 @@ export class AckPipeline {
     // Items already sent are settled by their PubAck, their timeout or the disconnect.
     run.settleRest(
       from,
-      (subject) => failed(connectionLost(subject), true),
-      (subject) => failed(closed ? cancelledBeforeSend(subject) : connectionLost(subject), true),
+      ({ subject }) => failed(connectionLost(subject), true),
+      ({ subject }) => failed(closed ? cancelledBeforeSend(subject) : connectionLost(subject), true),
     );
     return true;
   }
@@ -276,7 +231,7 @@ export class AckPipeline {
       return;
     }
     this.#pending.set(token, { run, index, subject: item.subject, deadline: now + this.#timeoutMs });
-    if (this.#timer === undefined) this.#arm(this.#timeoutMs);
+    this.#sweep.added(this.#timeoutMs);
   }
 
   /** Waits for a free slot; resolves true with it reserved, false when the run must stop. */
@@ -316,12 +271,11 @@ export class AckPipeline {
       run.wake = undefined;
       wake?.(false);
     }
-    const cause = new Error(`Aborted: ${errorMessage(reason)}`, { cause: reason });
-    cause.name = 'AbortError';
+    const cause = abortError(reason);
     run.settleRest(
       0,
-      (subject) => failed(abortedBeforeAck(subject, cause), true),
-      (subject) => failed(cancelledBeforeSend(subject), true),
+      ({ subject }) => failed(abortedBeforeAck(subject, cause), true),
+      ({ subject }) => failed(cancelledBeforeSend(subject), true),
     );
   }
 
@@ -393,28 +347,6 @@ export class AckPipeline {
     for (const p of pending) p.run.settle(p.index, outcome(p.subject));
     this.#released();
   }
-
-  #arm(delayMs: number): void {
-    this.#timer = setTimeout(this.#expire, Math.max(1, Math.ceil(delayMs)));
-    this.#timer.unref();
-  }
-
-  /** Fails the publishes past their deadline, oldest first, and re-arms for the next one. */
-  #expire = (): void => {
-    this.#timer = undefined;
-    const now = performance.now();
-    let expired = false;
-    for (const [token, p] of this.#pending) {
-      if (p.deadline > now) {
-        this.#arm(p.deadline - now);
-        break;
-      }
-      this.#pending.delete(token);
-      p.run.settle(p.index, failed(timedOut(p.subject, this.#timeoutMs), true));
-      expired = true;
-    }
-    if (expired) this.#released();
-  };
 }
 
 const decoder = new TextDecoder();

@@ -6,6 +6,8 @@
 import { type MsgHdrs, headers as natsHeaders } from '@nats-io/transport-node';
 import { BROKER_UNAVAILABLE, errorMessage, isBrokerUnavailable, PublishError } from '../errors.js';
 import { failed, type OutboxMessage, type PublishOutcome } from './contract.js';
+import { defaultDestination } from './shared/destination.js';
+import { permanent } from './shared/outcomes.js';
 
 /** JetStream API error codes that a retry cannot cure. */
 const PERMANENT_API_ERRORS: ReadonlyMap<number, string> = new Map([
@@ -17,11 +19,7 @@ export const MSG_ID_HEADER = 'Nats-Msg-Id';
 export const EXPECTED_STREAM_HEADER = 'Nats-Expected-Stream';
 
 /** `message.topic`, else `${aggregateType}.${type}`. */
-export function defaultSubject(message: OutboxMessage): string {
-  return message.topic !== null && message.topic !== ''
-    ? message.topic
-    : `${message.aggregateType}.${message.type}`;
-}
+export const defaultSubject: (message: OutboxMessage) => string = defaultDestination;
 
 /** Subjects already found fine: a relay publishes on few subjects, over and over. */
 const validSubjects = new Set<string>();
@@ -58,10 +56,6 @@ export function payloadProblem(
     `Payload of ${payloadBytes} bytes for subject "${subject}" exceeds the server's ` +
       `max_payload of ${maxPayload} bytes`,
   );
-}
-
-export function permanent(message: string, cause?: unknown): PublishOutcome {
-  return failed(new PublishError(message, { retryable: false, cause }), false);
 }
 
 /** Client-side headers for `js.publish` (the client adds `Nats-Msg-Id` and the expected stream). */

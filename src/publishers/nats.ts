@@ -23,13 +23,7 @@ import {
   type NodeConnectionOptions,
   nanos,
 } from '@nats-io/transport-node';
-import {
-  BROKER_UNAVAILABLE,
-  errorMessage,
-  OutboxError,
-  OutboxValidationError,
-  PublishError,
-} from '../errors.js';
+import { errorMessage, OutboxValidationError, type PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { AckPipeline, type PipelineItem } from './nats-pipeline.js';
@@ -43,9 +37,15 @@ import {
   encodeHeaders,
   errorName,
   payloadProblem,
-  permanent,
   subjectProblem,
 } from './nats-shared.js';
+import { type AbortWatch, watchAbort } from './shared/abort-watch.js';
+import { connectError, publisherClosed } from './shared/closed.js';
+import { raceDeadline } from './shared/deadline.js';
+import { permanent } from './shared/outcomes.js';
+import { checkPositiveInteger } from './shared/positive-integer.js';
+import { redactCredentials } from './shared/redact.js';
+import { Slots } from './shared/slots.js';
 
 export { defaultSubject, subjectProblem };
 
@@ -197,12 +197,6 @@ function validateOptions(options: NatsPublisherOptions): void {
   }
 }
 
-function checkPositiveInteger(field: string, value: number | undefined): void {
-  if (value !== undefined && (!Number.isInteger(value) || value <= 0)) {
-    throw new OutboxValidationError(field, `must be a positive integer, got ${value}`, 'Fix the option');
-  }
-}
-
 interface Session {
   readonly nc: NatsConnection;
   /** In `client` mode. */
@@ -251,7 +245,7 @@ class NatsPublisher implements Publisher {
 
   async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
     if (this.#closed) {
-      throw new OutboxError('The NATS publisher is closed', { code: 'TXO_PUBLISHER_CLOSED' });
+      throw publisherClosed('NATS');
     }
     const prepared = batch.map((message) => this.#prepare(message));
     if (!prepared.some(isPrepared)) return prepared.filter(isOutcome);
@@ -320,7 +314,9 @@ class NatsPublisher implements Publisher {
 
   /** `client` mode: one `js.publish()` per message, at most maxInFlight awaiting their PubAck. */
   async #send(session: Session, item: ClientItem, abort: AbortWatch): Promise<PublishOutcome> {
-    if (!(await this.#slots.acquire(abort))) return failed(cancelledBeforeSend(item.subject), true);
+    const acquired =
+      !abort.signal.aborted && (await this.#slots.acquire((cancel) => abort.aborted.catch(cancel)));
+    if (!acquired) return failed(cancelledBeforeSend(item.subject), true);
     const options: Partial<JetStreamPublishOptions> = {
       msgID: item.eventId,
       headers: item.headers,
@@ -382,7 +378,7 @@ class NatsPublisher implements Publisher {
       this.#session = session;
       if (this.#closed) {
         await this.#closeOwned(nc);
-        throw new OutboxError('The NATS publisher is closed', { code: 'TXO_PUBLISHER_CLOSED' });
+        throw publisherClosed('NATS');
       }
     }
     if (!this.#streamReady) {
@@ -431,19 +427,12 @@ class NatsPublisher implements Publisher {
   }
 
   #connectError(error: unknown): PublishError {
-    if (error instanceof OutboxError && error.code === 'TXO_PUBLISHER_CLOSED') {
-      return new PublishError('The NATS publisher was closed while connecting', {
-        retryable: true,
-        cause: error,
-      });
-    }
     const { servers } = this.#options;
-    const where = servers === undefined ? 'the given connection' : redactServers(servers);
-    return new PublishError(`NATS is not available (${where}): ${errorMessage(error)}`, {
-      retryable: true,
-      code: BROKER_UNAVAILABLE,
-      cause: error,
-    });
+    return connectError(
+      'NATS',
+      servers === undefined ? 'the given connection' : redactServers(servers),
+      error,
+    );
   }
 
   /** `client` mode: the verdict on a failed `js.publish()`. */
@@ -475,7 +464,7 @@ class NatsPublisher implements Publisher {
 /** Server URLs for an error message, without any user:password part. */
 function redactServers(servers: string | string[]): string {
   const list = typeof servers === 'string' ? [servers] : servers;
-  return list.map((url) => url.replace(/\/\/[^/@]*@/, '//***@')).join(', ');
+  return list.map(redactCredentials).join(', ');
 }
 
 function isPrepared(item: Prepared | PublishOutcome): item is Prepared {
@@ -484,80 +473,4 @@ function isPrepared(item: Prepared | PublishOutcome): item is Prepared {
 
 function isOutcome(item: Prepared | PublishOutcome): item is PublishOutcome {
   return !isPrepared(item);
-}
-
-interface AbortWatch {
-  readonly signal: AbortSignal;
-  /** Rejects with an AbortError when the signal aborts; never resolves. */
-  readonly aborted: Promise<never>;
-  dispose(): void;
-}
-
-/** One abort listener per batch, however many messages race against it. */
-function watchAbort(signal: AbortSignal): AbortWatch {
-  let onAbort = (): void => undefined;
-  const aborted = new Promise<never>((_, reject) => {
-    onAbort = () => {
-      const error = new Error(`Aborted: ${errorMessage(signal.reason)}`, { cause: signal.reason });
-      error.name = 'AbortError';
-      reject(error);
-    };
-  });
-  aborted.catch(() => undefined); // observed even when no message is waiting
-  if (signal.aborted) onAbort();
-  else signal.addEventListener('abort', onAbort, { once: true });
-  return { signal, aborted, dispose: () => signal.removeEventListener('abort', onAbort) };
-}
-
-/** Settles like `promise`, or rejects on timeout or when `aborted` rejects, whichever comes first. */
-function raceDeadline<T>(promise: Promise<T>, timeoutMs: number, aborted?: Promise<never>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      const error = new Error(`Timed out after ${timeoutMs} ms`);
-      error.name = 'TimeoutError';
-      reject(error);
-    }, timeoutMs);
-  });
-  const racers = aborted === undefined ? [promise, deadline] : [promise, deadline, aborted];
-  return Promise.race(racers).finally(() => clearTimeout(timer));
-}
-
-/** A counting semaphore whose waiters give up on abort or close. */
-class Slots {
-  #free: number;
-  /** Insertion-ordered: the longest waiter gets the next free slot. */
-  readonly #waiters = new Set<(acquired: boolean) => void>();
-  #closed = false;
-
-  constructor(size: number) {
-    this.#free = size;
-  }
-
-  /** Resolves true with a slot held, or false when the batch was aborted or the pool closed. */
-  acquire(abort: AbortWatch): Promise<boolean> {
-    if (this.#closed || abort.signal.aborted) return Promise.resolve(false);
-    if (this.#free > 0) {
-      this.#free -= 1;
-      return Promise.resolve(true);
-    }
-    return new Promise<boolean>((resolve) => {
-      const wake = (acquired: boolean): void => {
-        if (this.#waiters.delete(wake)) resolve(acquired);
-      };
-      this.#waiters.add(wake);
-      abort.aborted.catch(() => wake(false));
-    });
-  }
-
-  release(): void {
-    const next = this.#waiters.values().next();
-    if (next.done) this.#free += 1;
-    else next.value(true);
-  }
-
-  close(): void {
-    this.#closed = true;
-    for (const wake of this.#waiters) wake(false);
-  }
 }

@@ -22,15 +22,17 @@ import {
   type RecoveringChannelModel,
   type SocketOptions,
 } from 'amqplib';
-import {
-  BROKER_UNAVAILABLE,
-  errorMessage,
-  OutboxError,
-  OutboxValidationError,
-  PublishError,
-} from '../errors.js';
+import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
+import { asBuffer } from './shared/bytes.js';
+import { connectError, publisherClosed } from './shared/closed.js';
+import { raceDeadline } from './shared/deadline.js';
+import { defaultDestination } from './shared/destination.js';
+import { permanent } from './shared/outcomes.js';
+import { checkPositiveInteger } from './shared/positive-integer.js';
+import { redactCredentials } from './shared/redact.js';
+import { Slots } from './shared/slots.js';
 
 /** An amqplib connection: a plain one, or one made with `recovery` (it reconnects on its own). */
 export type AmqpConnection = ChannelModel | RecoveringChannelModel;
@@ -93,11 +95,7 @@ const NO_EXCHANGE = /no exchange '(.*)' in vhost/;
 const EXCHANGE_REFUSED = /access to exchange '(.*)' in vhost '.*' refused/;
 
 /** `message.topic`, else `${aggregateType}.${type}`. */
-export function defaultRoutingKey(message: OutboxMessage): string {
-  return message.topic !== null && message.topic !== ''
-    ? message.topic
-    : `${message.aggregateType}.${message.type}`;
-}
+export const defaultRoutingKey: (message: OutboxMessage) => string = defaultDestination;
 
 /**
  * A {@link Publisher} for RabbitMQ. Connects lazily at the first publish; after the
@@ -183,12 +181,6 @@ function validateOptions(options: RabbitMqPublisherOptions): void {
   checkPositiveInteger('timeoutMs', options.timeoutMs);
   checkPositiveInteger('maxInFlight', options.maxInFlight);
   checkPositiveInteger('maxMessageBytes', options.maxMessageBytes);
-}
-
-function checkPositiveInteger(field: string, value: number | undefined): void {
-  if (value !== undefined && (!Number.isInteger(value) || value <= 0)) {
-    throw new OutboxValidationError(field, `must be a positive integer, got ${value}`, 'Fix the option');
-  }
 }
 
 // --- state ----------------------------------------------------------------------------------
@@ -418,46 +410,6 @@ class Run {
   }
 }
 
-/** A counting semaphore, fair: a waiting run gets the next free slot. */
-class Slots {
-  #free: number;
-  readonly #waiters = new Set<(granted: boolean) => void>();
-
-  constructor(size: number) {
-    this.#free = size;
-  }
-
-  tryAcquire(): boolean {
-    if (this.#free > 0 && this.#waiters.size === 0) {
-      this.#free -= 1;
-      return true;
-    }
-    return false;
-  }
-
-  /** Resolves true with a slot held, or false when the run stopped waiting. */
-  wait(run: Run): Promise<boolean> {
-    return new Promise<boolean>((resolve) => {
-      const wake = (granted: boolean): void => {
-        if (!this.#waiters.delete(wake)) {
-          if (granted) this.release(); // handed a slot it no longer wants
-          return;
-        }
-        run.wake = undefined;
-        resolve(granted);
-      };
-      this.#waiters.add(wake);
-      run.wake = wake;
-    });
-  }
-
-  release(): void {
-    const next = this.#waiters.values().next();
-    if (next.done) this.#free += 1;
-    else next.value(true);
-  }
-}
-
 // --- the publisher --------------------------------------------------------------------------
 
 class RabbitMqPublisher implements Publisher {
@@ -492,7 +444,7 @@ class RabbitMqPublisher implements Publisher {
 
   async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
     if (this.#closed) {
-      throw new OutboxError('The RabbitMQ publisher is closed', { code: 'TXO_PUBLISHER_CLOSED' });
+      throw publisherClosed('RabbitMQ');
     }
     const run = new Run(batch.length);
     const items: (Item | undefined)[] = batch.map((message, index) => {
@@ -590,9 +542,7 @@ class RabbitMqPublisher implements Publisher {
       eventId,
       exchange,
       routingKey,
-      content: Buffer.isBuffer(payload)
-        ? payload
-        : Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength),
+      content: asBuffer(payload),
       options: {
         persistent: true,
         mandatory: true,
@@ -659,7 +609,7 @@ class RabbitMqPublisher implements Publisher {
         continue;
       }
       if (run.aborted !== undefined) return failRest(i, failed(run.aborted, true));
-      if (!this.#slots.tryAcquire() && !(await this.#slots.wait(run))) {
+      if (!this.#slots.tryAcquire() && !(await this.#waitForSlot(run))) {
         return failRest(i, failed(run.aborted ?? cancelledBeforeSend(item), true));
       }
       if (!session.writable && !session.closed && !(await session.waitForDrain(this.#timeoutMs, run))) {
@@ -678,6 +628,15 @@ class RabbitMqPublisher implements Publisher {
       }
       this.#publishOne(session, run, i, item, expire);
     }
+  }
+
+  /** Resolves true with a slot held, or false when the run stopped waiting (`run.wake(false)`). */
+  async #waitForSlot(run: Run): Promise<boolean> {
+    const granted = await this.#slots.acquire((cancel) => {
+      run.wake = cancel;
+    });
+    run.wake = undefined;
+    return granted;
   }
 
   /** Hands one message to the channel (holding a slot); its confirm settles its outcome. */
@@ -826,7 +785,7 @@ class RabbitMqPublisher implements Publisher {
     const session = new Session(link, channel);
     if (this.#terminated) {
       await this.#teardown(session, link);
-      throw new OutboxError('The RabbitMQ publisher is closed', { code: 'TXO_PUBLISHER_CLOSED' });
+      throw publisherClosed('RabbitMQ');
     }
     this.#session = session;
     return session;
@@ -871,7 +830,7 @@ class RabbitMqPublisher implements Publisher {
     };
     if (this.#terminated && link.owned) {
       await closeQuietly(model.close(), this.#timeoutMs);
-      throw new OutboxError('The RabbitMQ publisher is closed', { code: 'TXO_PUBLISHER_CLOSED' });
+      throw publisherClosed('RabbitMQ');
     }
     return link;
   }
@@ -916,19 +875,8 @@ class RabbitMqPublisher implements Publisher {
 
   #connectError(error: unknown, run: Run): PublishError {
     if (run.aborted !== undefined) return run.aborted;
-    if (error instanceof OutboxError && error.code === 'TXO_PUBLISHER_CLOSED') {
-      return new PublishError('The RabbitMQ publisher was closed while connecting', {
-        retryable: true,
-        cause: error,
-      });
-    }
     const { url } = this.#options;
-    const where = url === undefined ? 'the given connection' : redactUrl(url);
-    return new PublishError(`RabbitMQ is not available (${where}): ${errorMessage(error)}`, {
-      retryable: true,
-      code: BROKER_UNAVAILABLE,
-      cause: error,
-    });
+    return connectError('RabbitMQ', url === undefined ? 'the given connection' : redactUrl(url), error);
   }
 
   async #close(): Promise<void> {
@@ -970,10 +918,6 @@ async function openSideChannel(model: AmqpConnection): Promise<Channel> {
   const channel = await model.createChannel();
   channel.on('error', () => undefined); // refusals arrive as the rejected operation's error
   return channel;
-}
-
-function permanent(message: string, cause?: unknown): PublishOutcome {
-  return failed(new PublishError(message, { retryable: false, cause }), false);
 }
 
 function tooLarge(eventId: string, bytes: number, max: number): PublishOutcome {
@@ -1033,7 +977,7 @@ function redactUrl(url: string | Options.Connect): string {
   if (typeof url !== 'string') {
     return `${url.protocol ?? 'amqp'}://${url.hostname ?? 'localhost'}:${url.port ?? 5672}${url.vhost ? `/${url.vhost}` : ''}`;
   }
-  return url.replace(/\/\/[^/@]*@/, '//***@');
+  return redactCredentials(url);
 }
 
 /** Resolves true when `closing` settled in time (resolved or rejected), false after `timeoutMs`. */
@@ -1042,18 +986,4 @@ function closeQuietly(closing: Promise<unknown>, timeoutMs: number): Promise<boo
     () => true,
     (error: unknown) => !(error instanceof Error && error.name === 'TimeoutError'),
   );
-}
-
-/** Settles like `promise`, or rejects on timeout or when `aborted` rejects, whichever comes first. */
-function raceDeadline<T>(promise: Promise<T>, timeoutMs: number, aborted?: Promise<never>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      const error = new Error(`Timed out after ${timeoutMs} ms`);
-      error.name = 'TimeoutError';
-      reject(error);
-    }, timeoutMs);
-  });
-  const racers = aborted === undefined ? [promise, deadline] : [promise, deadline, aborted];
-  return Promise.race(racers).finally(() => clearTimeout(timer));
 }

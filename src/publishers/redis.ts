@@ -7,15 +7,15 @@
  */
 import { createHash } from 'node:crypto';
 import { createClient, ErrorReply, type RedisArgument, type RedisClientOptions } from 'redis';
-import {
-  BROKER_UNAVAILABLE,
-  errorMessage,
-  OutboxError,
-  OutboxValidationError,
-  PublishError,
-} from '../errors.js';
+import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
+import { asBuffer } from './shared/bytes.js';
+import { publisherClosed } from './shared/closed.js';
+import { defaultDestination } from './shared/destination.js';
+import { permanent } from './shared/outcomes.js';
+import { checkPositiveInteger } from './shared/positive-integer.js';
+import { redactCredentials } from './shared/redact.js';
 
 /** Name of the stream-entry field that carries the payload bytes (the other fields are the envelope). */
 export const PAYLOAD_FIELD = 'payload';
@@ -163,11 +163,7 @@ export function redisPublisher(options: RedisPublisherOptions): Publisher {
 }
 
 /** `message.topic`, else `${aggregateType}.${type}`. */
-export function defaultStream(message: OutboxMessage): string {
-  return message.topic !== null && message.topic !== ''
-    ? message.topic
-    : `${message.aggregateType}.${message.type}`;
-}
+export const defaultStream: (message: OutboxMessage) => string = defaultDestination;
 
 function validateOptions(options: RedisPublisherOptions): void {
   const hasUrl = options.url !== undefined && options.url !== '';
@@ -184,13 +180,7 @@ function validateOptions(options: RedisPublisherOptions): void {
       'Configure your own client yourself',
     );
   }
-  if (options.timeoutMs !== undefined && !(Number.isInteger(options.timeoutMs) && options.timeoutMs > 0)) {
-    throw new OutboxValidationError(
-      'timeoutMs',
-      `must be a positive integer, got ${options.timeoutMs}`,
-      'Fix the option',
-    );
-  }
+  checkPositiveInteger('timeoutMs', options.timeoutMs);
   const window = options.dedupWindowSeconds;
   if (window !== undefined && !(Number.isInteger(window) && window >= 0)) {
     throw new OutboxValidationError(
@@ -283,16 +273,14 @@ class RedisPublisher implements Publisher {
       }
       this.#client = client;
       this.#owned = client;
-      this.#where = redactUrl(url);
+      this.#where = redactCredentials(url);
     }
     this.#client.on('error', this.#onError);
   }
 
   publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
     if (this.#closed) {
-      return Promise.reject(
-        new OutboxError('The Redis publisher is closed', { code: 'TXO_PUBLISHER_CLOSED' }),
-      );
+      return Promise.reject(publisherClosed('Redis'));
     }
     const run = this.#publish(batch, signal);
     const settled = run.then(
@@ -404,12 +392,7 @@ class RedisPublisher implements Publisher {
       if (field !== PAYLOAD_FIELD) args.push(field, envelope[field]!);
     }
     const { payload } = message;
-    args.push(
-      PAYLOAD_FIELD,
-      Buffer.isBuffer(payload)
-        ? payload
-        : Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength),
-    );
+    args.push(PAYLOAD_FIELD, asBuffer(payload));
     return { index, eventId: message.eventId, stream, args };
   }
 
@@ -611,15 +594,6 @@ function send(client: RedisClientLike, args: RedisArgument[]): Promise<unknown> 
 
 function asError(error: unknown): Error {
   return error instanceof Error ? error : new Error(String(error));
-}
-
-function permanent(message: string, cause?: unknown): PublishOutcome {
-  return failed(new PublishError(message, { retryable: false, cause }), false);
-}
-
-/** A URL for error messages, without any user:password part. */
-function redactUrl(url: string): string {
-  return url.replace(/\/\/[^/@]*@/, '//***@');
 }
 
 /** The batch's deadline passed. */

@@ -9,9 +9,11 @@
  */
 
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { BROKER_UNAVAILABLE, OutboxError, OutboxValidationError, PublishError } from '../errors.js';
+import { BROKER_UNAVAILABLE, OutboxValidationError, PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
+import { publisherClosed } from './shared/closed.js';
+import { Slots } from './shared/slots.js';
 
 /**
  * Where to POST an event: one URL for everything; a map from the message's
@@ -401,40 +403,15 @@ class RequestAbort {
   }
 }
 
-/** Counting semaphore; waiting stops (resolving false) when a signal aborts. */
-class Limiter {
-  #free: number;
-  readonly #waiters: Array<() => void> = [];
-
-  constructor(size: number) {
-    this.#free = size;
-  }
-
-  acquire(signals: readonly AbortSignal[]): Promise<boolean> {
-    if (signals.some((signal) => signal.aborted)) return Promise.resolve(false);
-    if (this.#free > 0) {
-      this.#free -= 1;
-      return Promise.resolve(true);
-    }
-    return new Promise((resolve) => {
-      const grant = () => {
-        unsubscribe();
-        resolve(true);
-      };
-      const unsubscribe = onAnyAbort(signals, () => {
-        const index = this.#waiters.indexOf(grant);
-        if (index >= 0) this.#waiters.splice(index, 1);
-        resolve(false);
-      });
-      this.#waiters.push(grant);
-    });
-  }
-
-  release(): void {
-    const next = this.#waiters.shift();
-    if (next === undefined) this.#free += 1;
-    else next();
-  }
+/** Takes one of `slots`; waiting stops (resolving false) when a signal aborts. */
+async function acquireUnlessAborted(slots: Slots, signals: readonly AbortSignal[]): Promise<boolean> {
+  if (signals.some((signal) => signal.aborted)) return false;
+  let unsubscribe = (): void => {};
+  const granted = await slots.acquire((cancel) => {
+    unsubscribe = onAnyAbort(signals, cancel);
+  });
+  unsubscribe();
+  return granted;
 }
 
 // ---------------------------------------------------------------------------
@@ -623,20 +600,20 @@ function networkOutcome(error: unknown, url: URL): PublishOutcome {
 class WebhookPublisher implements Publisher {
   readonly name = 'webhook';
   readonly #options: ResolvedOptions;
-  readonly #limiter: Limiter;
+  readonly #limiter: Slots;
   readonly #closing = new AbortController();
   readonly #inFlight = new Set<Promise<unknown>>();
 
   constructor(options: ResolvedOptions) {
     this.#options = options;
-    this.#limiter = new Limiter(options.concurrency);
+    this.#limiter = new Slots(options.concurrency);
   }
 
   async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
     if (this.#closing.signal.aborted) {
-      throw new OutboxError(
-        'The webhook publisher is closed: publish() was called after close(). Create a new webhookPublisher to publish again.',
-        { code: 'TXO_PUBLISHER_CLOSED' },
+      throw publisherClosed(
+        'webhook',
+        'publish() was called after close(). Create a new webhookPublisher to publish again.',
       );
     }
     const work = this.#publishAll(batch, signal);
@@ -706,7 +683,7 @@ class WebhookPublisher implements Publisher {
   async #send(request: PreparedRequest | PublishOutcome, signal: AbortSignal): Promise<PublishOutcome> {
     if (!('url' in request)) return request;
     const closing = this.#closing.signal;
-    if (!(await this.#limiter.acquire([signal, closing]))) {
+    if (!(await acquireUnlessAborted(this.#limiter, [signal, closing]))) {
       return abortOutcome(signal.aborted ? 'caller' : 'closed', request.url, this.#options.timeoutMs);
     }
     const abort = new RequestAbort(signal, closing, this.#options.timeoutMs);

@@ -1,0 +1,50 @@
+/**
+ * A counting semaphore bounding the messages in flight (`maxInFlight`, `concurrency`). Fair: a
+ * released slot goes to the longest waiter. A wait ends with `false` when the pool is closed or
+ * when the caller cancels it (abort, shutdown) through the function handed to `onWait`.
+ */
+export class Slots {
+  #free: number;
+  /** Insertion-ordered: the longest waiter gets the next free slot. */
+  readonly #waiters = new Set<(granted: boolean) => void>();
+  #closed = false;
+
+  constructor(size: number) {
+    this.#free = size;
+  }
+
+  /** Takes a free slot at once, or returns false without waiting. */
+  tryAcquire(): boolean {
+    if (this.#closed || this.#free === 0 || this.#waiters.size > 0) return false;
+    this.#free -= 1;
+    return true;
+  }
+
+  /**
+   * Resolves true with a slot held, or false when the pool closed or the wait was cancelled.
+   * While it waits, `onWait` receives the function that cancels the wait.
+   */
+  acquire(onWait?: (cancel: () => void) => void): Promise<boolean> {
+    if (this.tryAcquire()) return Promise.resolve(true);
+    if (this.#closed) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      const wake = (granted: boolean): void => {
+        if (this.#waiters.delete(wake)) resolve(granted);
+      };
+      this.#waiters.add(wake);
+      onWait?.(() => wake(false));
+    });
+  }
+
+  release(): void {
+    const next = this.#waiters.values().next();
+    if (next.done) this.#free += 1;
+    else next.value(true);
+  }
+
+  /** Every waiter gets false; later acquires fail at once. */
+  close(): void {
+    this.#closed = true;
+    for (const wake of [...this.#waiters]) wake(false);
+  }
+}
