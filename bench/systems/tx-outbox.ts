@@ -12,12 +12,13 @@ import { benchEvent, inChunks } from './workload.js';
 
 const RELAY_PROCESS = join(dirname(fileURLToPath(import.meta.url)), '..', 'relay-process.mjs');
 
-interface RelayChild {
+export interface RelayChild {
   readonly child: ChildProcess;
   readonly lines: string[];
 }
 
-function spawnRelay(ctx: BenchContext, index: number, batchSize: number, mode?: string): RelayChild {
+/** One relay process (bench/relay-process.mjs, the built package) on the context's schema and stream. */
+export function spawnRelay(ctx: BenchContext, index: number, batchSize: number, mode?: string): RelayChild {
   const config = {
     databaseUrl: ctx.databaseUrl,
     schema: ctx.schema,
@@ -38,7 +39,7 @@ function spawnRelay(ctx: BenchContext, index: number, batchSize: number, mode?: 
   return { child, lines };
 }
 
-async function whenStarted(r: RelayChild): Promise<void> {
+export async function whenStarted(r: RelayChild): Promise<void> {
   for (let i = 0; i < 2000; i++) {
     if (r.lines.some((l) => l.includes('"started"'))) return;
     if (r.child.exitCode !== null) throw new Error('a relay process exited before it started');
@@ -47,7 +48,8 @@ async function whenStarted(r: RelayChild): Promise<void> {
   throw new Error('a relay process did not start within 10 s');
 }
 
-async function stopRelay(r: RelayChild): Promise<number | undefined> {
+/** Stops a relay process gracefully; its peak RSS in MB when it reported one. */
+export async function stopRelay(r: RelayChild): Promise<number | undefined> {
   const exited = new Promise((resolve) => r.child.once('exit', resolve));
   r.child.kill('SIGTERM');
   await exited;

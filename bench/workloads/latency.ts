@@ -5,16 +5,12 @@
  * JetStream; a JetStream consumer in this process timestamps each receipt.
  * Latency = receipt time - the moment COMMIT returned to the producer.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { jetstream } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import type pg from 'pg';
 import { enqueue, migrate } from '../../src/index.js';
 import { benchContext, percentile } from '../lib.js';
-
-const RELAY_PROCESS = join(dirname(fileURLToPath(import.meta.url)), '..', 'relay-process.mjs');
+import { type RelayChild, spawnRelay, stopRelay } from '../systems/tx-outbox.js';
 
 export interface LatencyResult {
   readonly offeredRate: number;
@@ -34,26 +30,14 @@ export async function latencyRun(
 ): Promise<LatencyResult> {
   const connections = options.connections ?? 8;
   const ctx = await benchContext(pool);
-  let relay: ChildProcess | undefined;
+  let relay: RelayChild | undefined;
   const nc = await connect({ servers: ctx.natsUrl });
   try {
     await migrate(pool, { schema: ctx.schema });
     await pool.query(
       `CREATE TABLE "${ctx.schema}".orders (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`,
     );
-    relay = spawn(process.execPath, [RELAY_PROCESS], {
-      env: {
-        ...process.env,
-        TXO_BENCH_RELAY: JSON.stringify({
-          databaseUrl: ctx.databaseUrl,
-          schema: ctx.schema,
-          natsUrl: ctx.natsUrl,
-          stream: ctx.stream,
-          batchSize: 1000,
-        }),
-      },
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
+    relay = spawnRelay(ctx, 0, 1000);
 
     const received = new Map<string, number>();
     const consumer = await jetstream(nc).consumers.get(ctx.stream);
@@ -124,11 +108,7 @@ export async function latencyRun(
       max: latencies[latencies.length - 1] ?? Number.NaN,
     };
   } finally {
-    if (relay) {
-      const exited = new Promise((r) => relay!.once('exit', r));
-      relay.kill('SIGTERM');
-      await exited;
-    }
+    if (relay) await stopRelay(relay);
     await nc.close();
     await ctx.close();
   }

@@ -7,14 +7,10 @@
  * drains either); (c) repeats (b) with the relay draining at the same time, the
  * whole system's cost on this 2-core machine.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { enqueue, migrate } from '../../src/index.js';
 import { benchContext } from '../lib.js';
-
-const RELAY_PROCESS = join(dirname(fileURLToPath(import.meta.url)), '..', 'relay-process.mjs');
+import { type RelayChild, spawnRelay, stopRelay, whenStarted } from '../systems/tx-outbox.js';
 
 export const PRODUCER_VARIANTS = [
   'business only',
@@ -31,31 +27,18 @@ export async function producerRuns(
   const connections = options.connections ?? 8;
   const ctx = await benchContext(pool);
   const s = `"${ctx.schema}"`;
-  let relay: ChildProcess | undefined;
+  let relay: RelayChild | undefined;
   try {
     await migrate(pool, { schema: ctx.schema });
     await pool.query(`CREATE TABLE ${s}.orders (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`);
     await pool.query(`CREATE TABLE ${s}.bare (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`);
     const startRelay = async (): Promise<void> => {
-      relay = spawn(process.execPath, [RELAY_PROCESS], {
-        env: {
-          ...process.env,
-          TXO_BENCH_RELAY: JSON.stringify({
-            databaseUrl: ctx.databaseUrl,
-            schema: ctx.schema,
-            natsUrl: ctx.natsUrl,
-            stream: ctx.stream,
-          }),
-        },
-        stdio: ['ignore', 'ignore', 'inherit'],
-      });
+      relay = spawnRelay(ctx, 0, 1000);
+      await whenStarted(relay);
       await new Promise((r) => setTimeout(r, 1500));
     };
-    const stopRelay = async (): Promise<void> => {
-      if (!relay) return;
-      const exited = new Promise((r) => relay!.once('exit', r));
-      relay.kill('SIGTERM');
-      await exited;
+    const stopDraining = async (): Promise<void> => {
+      if (relay) await stopRelay(relay);
       relay = undefined;
     };
     const payload = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };
@@ -123,7 +106,7 @@ export async function producerRuns(
             if (rows[0].n === 0) break;
             await new Promise((res) => setTimeout(res, 50));
           }
-          await stopRelay();
+          await stopDraining();
         } else {
           await pool.query(`DELETE FROM ${s}.events`);
         }
@@ -131,12 +114,7 @@ export async function producerRuns(
     }
     return result;
   } finally {
-    if (relay) {
-      const child: ChildProcess = relay;
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      await exited;
-    }
+    if (relay) await stopRelay(relay);
     await ctx.close();
   }
 }
