@@ -5,6 +5,7 @@ export { type OutboxStatus, outboxStatus } from './ops/status.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
 export { assertInTransaction, type SqlExecutor } from './producer/executor.js';
+export { inTransaction } from './producer/transaction.js';
 export type { OutboxMessage, Publisher, PublishOutcome } from './publishers/contract.js';
 export { envelopeHeaders } from './publishers/envelope.js';
 export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';

@@ -6,7 +6,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { enqueue, migrate } from '../../src/index.js';
+import { enqueue, inTransaction, migrate } from '../../src/index.js';
 import type { BenchContext, DrainResult, DrainSystem, DrainWorkload } from './types.js';
 import { benchEvent, inChunks } from './workload.js';
 
@@ -67,10 +67,8 @@ export async function pendingCount(ctx: BenchContext): Promise<number> {
 
 export async function loadOutbox(ctx: BenchContext, workload: DrainWorkload): Promise<void> {
   await migrate(ctx.pool, { schema: ctx.schema });
-  await inChunks(workload.events, 1000, async (from, count) => {
-    const client = await ctx.pool.connect();
-    try {
-      await client.query('BEGIN');
+  await inChunks(workload.events, 1000, (from, count) =>
+    inTransaction(ctx.pool, async (client) => {
       const events = Array.from({ length: count }, (_, k) => {
         const e = benchEvent(from + k, workload.aggregates, workload.payloadBytes);
         return {
@@ -82,11 +80,8 @@ export async function loadOutbox(ctx: BenchContext, workload: DrainWorkload): Pr
         };
       });
       await enqueue(client, events, { schema: ctx.schema });
-      await client.query('COMMIT');
-    } finally {
-      client.release();
-    }
-  });
+    }),
+  );
   await ctx.pool.query(`VACUUM ANALYZE "${ctx.schema}".events`);
 }
 

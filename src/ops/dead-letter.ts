@@ -7,6 +7,7 @@
 import type { Pool } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
+import { inTransaction } from '../producer/transaction.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 
@@ -102,9 +103,7 @@ export async function replayDead(pool: Pool, options: ReplayOptions): Promise<st
       throw new OutboxValidationError('eventIds', `${JSON.stringify(bad)} is not a UUID`, 'Pass event ids.');
     }
   }
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
+  return inTransaction(pool, async (client) => {
     const actor = options.actor ?? (await client.query<{ u: string }>('SELECT current_user AS u')).rows[0]!.u;
     const { rows } = await client.query<{ event_id: string }>(withSchema(REPLAY_DEAD_SQL, schema), [
       ids,
@@ -112,12 +111,6 @@ export async function replayDead(pool: Pool, options: ReplayOptions): Promise<st
       options.reason.trim(),
     ]);
     if (rows.length > 0) await client.query('SELECT pg_notify($1, $2)', [wakeChannel(schemaName), '']);
-    await client.query('COMMIT');
     return rows.map((r) => r.event_id);
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw error;
-  } finally {
-    client.release();
-  }
+  });
 }

@@ -15,6 +15,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { OutboxError } from '../errors.js';
 import { enqueue } from '../producer/enqueue.js';
+import { inTransaction } from '../producer/transaction.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../publishers/contract.js';
 import { createRelay } from '../relay/relay.js';
 import { migrate } from '../schema/migrate.js';
@@ -253,9 +254,7 @@ export function publisherContract(
         try {
           await migrate(pool, { schema });
           for (let from = 0; from < total; from += 1000) {
-            const client = await pool.connect();
-            try {
-              await client.query('BEGIN');
+            await inTransaction(pool, (client) => {
               const events = Array.from({ length: Math.min(1000, total - from) }, (_, k) => ({
                 aggregateType: 'contract',
                 aggregateId: `a${(from + k) % aggregates}`,
@@ -263,11 +262,8 @@ export function publisherContract(
                 topic: subject.topic(n),
                 payload: { i: from + k },
               }));
-              await enqueue(client, events, { schema });
-              await client.query('COMMIT');
-            } finally {
-              client.release();
-            }
+              return enqueue(client, events, { schema });
+            });
           }
           await relay.start();
           const deadline = Date.now() + 120_000;

@@ -28,21 +28,7 @@ export async function createTestDb(
   };
 }
 
-/** Runs fn inside BEGIN/COMMIT on one client (ROLLBACK when it throws). */
-export async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    const result = await fn(client);
-    await client.query('COMMIT');
-    return result;
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw error;
-  } finally {
-    client.release();
-  }
-}
+export { inTransaction } from '../../src/producer/transaction.js';
 
 export async function waitFor(
   check: () => Promise<boolean> | boolean,

@@ -1,7 +1,6 @@
 /** What every peer system shares: a JetStream publisher, an ack counter, transactions, identifiers. */
 import { jetstream } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import type pg from 'pg';
 import type { BenchContext, DrainResult } from '../types.js';
 import type { BenchEvent } from '../workload.js';
 
@@ -33,21 +32,7 @@ export function ident(name: string): string {
   return `"${name.replaceAll('"', '""')}"`;
 }
 
-/** Runs `fn` in a transaction on a client of `pool` (a producer's business transaction). */
-export async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    const result = await fn(client);
-    await client.query('COMMIT');
-    return result;
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw error;
-  } finally {
-    client.release();
-  }
-}
+export { inTransaction } from '../../../src/producer/transaction.js';
 
 /**
  * Counts the broker's acknowledgements, once per message id (a retried publish acked as a
