@@ -1,4 +1,17 @@
 export { isRetryableDatabaseError, OutboxError, OutboxValidationError, PublishError } from './errors.js';
+export {
+  type AcceptedEvent,
+  createInbox,
+  type HandleResult,
+  type HandleStatus,
+  type Inbox,
+  type InboxEvent,
+  type InboxHandler,
+  type InboxOptions,
+  type StandardSchema,
+} from './inbox/inbox.js';
+export { fromEnvelope, type InboxMessage } from './inbox/message.js';
+export { ORDERING_POLICIES, type OrderingPolicy } from './inbox/ordering.js';
 export { type Logger, silentLogger } from './logger.js';
 export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
 export { type OutboxStatus, outboxStatus } from './ops/status.js';

@@ -1,0 +1,52 @@
+/** The inbox's statements; `{{schema}}` is the validated, quoted schema name. */
+
+/** The dedup record: no row back means this consumer already has the event. */
+export const CLAIM_EVENT_SQL = `
+INSERT INTO {{schema}}.inbox (consumer, event_id, aggregate_type, aggregate_id, sequence, outcome)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (consumer, event_id) DO NOTHING
+RETURNING event_id`;
+
+/** The aggregate's position, locked: one instance handles an aggregate at a time. */
+export const LOCK_POSITION_SQL = `
+SELECT last_sequence::text AS last_sequence FROM {{schema}}.inbox_positions
+WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3
+FOR UPDATE`;
+
+export const ENSURE_POSITION_SQL = `
+INSERT INTO {{schema}}.inbox_positions (consumer, aggregate_type, aggregate_id, last_sequence)
+VALUES ($1, $2, $3, 0)
+ON CONFLICT DO NOTHING`;
+
+export const SET_POSITION_SQL = `
+UPDATE {{schema}}.inbox_positions SET last_sequence = greatest(last_sequence, $4)
+WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3`;
+
+export const CLEAR_ATTEMPTS_SQL = `DELETE FROM {{schema}}.inbox_attempts WHERE consumer = $1 AND event_id = $2`;
+
+/** Counts a failed or deferred delivery; returns the count and how long ago the first was. */
+export const COUNT_ATTEMPT_SQL = `
+INSERT INTO {{schema}}.inbox_attempts AS a (consumer, event_id, attempts, last_reason)
+VALUES ($1, $2, 1, $3)
+ON CONFLICT (consumer, event_id) DO UPDATE
+SET attempts = a.attempts + 1, last_at = now(), last_reason = excluded.last_reason
+RETURNING attempts, extract(epoch FROM now() - first_at) * 1000 AS since_first_ms`;
+
+export const QUARANTINE_SQL = `
+WITH parked AS (
+  INSERT INTO {{schema}}.inbox_quarantine (consumer, event_id, aggregate_type, aggregate_id, sequence,
+    event_type, schema_version, headers, payload, reason, attempts)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+  ON CONFLICT (consumer, event_id) DO UPDATE
+  SET reason = excluded.reason, attempts = excluded.attempts, quarantined_at = now(),
+      released_at = NULL, release_reason = NULL
+  RETURNING id
+), cleared AS (
+  DELETE FROM {{schema}}.inbox_attempts WHERE consumer = $1 AND event_id = $2
+)
+SELECT id::text AS id FROM parked`;
+
+/** A quarantined message that was released is let through the schema check once. */
+export const RELEASED_SQL = `
+SELECT 1 FROM {{schema}}.inbox_quarantine
+WHERE consumer = $1 AND event_id = $2 AND released_at IS NOT NULL`;

@@ -1,0 +1,305 @@
+/**
+ * The inbox: makes a consumer's effect happen once. `handle` records
+ * (consumer, event id) and runs the handler's business writes in ONE transaction;
+ * the broker is acknowledged by the caller only after it returns. Per-aggregate
+ * ordering policies decide what an out-of-order delivery does; events of unknown
+ * type or schema version, or that fail validation, are parked in quarantine with
+ * the reason — never dropped silently, never retried in a hot loop.
+ */
+import type { Pool, PoolClient } from 'pg';
+import { errorMessage, OutboxValidationError } from '../errors.js';
+import { type Logger, silentLogger } from '../logger.js';
+import { inTransaction } from '../producer/transaction.js';
+import { quoteSchema, withSchema } from '../schema/identifiers.js';
+import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+import {
+  CLAIM_EVENT_SQL,
+  CLEAR_ATTEMPTS_SQL,
+  COUNT_ATTEMPT_SQL,
+  ENSURE_POSITION_SQL,
+  LOCK_POSITION_SQL,
+  QUARANTINE_SQL,
+  RELEASED_SQL,
+  SET_POSITION_SQL,
+} from './inbox-sql.js';
+import type { InboxMessage } from './message.js';
+import { decideOrder, ORDERING_POLICIES, type OrderingPolicy } from './ordering.js';
+
+/** A Standard Schema validator (zod, valibot, arktype …), typed structurally. */
+export interface StandardSchema<T = unknown> {
+  readonly '~standard': {
+    validate(
+      value: unknown,
+    ):
+      | { value: T; issues?: undefined }
+      | { issues: ReadonlyArray<{ message: string }> }
+      | Promise<{ value: T; issues?: undefined } | { issues: ReadonlyArray<{ message: string }> }>;
+  };
+}
+
+/** An event type this consumer understands, with the schema versions it accepts. */
+export interface AcceptedEvent {
+  readonly type: string;
+  readonly schemaVersion: number | readonly number[];
+  readonly schema?: StandardSchema;
+}
+
+export interface InboxOptions {
+  readonly pool: Pool;
+  /** This consumer's name: dedup records and positions are per consumer. */
+  readonly consumer: string;
+  readonly schema?: string;
+  /** Default `strict`. */
+  readonly ordering?: OrderingPolicy;
+  /** The (type, schema version) pairs this consumer understands; anything else is quarantined. Omit to accept all. */
+  readonly accepts?: readonly AcceptedEvent[];
+  /** Handler failures before the message is quarantined. Default 5. */
+  readonly maxAttempts?: number;
+  /** `strict`: a gap defers the message; after this many deferrals or this long, it is quarantined. Defaults 50 and 10 min. */
+  readonly maxDeferrals?: number;
+  readonly maxDeferMs?: number;
+  readonly logger?: Logger;
+}
+
+/** The event handed to the handler: the message plus its decoded payload. */
+export interface InboxEvent<T = unknown> extends InboxMessage {
+  /** The payload parsed as JSON (and validated, when the accepted event has a schema). */
+  readonly data: T;
+}
+
+export type HandleStatus = 'processed' | 'duplicate' | 'stale' | 'deferred' | 'quarantined';
+
+export interface HandleResult {
+  readonly status: HandleStatus;
+  /** Why it was deferred or quarantined. */
+  readonly reason?: string;
+  readonly error?: Error;
+  /** Failed or deferred deliveries so far, when deferred. */
+  readonly attempts?: number;
+}
+
+export type InboxHandler<T = unknown> = (tx: PoolClient, event: InboxEvent<T>) => Promise<unknown>;
+
+export interface Inbox {
+  readonly consumer: string;
+  /** Handles one delivery; acknowledge the broker unless the result is `deferred`. */
+  handle<T = unknown>(message: InboxMessage, handler: InboxHandler<T>): Promise<HandleResult>;
+}
+
+interface Statements {
+  readonly claim: string;
+  readonly lock: string;
+  readonly ensure: string;
+  readonly setPosition: string;
+  readonly clearAttempts: string;
+  readonly countAttempt: string;
+  readonly quarantine: string;
+  readonly released: string;
+}
+
+class Rejected extends Error {
+  constructor(
+    readonly status: 'duplicate' | 'stale' | 'deferred' | 'quarantined',
+    readonly reason?: string,
+  ) {
+    super(status);
+  }
+}
+
+export function createInbox(options: InboxOptions): Inbox {
+  if (!options?.pool || typeof options.pool.connect !== 'function') {
+    throw new OutboxValidationError('pool', 'is missing', 'Pass the pg Pool of the consumer database.');
+  }
+  if (typeof options.consumer !== 'string' || options.consumer.trim() === '') {
+    throw new OutboxValidationError('consumer', 'is missing', "Name the consumer, e.g. 'inventory'.");
+  }
+  const ordering = options.ordering ?? 'strict';
+  if (!ORDERING_POLICIES.includes(ordering)) {
+    throw new OutboxValidationError(
+      'ordering',
+      `is ${String(ordering)}`,
+      `Use one of ${ORDERING_POLICIES.join(', ')}.`,
+    );
+  }
+  const schema = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
+  const sql: Statements = {
+    claim: withSchema(CLAIM_EVENT_SQL, schema),
+    lock: withSchema(LOCK_POSITION_SQL, schema),
+    ensure: withSchema(ENSURE_POSITION_SQL, schema),
+    setPosition: withSchema(SET_POSITION_SQL, schema),
+    clearAttempts: withSchema(CLEAR_ATTEMPTS_SQL, schema),
+    countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
+    quarantine: withSchema(QUARANTINE_SQL, schema),
+    released: withSchema(RELEASED_SQL, schema),
+  };
+  return new TransactionalInbox(options, ordering, sql);
+}
+
+class TransactionalInbox implements Inbox {
+  readonly consumer: string;
+  private readonly logger: Logger;
+  private readonly maxAttempts: number;
+  private readonly maxDeferrals: number;
+  private readonly maxDeferMs: number;
+
+  constructor(
+    private readonly o: InboxOptions,
+    private readonly ordering: OrderingPolicy,
+    private readonly sql: Statements,
+  ) {
+    this.consumer = o.consumer;
+    this.logger = o.logger ?? silentLogger;
+    this.maxAttempts = o.maxAttempts ?? 5;
+    this.maxDeferrals = o.maxDeferrals ?? 50;
+    this.maxDeferMs = o.maxDeferMs ?? 600_000;
+  }
+
+  async handle<T>(message: InboxMessage, handler: InboxHandler<T>): Promise<HandleResult> {
+    const decoded = await this.decode<T>(message);
+    if ('reason' in decoded) return this.park(message, decoded.reason, 0);
+    try {
+      await inTransaction(this.o.pool, async (tx) => {
+        const claimed = await tx.query(this.sql.claim, [
+          this.consumer,
+          message.eventId,
+          message.aggregateType,
+          message.aggregateId,
+          message.sequence,
+          'processed',
+        ]);
+        if (claimed.rowCount === 0) throw new Rejected('duplicate');
+        const key = [this.consumer, message.aggregateType, message.aggregateId];
+        await tx.query(this.sql.ensure, key);
+        const { rows } = await tx.query<{ last_sequence: string }>(this.sql.lock, key);
+        const last = Number(rows[0]!.last_sequence);
+        const decision = decideOrder(this.ordering, last === 0 ? undefined : last, message.sequence);
+        if (decision === 'gap')
+          throw new Rejected('deferred', `waiting for sequence ${last + 1} of this aggregate`);
+        if (decision === 'stale')
+          throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
+        await handler(tx, decoded.event);
+        await tx.query(this.sql.setPosition, [...key, message.sequence]);
+        await tx.query(this.sql.clearAttempts, [this.consumer, message.eventId]);
+      });
+      return { status: 'processed' };
+    } catch (error) {
+      if (error instanceof Rejected) return this.rejected(message, error);
+      return this.failed(message, error);
+    }
+  }
+
+  /** The transaction rolled back; a stale event's dedup record is then kept on its own. */
+  private async rejected(message: InboxMessage, r: Rejected): Promise<HandleResult> {
+    if (r.status === 'stale') {
+      await inTransaction(this.o.pool, async (tx) => {
+        await tx.query(this.sql.claim, [
+          this.consumer,
+          message.eventId,
+          message.aggregateType,
+          message.aggregateId,
+          message.sequence,
+          'stale',
+        ]);
+      });
+      return { status: 'stale', ...(r.reason ? { reason: r.reason } : {}) };
+    }
+    if (r.status === 'deferred') {
+      const { attempts, sinceFirstMs } = await this.count(message, r.reason ?? 'deferred');
+      if (attempts >= this.maxDeferrals || sinceFirstMs >= this.maxDeferMs) {
+        return this.park(message, `gap not filled after ${attempts} deliveries: ${r.reason}`, attempts);
+      }
+      return { status: 'deferred', reason: r.reason ?? 'deferred', attempts };
+    }
+    return { status: r.status, ...(r.reason ? { reason: r.reason } : {}) };
+  }
+
+  private async failed(message: InboxMessage, error: unknown): Promise<HandleResult> {
+    const e = error instanceof Error ? error : new Error(String(error));
+    const { attempts } = await this.count(message, `handler failed: ${errorMessage(e)}`.slice(0, 2000));
+    if (attempts >= this.maxAttempts) {
+      return this.park(message, `handler failed ${attempts} times: ${errorMessage(e)}`, attempts, e);
+    }
+    this.logger.warn(
+      { consumer: this.consumer, eventId: message.eventId, attempts, err: e },
+      'handler failed',
+    );
+    return { status: 'deferred', reason: `handler failed: ${errorMessage(e)}`, error: e, attempts };
+  }
+
+  private async count(
+    message: InboxMessage,
+    reason: string,
+  ): Promise<{ attempts: number; sinceFirstMs: number }> {
+    const { rows } = await this.o.pool.query<{ attempts: number; since_first_ms: string }>(
+      this.sql.countAttempt,
+      [this.consumer, message.eventId, reason],
+    );
+    return { attempts: rows[0]!.attempts, sinceFirstMs: Number(rows[0]!.since_first_ms) };
+  }
+
+  private async park(
+    message: InboxMessage,
+    reason: string,
+    attempts: number,
+    error?: Error,
+  ): Promise<HandleResult> {
+    await this.o.pool.query(this.sql.quarantine, [
+      this.consumer,
+      message.eventId,
+      message.aggregateType,
+      message.aggregateId,
+      message.sequence,
+      message.type,
+      message.schemaVersion,
+      JSON.stringify(message.headers),
+      Buffer.from(message.payload),
+      reason,
+      attempts,
+    ]);
+    this.logger.error({ consumer: this.consumer, eventId: message.eventId, reason }, 'message quarantined');
+    return { status: 'quarantined', reason, ...(error ? { error } : {}) };
+  }
+
+  /** Accepted type and version, JSON payload, schema validation. */
+  private async decode<T>(message: InboxMessage): Promise<{ event: InboxEvent<T> } | { reason: string }> {
+    const accepts = this.o.accepts;
+    const accepted = accepts?.find((a) => a.type === message.type);
+    const released = async () =>
+      ((await this.o.pool.query(this.sql.released, [this.consumer, message.eventId])).rowCount ?? 0) > 0;
+    if (accepts !== undefined) {
+      const versions = accepted === undefined ? [] : ([] as number[]).concat(accepted.schemaVersion);
+      if (!versions.includes(message.schemaVersion) && !(await released())) {
+        return {
+          reason:
+            accepted === undefined
+              ? `unknown event type "${message.type}" (schema version ${message.schemaVersion}): add it to accepts to handle it`
+              : `schema version ${message.schemaVersion} of "${message.type}" is not accepted (accepts ${versions.join(', ')}): deploy a consumer that understands it, then release`,
+        };
+      }
+    }
+    let data: unknown;
+    const contentType = message.headers['ce-datacontenttype'] ?? 'application/json';
+    if (contentType === 'application/json') {
+      try {
+        data = JSON.parse(Buffer.from(message.payload).toString('utf8'));
+      } catch (error) {
+        return { reason: `payload is not valid JSON: ${errorMessage(error)}` };
+      }
+    } else {
+      data = message.payload;
+    }
+    if (accepted?.schema) {
+      const result = await accepted.schema['~standard'].validate(data);
+      if (result.issues) {
+        return {
+          reason: `payload of "${message.type}" v${message.schemaVersion} fails validation: ${result.issues
+            .map((i) => i.message)
+            .join('; ')
+            .slice(0, 1000)}`,
+        };
+      }
+      data = result.value;
+    }
+    return { event: { ...message, data: data as T } };
+  }
+}
