@@ -12,6 +12,13 @@ export {
 } from './inbox/inbox.js';
 export { fromEnvelope, type InboxMessage } from './inbox/message.js';
 export { ORDERING_POLICIES, type OrderingPolicy } from './inbox/ordering.js';
+export {
+  listQuarantine,
+  pruneInbox,
+  type QuarantinedMessage,
+  releaseQuarantined,
+  showQuarantined,
+} from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
 export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
 export { type OutboxStatus, outboxStatus } from './ops/status.js';

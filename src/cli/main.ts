@@ -8,13 +8,14 @@ import { Command } from 'commander';
 import { packageVersion, reportError, verboseRequested } from './common.js';
 import { registerDead } from './dead.js';
 import { registerDemo } from './demo.js';
+import { registerInbox } from './inbox.js';
 import { registerMigrate } from './migrate.js';
 import { registerRelay } from './relay.js';
 import { registerStatus } from './status.js';
 
 function buildProgram(): Command {
   const program = new Command('tx-outbox')
-    .description('Transactional outbox for PostgreSQL: migrate, relay, status, dead, demo.')
+    .description('Transactional outbox for PostgreSQL: migrate, relay, status, dead, inbox, demo.')
     .version(packageVersion(), '-V, --version', 'print the version')
     .option('--verbose', 'print stack traces with errors')
     .showSuggestionAfterError()
@@ -25,6 +26,7 @@ function buildProgram(): Command {
   registerRelay(program);
   registerStatus(program);
   registerDead(program);
+  registerInbox(program);
   registerDemo(program);
   return program;
 }

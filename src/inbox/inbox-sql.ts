@@ -50,3 +50,14 @@ SELECT id::text AS id FROM parked`;
 export const RELEASED_SQL = `
 SELECT 1 FROM {{schema}}.inbox_quarantine
 WHERE consumer = $1 AND event_id = $2 AND released_at IS NOT NULL`;
+
+/** Released messages of a consumer, in aggregate order, to hand to the handler again. */
+export const RELEASED_MESSAGES_SQL = `
+SELECT id::text AS id, event_id::text AS event_id, aggregate_type, aggregate_id, sequence::text AS sequence,
+       event_type, schema_version, headers, payload
+FROM {{schema}}.inbox_quarantine
+WHERE consumer = $1 AND released_at IS NOT NULL
+ORDER BY aggregate_type, aggregate_id, sequence
+LIMIT $2`;
+
+export const DONE_QUARANTINE_SQL = `DELETE FROM {{schema}}.inbox_quarantine WHERE id = $1 AND released_at IS NOT NULL`;

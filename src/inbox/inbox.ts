@@ -16,9 +16,11 @@ import {
   CLAIM_EVENT_SQL,
   CLEAR_ATTEMPTS_SQL,
   COUNT_ATTEMPT_SQL,
+  DONE_QUARANTINE_SQL,
   ENSURE_POSITION_SQL,
   LOCK_POSITION_SQL,
   QUARANTINE_SQL,
+  RELEASED_MESSAGES_SQL,
   RELEASED_SQL,
   SET_POSITION_SQL,
 } from './inbox-sql.js';
@@ -84,6 +86,15 @@ export interface Inbox {
   readonly consumer: string;
   /** Handles one delivery; acknowledge the broker unless the result is `deferred`. */
   handle<T = unknown>(message: InboxMessage, handler: InboxHandler<T>): Promise<HandleResult>;
+  /**
+   * Hands released quarantined messages (`tx-outbox inbox release`) to the handler again, in
+   * aggregate order; a released message skips the accepted-version check once. Returns what
+   * happened to each.
+   */
+  replayReleased<T = unknown>(
+    handler: InboxHandler<T>,
+    options?: { limit?: number },
+  ): Promise<HandleResult[]>;
 }
 
 interface Statements {
@@ -95,6 +106,8 @@ interface Statements {
   readonly countAttempt: string;
   readonly quarantine: string;
   readonly released: string;
+  readonly releasedMessages: string;
+  readonly doneQuarantine: string;
 }
 
 class Rejected extends Error {
@@ -131,6 +144,8 @@ export function createInbox(options: InboxOptions): Inbox {
     countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
     quarantine: withSchema(QUARANTINE_SQL, schema),
     released: withSchema(RELEASED_SQL, schema),
+    releasedMessages: withSchema(RELEASED_MESSAGES_SQL, schema),
+    doneQuarantine: withSchema(DONE_QUARANTINE_SQL, schema),
   };
   return new TransactionalInbox(options, ordering, sql);
 }
@@ -173,8 +188,9 @@ class TransactionalInbox implements Inbox {
         const { rows } = await tx.query<{ last_sequence: string }>(this.sql.lock, key);
         const last = Number(rows[0]!.last_sequence);
         const decision = decideOrder(this.ordering, last === 0 ? undefined : last, message.sequence);
-        if (decision === 'gap')
+        if (decision === 'gap' && !(await this.isReleased(tx, message))) {
           throw new Rejected('deferred', `waiting for sequence ${last + 1} of this aggregate`);
+        }
         if (decision === 'stale')
           throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
         await handler(tx, decoded.event);
@@ -186,6 +202,35 @@ class TransactionalInbox implements Inbox {
       if (error instanceof Rejected) return this.rejected(message, error);
       return this.failed(message, error);
     }
+  }
+
+  async replayReleased<T>(
+    handler: InboxHandler<T>,
+    options: { limit?: number } = {},
+  ): Promise<HandleResult[]> {
+    const { rows } = await this.o.pool.query(this.sql.releasedMessages, [
+      this.consumer,
+      options.limit ?? 100,
+    ]);
+    const results: HandleResult[] = [];
+    for (const r of rows) {
+      const message: InboxMessage = {
+        eventId: r.event_id,
+        type: r.event_type,
+        aggregateType: r.aggregate_type,
+        aggregateId: r.aggregate_id,
+        sequence: Number(r.sequence),
+        schemaVersion: r.schema_version,
+        headers: r.headers,
+        payload: r.payload,
+      };
+      const result = await this.handle(message, handler);
+      if (result.status !== 'deferred' && result.status !== 'quarantined') {
+        await this.o.pool.query(this.sql.doneQuarantine, [r.id]);
+      }
+      results.push(result);
+    }
+    return results;
   }
 
   /** The transaction rolled back; a stale event's dedup record is then kept on its own. */
@@ -260,15 +305,20 @@ class TransactionalInbox implements Inbox {
     return { status: 'quarantined', reason, ...(error ? { error } : {}) };
   }
 
+  /** An operator released this message from quarantine: it skips the version check and a gap once. */
+  private async isReleased(db: Pick<Pool, 'query'> | PoolClient, message: InboxMessage): Promise<boolean> {
+    const { rowCount } = await db.query(this.sql.released, [this.consumer, message.eventId]);
+    return (rowCount ?? 0) > 0;
+  }
+
   /** Accepted type and version, JSON payload, schema validation. */
   private async decode<T>(message: InboxMessage): Promise<{ event: InboxEvent<T> } | { reason: string }> {
     const accepts = this.o.accepts;
     const accepted = accepts?.find((a) => a.type === message.type);
-    const released = async () =>
-      ((await this.o.pool.query(this.sql.released, [this.consumer, message.eventId])).rowCount ?? 0) > 0;
+
     if (accepts !== undefined) {
       const versions = accepted === undefined ? [] : ([] as number[]).concat(accepted.schemaVersion);
-      if (!versions.includes(message.schemaVersion) && !(await released())) {
+      if (!versions.includes(message.schemaVersion) && !(await this.isReleased(this.o.pool, message))) {
         return {
           reason:
             accepted === undefined

@@ -172,6 +172,40 @@ describe('tx-outbox CLI', () => {
     expect(all.stdout).toMatch(/Replayed 0 dead events/);
   });
 
+  it('inbox list/release/prune: JSON list, a reason required, no pruning inside the replay horizon', async () => {
+    await run(['migrate', '--schema', SCHEMA, '--partitions', '4']);
+    const list = await run(['inbox', 'list', '--json', '--schema', SCHEMA]);
+    expect(list.code).toBe(0);
+    expect(JSON.parse(list.stdout)).toEqual([]);
+    const noReason = await run(['inbox', 'release', '1', '--schema', SCHEMA]);
+    expect(noReason.code).toBe(2);
+    expect(expectOneErrorLine(noReason)).toMatch(/--reason/);
+    const tooSoon = await run([
+      'inbox',
+      'prune',
+      '--older-than',
+      '1h',
+      '--replay-horizon',
+      '1d',
+      '--schema',
+      SCHEMA,
+    ]);
+    expect(tooSoon.code).toBe(2);
+    expect(expectOneErrorLine(tooSoon)).toMatch(/replay horizon/);
+    const ok = await run([
+      'inbox',
+      'prune',
+      '--older-than',
+      '30d',
+      '--replay-horizon',
+      '7d',
+      '--schema',
+      SCHEMA,
+    ]);
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toMatch(/Pruned 0 dedup record/);
+  });
+
   it('says how to give the database when there is no URL', async () => {
     const result = await run(['status'], cliEnv({ DATABASE_URL: undefined }));
     expect(result.code).toBe(2);

@@ -3,6 +3,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../../src/inbox/message.js';
+import {
+  listQuarantine,
+  pruneInbox,
+  releaseQuarantined,
+  showQuarantined,
+} from '../../src/inbox/quarantine.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 import { makeMessage } from '../helpers/messages.js';
@@ -160,5 +166,66 @@ describe('inbox', () => {
     const m = fromEnvelope(envelopeHeaders(sent, 'test'), sent.payload);
     expect(m).toMatchObject({ eventId: sent.eventId, aggregateId: 'env', sequence: 7, schemaVersion: 2 });
     expect(() => fromEnvelope({}, sent.payload)).toThrow(/headers.ce-id/);
+  });
+});
+
+describe('inbox operations', () => {
+  it('a quarantined message, released with a reason, is handled again by replayReleased (audited)', async () => {
+    const consumer = `rel-${randomUUID().slice(0, 8)}`;
+    const strictV1 = createInbox({
+      pool: db.pool,
+      consumer,
+      schema: db.schema,
+      accepts: [{ type: 'stock.reserved', schemaVersion: 1 }],
+    });
+    const v2 = message('r', 1, { schemaVersion: 2 });
+    expect((await strictV1.handle(v2, (tx) => record(tx, v2))).status).toBe('quarantined');
+    const [parked] = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    expect(parked).toMatchObject({ eventId: v2.eventId, schemaVersion: 2, releasedAt: null });
+    const shown = await showQuarantined(db.pool, { schema: db.schema, id: parked!.id });
+    expect(Buffer.from(shown!.payload!).toString()).toBe(Buffer.from(v2.payload).toString());
+    await expect(
+      releaseQuarantined(db.pool, { schema: db.schema, ids: [parked!.id], reason: '' }),
+    ).rejects.toThrow(/reason/);
+    expect(
+      await releaseQuarantined(db.pool, {
+        schema: db.schema,
+        ids: [parked!.id],
+        reason: 'v2 is compatible',
+        actor: 'ops',
+      }),
+    ).toEqual([v2.eventId]);
+    const results = await strictV1.replayReleased((tx, e) => record(tx, e));
+    expect(results.map((r) => r.status)).toEqual(['processed']);
+    expect(await effects(v2.eventId)).toBe(1);
+    expect(await listQuarantine(db.pool, { schema: db.schema, consumer })).toEqual([]);
+    const { rows } = await db.pool.query(
+      `SELECT actor, action, reason FROM "${db.schema}".audit WHERE action = 'inbox-release'`,
+    );
+    expect(rows).toContainEqual({ actor: 'ops', action: 'inbox-release', reason: 'v2 is compatible' });
+  });
+
+  it('prune refuses a window shorter than the replay horizon, and deletes only old records', async () => {
+    await expect(
+      pruneInbox(db.pool, { schema: db.schema, olderThanMs: 1000, replayHorizonMs: 60_000 }),
+    ).rejects.toThrow(/shorter than the replay horizon/);
+    const ib = inbox();
+    const m = message('p', 1);
+    await ib.handle(m, (tx) => record(tx, m));
+    await db.pool.query(
+      `UPDATE "${db.schema}".inbox SET processed_at = now() - interval '2 days' WHERE event_id = $1`,
+      [m.eventId],
+    );
+    const pruned = await pruneInbox(db.pool, {
+      schema: db.schema,
+      olderThanMs: 86_400_000,
+      replayHorizonMs: 3_600_000,
+    });
+    expect(pruned).toBeGreaterThanOrEqual(1);
+    const { rows } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM "${db.schema}".inbox WHERE event_id = $1`,
+      [m.eventId],
+    );
+    expect(rows[0].n).toBe(0);
   });
 });

@@ -1,0 +1,126 @@
+/** `tx-outbox inbox list | show | release | prune`: operating a consumer's inbox. */
+
+import type { Command } from 'commander';
+import {
+  listQuarantine,
+  pruneInbox,
+  type QuarantinedMessage,
+  releaseQuarantined,
+  showQuarantined,
+} from '../inbox/quarantine.js';
+import {
+  addDatabaseOptions,
+  addLogLevelOption,
+  CliError,
+  createLogger,
+  createPool,
+  type DatabaseOptions,
+  databaseUrl,
+  type LogLevelOptions,
+  usageError,
+} from './common.js';
+
+interface Options extends DatabaseOptions, LogLevelOptions {
+  readonly consumer?: string;
+  readonly json?: boolean;
+  readonly reason?: string;
+  readonly actor?: string;
+  readonly olderThan?: string;
+  readonly replayHorizon?: string;
+}
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** `7d`, `12h`, `30m`, `45s`, `500ms` → milliseconds. */
+export function parseDuration(flag: string, value: string | undefined): number {
+  const m = /^(\d+)(ms|s|m|h|d)$/.exec(value ?? '');
+  if (!m) throw usageError(`${flag} needs a duration such as 7d, 12h or 30m`);
+  return Number(m[1]) * UNITS[m[2]!]!;
+}
+
+async function withPool<T>(
+  options: Options,
+  fn: (pool: ReturnType<typeof createPool>) => Promise<T>,
+): Promise<T> {
+  const pool = createPool(databaseUrl(options), createLogger(options.logLevel), 1);
+  try {
+    return await fn(pool);
+  } finally {
+    await pool.end();
+  }
+}
+
+function command(parent: Command, name: string, description: string): Command {
+  const c = parent.command(name).description(description);
+  addDatabaseOptions(c);
+  addLogLevelOption(c, 'warn');
+  return c;
+}
+
+export function registerInbox(program: Command): void {
+  const inbox = program.command('inbox').description("a consumer's inbox: quarantined messages, pruning");
+
+  command(inbox, 'list', 'list quarantined messages, oldest first, with the reason')
+    .option('--consumer <name>', 'only this consumer')
+    .option('--json', 'print a JSON array')
+    .action((o: Options) =>
+      withPool(o, async (pool) => {
+        const rows = await listQuarantine(pool, { schema: o.schema, consumer: o.consumer });
+        process.stdout.write(`${o.json ? JSON.stringify(rows) : formatList(rows)}\n`);
+      }),
+    );
+
+  command(inbox, 'show <id>', 'one quarantined message, with its headers and payload')
+    .option('--json', 'print JSON')
+    .action((id: string, o: Options) =>
+      withPool(o, async (pool) => {
+        const m = await showQuarantined(pool, { schema: o.schema, id });
+        if (!m) throw new CliError(`no quarantined message with id ${id}`, 1);
+        const payload = m.payload ? Buffer.from(m.payload).toString('utf8') : '';
+        process.stdout.write(
+          `${o.json ? JSON.stringify({ ...m, payload }) : `${formatList([m])}\n  headers ${JSON.stringify(m.headers)}\n  payload ${payload}`}\n`,
+        );
+      }),
+    );
+
+  command(inbox, 'release <ids...>', 'release quarantined messages so the consumer handles them again')
+    .option('--reason <text>', 'why (required; kept in the audit table)')
+    .option('--actor <name>', 'who (default: the database user)')
+    .action((ids: string[], o: Options) => {
+      if (!o.reason) throw usageError('release needs --reason "<why>"; it is kept in the audit table');
+      return withPool(o, async (pool) => {
+        const released = await releaseQuarantined(pool, {
+          schema: o.schema,
+          ids,
+          reason: o.reason!,
+          actor: o.actor,
+        });
+        process.stdout.write(
+          `Released ${released.length} message(s); the consumer replays them (inbox.replayReleased).\n`,
+        );
+      });
+    });
+
+  command(inbox, 'prune', 'delete dedup records older than --older-than (never inside the replay horizon)')
+    .option('--older-than <duration>', 'e.g. 30d')
+    .option('--replay-horizon <duration>', 'how far back a broker may redeliver, e.g. 7d (required)')
+    .action((o: Options) => {
+      const olderThanMs = parseDuration('--older-than', o.olderThan);
+      const replayHorizonMs = parseDuration('--replay-horizon', o.replayHorizon);
+      return withPool(o, async (pool) => {
+        const n = await pruneInbox(pool, { schema: o.schema, olderThanMs, replayHorizonMs });
+        process.stdout.write(`Pruned ${n} dedup record(s).\n`);
+      });
+    });
+}
+
+function formatList(rows: readonly QuarantinedMessage[]): string {
+  if (rows.length === 0) return 'No quarantined messages.';
+  return rows
+    .map(
+      (m) =>
+        `#${m.id} ${m.consumer}  ${m.type} v${m.schemaVersion}  ${m.aggregateType}/${m.aggregateId} #${m.sequence}  ` +
+        `${m.releasedAt ? 'released' : 'parked'} ${m.quarantinedAt.toISOString()}\n    ${m.reason}`,
+    )
+    .join('\n');
+}

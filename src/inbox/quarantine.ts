@@ -1,0 +1,160 @@
+/**
+ * Operating the inbox: list and inspect quarantined messages, release them with a
+ * reason (audited) so the consumer handles them again, and prune old dedup records.
+ */
+import type { Pool } from 'pg';
+import { OutboxValidationError } from '../errors.js';
+import { inTransaction } from '../producer/transaction.js';
+import { quoteSchema, withSchema } from '../schema/identifiers.js';
+import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+
+export interface QuarantinedMessage {
+  readonly id: string;
+  readonly consumer: string;
+  readonly eventId: string;
+  readonly aggregateType: string;
+  readonly aggregateId: string;
+  readonly sequence: number;
+  readonly type: string;
+  readonly schemaVersion: number;
+  readonly reason: string;
+  readonly attempts: number;
+  readonly quarantinedAt: Date;
+  readonly releasedAt: Date | null;
+  readonly releaseReason: string | null;
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly payload?: Uint8Array;
+}
+
+const COLUMNS = `id::text AS id, consumer, event_id::text AS event_id, aggregate_type, aggregate_id,
+  sequence::text AS sequence, event_type, schema_version, reason, attempts, quarantined_at, released_at, release_reason`;
+
+export const LIST_QUARANTINE_SQL = `
+SELECT ${COLUMNS} FROM {{schema}}.inbox_quarantine
+WHERE ($1::text IS NULL OR consumer = $1)
+ORDER BY quarantined_at, id
+LIMIT $2`;
+
+export const SHOW_QUARANTINED_SQL = `SELECT ${COLUMNS}, headers, payload FROM {{schema}}.inbox_quarantine WHERE id = $1`;
+
+export const RELEASE_SQL = `
+WITH released AS (
+  UPDATE {{schema}}.inbox_quarantine
+  SET released_at = now(), release_reason = $2
+  WHERE id = ANY ($1::bigint[]) AND released_at IS NULL
+  RETURNING event_id
+), audited AS (
+  INSERT INTO {{schema}}.audit (actor, action, event_ids, reason)
+  SELECT $3, 'inbox-release', array_agg(event_id), $2 FROM released HAVING count(*) > 0
+)
+SELECT event_id::text AS event_id FROM released`;
+
+export const PRUNE_SQL = `
+WITH old AS (
+  SELECT consumer, event_id FROM {{schema}}.inbox
+  WHERE processed_at < now() - $1 * interval '1 millisecond'
+  LIMIT $2
+)
+DELETE FROM {{schema}}.inbox i USING old
+WHERE i.consumer = old.consumer AND i.event_id = old.event_id`;
+
+type Row = Record<string, unknown>;
+
+function toQuarantined(r: Row): QuarantinedMessage {
+  return {
+    id: r['id'] as string,
+    consumer: r['consumer'] as string,
+    eventId: r['event_id'] as string,
+    aggregateType: r['aggregate_type'] as string,
+    aggregateId: r['aggregate_id'] as string,
+    sequence: Number(r['sequence']),
+    type: r['event_type'] as string,
+    schemaVersion: r['schema_version'] as number,
+    reason: r['reason'] as string,
+    attempts: r['attempts'] as number,
+    quarantinedAt: r['quarantined_at'] as Date,
+    releasedAt: (r['released_at'] as Date | null) ?? null,
+    releaseReason: (r['release_reason'] as string | null) ?? null,
+    ...(r['headers'] ? { headers: r['headers'] as Record<string, string> } : {}),
+    ...(r['payload'] ? { payload: r['payload'] as Buffer } : {}),
+  };
+}
+
+export async function listQuarantine(
+  pool: Pool,
+  options: { schema?: string; consumer?: string; limit?: number } = {},
+): Promise<QuarantinedMessage[]> {
+  const sql = withSchema(LIST_QUARANTINE_SQL, quoteSchema(options.schema ?? DEFAULT_SCHEMA));
+  const { rows } = await pool.query(sql, [options.consumer ?? null, options.limit ?? 100]);
+  return rows.map(toQuarantined);
+}
+
+export async function showQuarantined(
+  pool: Pool,
+  options: { schema?: string; id: string },
+): Promise<QuarantinedMessage | undefined> {
+  if (!/^\d+$/.test(options.id))
+    throw new OutboxValidationError(
+      'id',
+      `"${options.id}" is not a quarantine id`,
+      'Pass an id from inbox list.',
+    );
+  const sql = withSchema(SHOW_QUARANTINED_SQL, quoteSchema(options.schema ?? DEFAULT_SCHEMA));
+  const { rows } = await pool.query(sql, [options.id]);
+  return rows[0] ? toQuarantined(rows[0]) : undefined;
+}
+
+/** Marks quarantined messages released; the consumer handles them again (`inbox.replayReleased`). */
+export async function releaseQuarantined(
+  pool: Pool,
+  options: { schema?: string; ids: readonly string[]; reason: string; actor?: string },
+): Promise<string[]> {
+  if (typeof options.reason !== 'string' || options.reason.trim() === '') {
+    throw new OutboxValidationError(
+      'reason',
+      'is missing',
+      'Say why the messages are released; it is audited.',
+    );
+  }
+  if (options.ids.length === 0 || options.ids.some((id) => !/^\d+$/.test(id))) {
+    throw new OutboxValidationError('ids', 'must be quarantine ids', 'Pass ids from inbox list.');
+  }
+  const sql = withSchema(RELEASE_SQL, quoteSchema(options.schema ?? DEFAULT_SCHEMA));
+  return inTransaction(pool, async (tx) => {
+    const actor = options.actor ?? (await tx.query<{ u: string }>('SELECT current_user AS u')).rows[0]!.u;
+    const { rows } = await tx.query<{ event_id: string }>(sql, [options.ids, options.reason.trim(), actor]);
+    return rows.map((r) => r.event_id);
+  });
+}
+
+/**
+ * Deletes dedup records older than `olderThanMs`. Refuses a window shorter than the
+ * replay horizon — how far back a broker may still redeliver (stream retention,
+ * a consumer group reset …): pruning inside it would let a redelivery apply twice.
+ */
+export async function pruneInbox(
+  pool: Pool,
+  options: { schema?: string; olderThanMs: number; replayHorizonMs: number; batch?: number },
+): Promise<number> {
+  if (!(options.replayHorizonMs > 0)) {
+    throw new OutboxValidationError(
+      'replayHorizonMs',
+      'is missing',
+      'Say how far back your broker may redeliver.',
+    );
+  }
+  if (!(options.olderThanMs >= options.replayHorizonMs)) {
+    throw new OutboxValidationError(
+      'olderThanMs',
+      `(${options.olderThanMs} ms) is shorter than the replay horizon (${options.replayHorizonMs} ms)`,
+      'Keep dedup records at least as long as a broker may redeliver, or a redelivery applies twice.',
+    );
+  }
+  const sql = withSchema(PRUNE_SQL, quoteSchema(options.schema ?? DEFAULT_SCHEMA));
+  let total = 0;
+  for (;;) {
+    const { rowCount } = await pool.query(sql, [options.olderThanMs, options.batch ?? 10_000]);
+    total += rowCount ?? 0;
+    if ((rowCount ?? 0) < (options.batch ?? 10_000)) return total;
+  }
+}
