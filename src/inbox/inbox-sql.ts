@@ -7,23 +7,6 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (consumer, event_id) DO NOTHING
 RETURNING event_id`;
 
-/** The aggregate's position, locked: one instance handles an aggregate at a time. */
-export const LOCK_POSITION_SQL = `
-SELECT last_sequence::text AS last_sequence FROM {{schema}}.inbox_positions
-WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3
-FOR UPDATE`;
-
-export const ENSURE_POSITION_SQL = `
-INSERT INTO {{schema}}.inbox_positions (consumer, aggregate_type, aggregate_id, last_sequence)
-VALUES ($1, $2, $3, 0)
-ON CONFLICT DO NOTHING`;
-
-export const SET_POSITION_SQL = `
-UPDATE {{schema}}.inbox_positions SET last_sequence = greatest(last_sequence, $4)
-WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3`;
-
-export const CLEAR_ATTEMPTS_SQL = `DELETE FROM {{schema}}.inbox_attempts WHERE consumer = $1 AND event_id = $2`;
-
 /** Counts a failed or deferred delivery; returns the count and how long ago the first was. */
 export const COUNT_ATTEMPT_SQL = `
 INSERT INTO {{schema}}.inbox_attempts AS a (consumer, event_id, attempts, last_reason)
@@ -61,3 +44,29 @@ ORDER BY aggregate_type, aggregate_id, sequence
 LIMIT $2`;
 
 export const DONE_QUARANTINE_SQL = `DELETE FROM {{schema}}.inbox_quarantine WHERE id = $1 AND released_at IS NOT NULL`;
+
+/**
+ * The dedup record and the aggregate's position in one round trip: when the event is new,
+ * the position row is created or locked (a no-op update takes the row lock, which
+ * serialises one aggregate across consumer instances) and its last sequence returned.
+ * No row back: this consumer already has the event.
+ */
+export const CLAIM_AND_LOCK_SQL = `
+WITH claimed AS (
+  INSERT INTO {{schema}}.inbox (consumer, event_id, aggregate_type, aggregate_id, sequence, outcome)
+  VALUES ($1, $2, $3, $4, $5, 'processed')
+  ON CONFLICT (consumer, event_id) DO NOTHING
+  RETURNING consumer
+)
+INSERT INTO {{schema}}.inbox_positions AS p (consumer, aggregate_type, aggregate_id, last_sequence)
+SELECT $1, $3, $4, 0 FROM claimed
+ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET last_sequence = p.last_sequence
+RETURNING last_sequence::text AS last_sequence`;
+
+/** After the handler: the new position, and the failed-attempt count cleared, in one round trip. */
+export const APPLIED_SQL = `
+WITH cleared AS (
+  DELETE FROM {{schema}}.inbox_attempts WHERE consumer = $1 AND event_id = $5
+)
+UPDATE {{schema}}.inbox_positions SET last_sequence = greatest(last_sequence, $4)
+WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3`;

@@ -13,16 +13,14 @@ import { inTransaction } from '../producer/transaction.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import {
+  APPLIED_SQL,
+  CLAIM_AND_LOCK_SQL,
   CLAIM_EVENT_SQL,
-  CLEAR_ATTEMPTS_SQL,
   COUNT_ATTEMPT_SQL,
   DONE_QUARANTINE_SQL,
-  ENSURE_POSITION_SQL,
-  LOCK_POSITION_SQL,
   QUARANTINE_SQL,
   RELEASED_MESSAGES_SQL,
   RELEASED_SQL,
-  SET_POSITION_SQL,
 } from './inbox-sql.js';
 import type { InboxMessage } from './message.js';
 import { decideOrder, ORDERING_POLICIES, type OrderingPolicy } from './ordering.js';
@@ -99,10 +97,8 @@ export interface Inbox {
 
 interface Statements {
   readonly claim: string;
-  readonly lock: string;
-  readonly ensure: string;
-  readonly setPosition: string;
-  readonly clearAttempts: string;
+  readonly claimAndLock: string;
+  readonly applied: string;
   readonly countAttempt: string;
   readonly quarantine: string;
   readonly released: string;
@@ -137,10 +133,8 @@ export function createInbox(options: InboxOptions): Inbox {
   const schema = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
   const sql: Statements = {
     claim: withSchema(CLAIM_EVENT_SQL, schema),
-    lock: withSchema(LOCK_POSITION_SQL, schema),
-    ensure: withSchema(ENSURE_POSITION_SQL, schema),
-    setPosition: withSchema(SET_POSITION_SQL, schema),
-    clearAttempts: withSchema(CLEAR_ATTEMPTS_SQL, schema),
+    claimAndLock: withSchema(CLAIM_AND_LOCK_SQL, schema),
+    applied: withSchema(APPLIED_SQL, schema),
     countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
     quarantine: withSchema(QUARANTINE_SQL, schema),
     released: withSchema(RELEASED_SQL, schema),
@@ -174,18 +168,14 @@ class TransactionalInbox implements Inbox {
     if ('reason' in decoded) return this.park(message, decoded.reason, 0);
     try {
       await inTransaction(this.o.pool, async (tx) => {
-        const claimed = await tx.query(this.sql.claim, [
+        const { rows } = await tx.query<{ last_sequence: string }>(this.sql.claimAndLock, [
           this.consumer,
           message.eventId,
           message.aggregateType,
           message.aggregateId,
           message.sequence,
-          'processed',
         ]);
-        if (claimed.rowCount === 0) throw new Rejected('duplicate');
-        const key = [this.consumer, message.aggregateType, message.aggregateId];
-        await tx.query(this.sql.ensure, key);
-        const { rows } = await tx.query<{ last_sequence: string }>(this.sql.lock, key);
+        if (rows.length === 0) throw new Rejected('duplicate');
         const last = Number(rows[0]!.last_sequence);
         const decision = decideOrder(this.ordering, last === 0 ? undefined : last, message.sequence);
         if (decision === 'gap' && !(await this.isReleased(tx, message))) {
@@ -194,8 +184,13 @@ class TransactionalInbox implements Inbox {
         if (decision === 'stale')
           throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
         await handler(tx, decoded.event);
-        await tx.query(this.sql.setPosition, [...key, message.sequence]);
-        await tx.query(this.sql.clearAttempts, [this.consumer, message.eventId]);
+        await tx.query(this.sql.applied, [
+          this.consumer,
+          message.aggregateType,
+          message.aggregateId,
+          message.sequence,
+          message.eventId,
+        ]);
       });
       return { status: 'processed' };
     } catch (error) {
