@@ -1,0 +1,255 @@
+/**
+ * MQTT 5 consumer adapter on MQTT.js 5.x: a persistent session (`clean: false`, fixed
+ * `clientId`, `sessionExpiryInterval`) subscribed at QoS 1, whose messages go through the
+ * inbox. The CloudEvents envelope is read from the MQTT 5 user properties (what
+ * `mqttPublisher` sends), each delivery is handled through a KeyedQueue keyed by aggregate
+ * (bounded concurrency, one delivery of an aggregate at a time), and its PUBACK is written only
+ * after `inbox.handle` resolved — after the inbox transaction committed.
+ *
+ * Manual acks: MQTT.js's `customHandleAcks` hook is installed, and the PUBACK it produces is
+ * held back until the delivery was handled. (MQTT.js handles incoming packets one at a time and
+ * waits for the PUBACK write before reading the next one; holding the PUBACK inside the hook
+ * would serialize the whole connection and keep a deferred message from ever seeing the one it
+ * waits for. So the packet pump is released at once and only the PUBACK write waits.)
+ *
+ * MQTT has no negative ack: a `deferred` delivery is not acked, and handled again in-process
+ * after `deferMs`, until the inbox answers something else (its own `maxDeferrals` / `maxDeferMs`
+ * bound this: past them it quarantines) — then it is acked. The same goes for an inbox failure
+ * (database down). When the connection drops, unacked deliveries are redelivered by the broker
+ * on the resumed session (the inbox deduplicates them). A message without a tx-outbox envelope
+ * cannot be deduplicated nor quarantined: it is acked (dropped) and logged.
+ */
+import { connect, type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
+import { errorMessage, OutboxValidationError } from '../errors.js';
+import type { Inbox, InboxHandler } from '../inbox/inbox.js';
+import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
+import { type Logger, silentLogger } from '../logger.js';
+import { KeyedQueue } from './keyed-queue.js';
+import { aggregateKey, type Consumer } from './nats.js';
+
+export type { Consumer } from './nats.js';
+
+export interface MqttConsumerOptions<T = unknown> {
+  readonly inbox: Inbox;
+  readonly handler: InboxHandler<T>;
+  /** Broker URL, e.g. `mqtt://127.0.0.1:1883`; the adapter owns (and ends) this client. */
+  readonly url?: string;
+  /**
+   * An existing MQTT.js client (MQTT 5, `clean: false`) instead of `url`; never ended by the
+   * adapter. Its acks are taken over: give it to one consumer only.
+   */
+  readonly client?: MqttClient;
+  /** Extra MQTT.js options for the client made from `url` (auth, TLS …). */
+  readonly clientOptions?: Omit<
+    IClientOptions,
+    'protocolVersion' | 'clean' | 'clientId' | 'customHandleAcks'
+  >;
+  /** Topic filter to subscribe to at QoS 1 (wildcards allowed). */
+  readonly topic: string;
+  /** Fixed client id: the broker keeps the session (subscription, unacked messages) under it. */
+  readonly clientId: string;
+  /** Session expiry interval of the client made from `url`, in seconds. Default 86 400 (1 day). */
+  readonly sessionExpirySeconds?: number;
+  /** Deliveries handled at once (across aggregates). Default 16. */
+  readonly concurrency?: number;
+  /** Delay before a deferred delivery is handled again, in ms. Default 1000. */
+  readonly deferMs?: number;
+  /** Aborting it stops the consumer (like `stop()`). */
+  readonly signal?: AbortSignal;
+  readonly logger?: Logger;
+}
+
+type SendPacket = (packet: { cmd: string; messageId?: number }, cb?: (error?: Error) => void) => void;
+
+/**
+ * Consumes an MQTT topic filter through the inbox.
+ *
+ * @example
+ * const consumer = await consumeMqtt({ inbox, handler, url: 'mqtt://127.0.0.1:1883', topic: 'order/#', clientId: 'inventory' });
+ * // …
+ * await consumer.stop();
+ */
+export async function consumeMqtt<T = unknown>(options: MqttConsumerOptions<T>): Promise<Consumer> {
+  validate(options);
+  const owned = options.client === undefined;
+  const client =
+    options.client ??
+    connect(options.url!, {
+      reconnectPeriod: 1000,
+      ...options.clientOptions,
+      protocolVersion: 5,
+      clean: false,
+      clientId: options.clientId,
+      properties: {
+        ...options.clientOptions?.properties,
+        sessionExpiryInterval: options.sessionExpirySeconds ?? 86_400,
+      },
+    });
+  const adapter = new MqttConsumer(client, owned, options, options.logger ?? silentLogger);
+  try {
+    await adapter.start();
+    return adapter;
+  } catch (error) {
+    await adapter.stop().catch(() => undefined);
+    throw error;
+  }
+}
+
+function validate(options: MqttConsumerOptions<never>): void {
+  if (!options?.inbox || typeof options.inbox.handle !== 'function')
+    throw new OutboxValidationError('inbox', 'is missing', 'Pass the inbox from createInbox().');
+  if (typeof options.handler !== 'function')
+    throw new OutboxValidationError('handler', 'is missing', 'Pass the function that applies an event.');
+  const hasUrl = typeof options.url === 'string' && options.url !== '';
+  if (hasUrl === (options.client !== undefined))
+    throw new OutboxValidationError('url', 'or client is required (exactly one)', 'Give one of them.');
+  if (hasUrl && !URL.canParse(options.url!))
+    throw new OutboxValidationError('url', 'is not a URL', 'Give e.g. mqtt://127.0.0.1:1883.');
+  for (const name of ['topic', 'clientId'] as const) {
+    if (typeof options[name] !== 'string' || options[name] === '')
+      throw new OutboxValidationError(name, 'is missing', 'Name it.');
+  }
+  for (const name of ['concurrency', 'deferMs', 'sessionExpirySeconds'] as const) {
+    const v = options[name];
+    if (v !== undefined && (!Number.isInteger(v) || v < (name === 'concurrency' ? 1 : 0)))
+      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a non-negative integer.');
+  }
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+class MqttConsumer<T> implements Consumer {
+  readonly #queue: KeyedQueue;
+  readonly #deferMs: number;
+  readonly #inFlight = new Set<Promise<void>>();
+  /** Deliveries being handled, by packet id: their PUBACK waits for them. */
+  readonly #handling = new Map<number, Promise<boolean>>();
+  /** Bumped on every (re)connection: a PUBACK of an older connection is never sent. */
+  #generation = 0;
+  #stopping: Promise<void> | undefined;
+  #originalSend: SendPacket | undefined;
+  readonly #onAbort = (): void => void this.stop();
+  readonly #onConnect = (): void => {
+    this.#generation += 1;
+  };
+  readonly #onError = (error: Error): void => {
+    this.logger.warn({ err: error, topic: this.o.topic }, 'MQTT consumer connection error');
+  };
+
+  constructor(
+    private readonly client: MqttClient,
+    private readonly owned: boolean,
+    private readonly o: MqttConsumerOptions<T>,
+    private readonly logger: Logger,
+  ) {
+    this.#queue = new KeyedQueue(o.concurrency ?? 16);
+    this.#deferMs = o.deferMs ?? 1000;
+  }
+
+  async start(): Promise<void> {
+    const client = this.client;
+    client.options.customHandleAcks = (_topic, message, packet, done) => {
+      this.#receive(packet as IPublishPacket, message);
+      done(0);
+    };
+    // Hold back the PUBACK of a delivery still being handled; release the packet pump at once.
+    const raw = client as unknown as { _sendPacket: SendPacket };
+    const send = raw._sendPacket.bind(client);
+    this.#originalSend = raw._sendPacket;
+    raw._sendPacket = (packet, cb) => {
+      const handling = packet.cmd === 'puback' ? this.#handling.get(packet.messageId!) : undefined;
+      if (handling === undefined) return send(packet, cb);
+      this.#handling.delete(packet.messageId!);
+      const generation = this.#generation;
+      void handling.then((ack) => {
+        if (ack && generation === this.#generation && client.connected) send(packet);
+      });
+      cb?.();
+    };
+    client.on('connect', this.#onConnect);
+    client.on('error', this.#onError);
+    if (!client.connected) {
+      await new Promise<void>((resolve, reject) => {
+        const ok = (): void => {
+          client.off('error', fail);
+          resolve();
+        };
+        const fail = (error: Error): void => {
+          client.off('connect', ok);
+          reject(error);
+        };
+        client.once('connect', ok);
+        client.once('error', fail);
+      });
+    }
+    const granted = await client.subscribeAsync(this.o.topic, { qos: 1 });
+    const code = granted[0]?.qos;
+    if (code === undefined || code > 2)
+      throw new Error(`The broker refused the subscription to ${this.o.topic} (reason ${String(code)})`);
+    if (this.o.signal?.aborted) void this.stop();
+    else this.o.signal?.addEventListener('abort', this.#onAbort, { once: true });
+  }
+
+  stop(): Promise<void> {
+    this.#stopping ??= this.#shutdown();
+    return this.#stopping;
+  }
+
+  async #shutdown(): Promise<void> {
+    this.o.signal?.removeEventListener('abort', this.#onAbort);
+    while (this.#inFlight.size > 0) await Promise.all(this.#inFlight);
+    const client = this.client;
+    client.off('connect', this.#onConnect);
+    client.off('error', this.#onError);
+    if (this.owned) {
+      // Deliveries that arrive from now on are never acked: the session keeps them.
+      await new Promise<void>((resolve) => client.end(false, () => resolve()));
+    } else {
+      if (this.#originalSend)
+        (client as unknown as { _sendPacket: SendPacket })._sendPacket = this.#originalSend;
+      client.options.customHandleAcks = undefined;
+    }
+  }
+
+  #receive(packet: IPublishPacket, payload: Buffer): void {
+    if (this.#stopping) {
+      // Left unacked: redelivered to the next session.
+      if (packet.messageId !== undefined) this.#handling.set(packet.messageId, Promise.resolve(false));
+      return;
+    }
+    const task = this.#deliver(packet, payload);
+    if (packet.messageId !== undefined) this.#handling.set(packet.messageId, task);
+    const done = task.then(() => undefined);
+    this.#inFlight.add(done);
+    void done.finally(() => this.#inFlight.delete(done));
+  }
+
+  /** Handles a delivery; resolves true when it may be acked. */
+  async #deliver(packet: IPublishPacket, payload: Buffer): Promise<boolean> {
+    let message: InboxMessage;
+    try {
+      const headers: Record<string, string> = {};
+      for (const [name, value] of Object.entries(packet.properties?.userProperties ?? {}))
+        headers[name] = Array.isArray(value) ? value[0]! : value;
+      message = fromEnvelope(headers, payload);
+    } catch (error) {
+      const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
+      this.logger.error({ topic: packet.topic, reason }, 'message dropped');
+      return true;
+    }
+    for (;;) {
+      try {
+        const result = await this.#queue.run(aggregateKey(message), () =>
+          this.o.inbox.handle(message, this.o.handler),
+        );
+        if (result.status !== 'deferred') return true;
+      } catch (error) {
+        // Nothing was committed: handle it again later.
+        this.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; retrying later');
+      }
+      if (this.#stopping) return false;
+      await sleep(this.#deferMs);
+      if (this.#stopping) return false;
+    }
+  }
+}
