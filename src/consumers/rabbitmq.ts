@@ -1,0 +1,230 @@
+/**
+ * RabbitMQ consumer adapter (AMQP 0-9-1 through amqplib): consumes a queue with manual
+ * acknowledgement and a prefetch window; each delivery is read from its CloudEvents `ce-*`
+ * AMQP headers (as `rabbitmqPublisher` sends them), handled through a KeyedQueue keyed by
+ * aggregate (bounded concurrency, never two deliveries of one aggregate at once), and
+ * acknowledged only after `inbox.handle` resolved — after the inbox transaction committed.
+ * `deferred` (or an inbox failure) is answered, after `deferMs`, with `nack(requeue)` so the
+ * broker redelivers it; every other status is acked. A message without a tx-outbox
+ * envelope is rejected without requeue (dead-lettered when the queue has a dead-letter
+ * exchange, dropped otherwise) and logged.
+ */
+import { type Channel, type ConsumeMessage, connect, type Options, type SocketOptions } from 'amqplib';
+import { errorMessage, OutboxValidationError } from '../errors.js';
+import type { Inbox, InboxHandler } from '../inbox/inbox.js';
+import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
+import { type Logger, silentLogger } from '../logger.js';
+import type { AmqpConnection } from '../publishers/rabbitmq.js';
+import { KeyedQueue } from './keyed-queue.js';
+import { aggregateKey, type Consumer } from './nats.js';
+
+export type { Consumer } from './nats.js';
+
+export interface RabbitMqConsumerOptions<T = unknown> {
+  readonly inbox: Inbox;
+  readonly handler: InboxHandler<T>;
+  /** Broker URL or amqplib connect object; the adapter owns (and closes) this connection. */
+  readonly url?: string | Options.Connect;
+  readonly socketOptions?: SocketOptions;
+  /** An existing connection instead of `url`: the adapter opens (and closes) its own channel on it, never the connection. */
+  readonly connection?: AmqpConnection;
+  /** The queue to consume (it must exist). */
+  readonly queue: string;
+  /** Unacknowledged deliveries the broker sends at once. Default 32. */
+  readonly prefetch?: number;
+  /** Deliveries handled at once (across aggregates). Default 16. */
+  readonly concurrency?: number;
+  /** Delay before a deferred delivery is requeued, in ms. Default 1000. */
+  readonly deferMs?: number;
+  /** Aborting it stops the consumer (like `stop()`). */
+  readonly signal?: AbortSignal;
+  readonly logger?: Logger;
+}
+
+/**
+ * Consumes a RabbitMQ queue through the inbox.
+ *
+ * @example
+ * const consumer = await consumeRabbitMq({ inbox, handler, url: 'amqp://guest:guest@127.0.0.1:5672', queue: 'inventory' });
+ * // …
+ * await consumer.stop();
+ */
+export async function consumeRabbitMq<T = unknown>(options: RabbitMqConsumerOptions<T>): Promise<Consumer> {
+  validate(options);
+  const logger = options.logger ?? silentLogger;
+  const owned = options.connection === undefined;
+  const connection: AmqpConnection =
+    options.connection ?? (await connect(options.url!, options.socketOptions));
+  let channel: Channel | undefined;
+  try {
+    channel = await connection.createChannel();
+    await channel.checkQueue(options.queue);
+    await channel.prefetch(options.prefetch ?? 32);
+    const adapter = new RabbitMqConsumer(connection, owned, channel, options, logger);
+    await adapter.start();
+    return adapter;
+  } catch (error) {
+    if (channel) await channel.close().catch(() => undefined);
+    if (owned) await connection.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+function validate(options: RabbitMqConsumerOptions<never>): void {
+  if (!options?.inbox || typeof options.inbox.handle !== 'function')
+    throw new OutboxValidationError('inbox', 'is missing', 'Pass the inbox from createInbox().');
+  if (typeof options.handler !== 'function')
+    throw new OutboxValidationError('handler', 'is missing', 'Pass the function that applies an event.');
+  const hasUrl = options.url !== undefined && options.url !== '';
+  if (hasUrl === (options.connection !== undefined))
+    throw new OutboxValidationError('url', 'or connection is required (exactly one)', 'Give one of them.');
+  if (typeof options.queue !== 'string' || options.queue === '')
+    throw new OutboxValidationError('queue', 'is missing', 'Name it.');
+  for (const name of ['prefetch', 'concurrency', 'deferMs'] as const) {
+    const v = options[name];
+    if (v !== undefined && (!Number.isInteger(v) || v < (name === 'deferMs' ? 0 : 1)))
+      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a positive integer.');
+  }
+}
+
+/** AMQP header values as strings (amqplib may decode strings as Buffers, numbers as numbers). */
+function headerStrings(msg: ConsumeMessage): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(msg.properties.headers ?? {})) {
+    if (value === undefined || value === null) continue;
+    if (typeof value === 'string') headers[name] = value;
+    else if (Buffer.isBuffer(value)) headers[name] = value.toString('utf8');
+    else if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean')
+      headers[name] = String(value);
+  }
+  // The AMQP message-id is the event id: use it when the header was stripped.
+  if (headers['ce-id'] === undefined && typeof msg.properties.messageId === 'string')
+    headers['ce-id'] = msg.properties.messageId;
+  return headers;
+}
+
+class RabbitMqConsumer<T> implements Consumer {
+  readonly #queue: KeyedQueue;
+  readonly #inFlight = new Set<Promise<void>>();
+  /** Deferred deliveries waiting for their requeue. */
+  readonly #timers = new Map<NodeJS.Timeout, ConsumeMessage>();
+  #tag: string | undefined;
+  #stopping: Promise<void> | undefined;
+  #closed = false;
+  readonly #onAbort = (): void => void this.stop();
+  readonly #deferMs: number;
+
+  constructor(
+    private readonly connection: AmqpConnection,
+    private readonly owned: boolean,
+    private readonly channel: Channel,
+    private readonly o: RabbitMqConsumerOptions<T>,
+    private readonly logger: Logger,
+  ) {
+    this.#queue = new KeyedQueue(o.concurrency ?? 16);
+    this.#deferMs = o.deferMs ?? 1000;
+  }
+
+  async start(): Promise<void> {
+    this.channel.on('error', (error: unknown) => {
+      this.logger.error({ err: error, queue: this.o.queue }, 'RabbitMQ consumer channel error');
+    });
+    this.channel.on('close', () => {
+      this.#closed = true;
+    });
+    const { consumerTag } = await this.channel.consume(this.o.queue, (msg) => this.#onMessage(msg), {
+      noAck: false,
+    });
+    this.#tag = consumerTag;
+    if (this.o.signal?.aborted) void this.stop();
+    else this.o.signal?.addEventListener('abort', this.#onAbort, { once: true });
+  }
+
+  stop(): Promise<void> {
+    this.#stopping ??= this.#shutdown();
+    return this.#stopping;
+  }
+
+  async #shutdown(): Promise<void> {
+    this.o.signal?.removeEventListener('abort', this.#onAbort);
+    if (this.#tag !== undefined && !this.#closed) await this.channel.cancel(this.#tag).catch(() => undefined);
+    await Promise.all(this.#inFlight);
+    // Deferred deliveries go back to the queue now rather than after their delay.
+    for (const [timer, msg] of this.#timers) {
+      clearTimeout(timer);
+      this.#settle(() => this.channel.nack(msg, false, true));
+    }
+    this.#timers.clear();
+    if (!this.#closed) await this.channel.close().catch(() => undefined);
+    if (this.owned) await this.connection.close().catch(() => undefined);
+  }
+
+  #onMessage(msg: ConsumeMessage | null): void {
+    if (msg === null) {
+      // The broker cancelled the consumer (queue deleted …).
+      if (!this.#stopping)
+        this.logger.error({ queue: this.o.queue }, 'RabbitMQ consumer cancelled by the broker');
+      return;
+    }
+    if (this.#stopping) {
+      this.#settle(() => this.channel.nack(msg, false, true));
+      return;
+    }
+    const task = this.#deliver(msg);
+    this.#inFlight.add(task);
+    void task.finally(() => this.#inFlight.delete(task));
+  }
+
+  /** Acks/nacks; a closed channel makes the broker requeue anyway, so errors are only logged. */
+  #settle(action: () => void): void {
+    if (this.#closed) return;
+    try {
+      action();
+    } catch (error) {
+      this.logger.warn({ err: error, queue: this.o.queue }, 'RabbitMQ ack/nack failed');
+    }
+  }
+
+  #requeueLater(msg: ConsumeMessage): void {
+    if (this.#stopping || this.#deferMs === 0) {
+      this.#settle(() => this.channel.nack(msg, false, true));
+      return;
+    }
+    const timer = setTimeout(() => {
+      this.#timers.delete(timer);
+      this.#settle(() => this.channel.nack(msg, false, true));
+    }, this.#deferMs);
+    this.#timers.set(timer, msg);
+  }
+
+  async #deliver(msg: ConsumeMessage): Promise<void> {
+    let message: InboxMessage;
+    try {
+      message = fromEnvelope(headerStrings(msg), msg.content);
+    } catch (error) {
+      const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
+      this.logger.error(
+        {
+          queue: this.o.queue,
+          messageId: msg.properties.messageId,
+          routingKey: msg.fields.routingKey,
+          reason,
+        },
+        'message rejected (dead-lettered if the queue has a dead-letter exchange)',
+      );
+      this.#settle(() => this.channel.nack(msg, false, false));
+      return;
+    }
+    try {
+      const result = await this.#queue.run(aggregateKey(message), () =>
+        this.o.inbox.handle(message, this.o.handler),
+      );
+      if (result.status === 'deferred') this.#requeueLater(msg);
+      else this.#settle(() => this.channel.ack(msg));
+    } catch (error) {
+      // The inbox itself failed (database down …): nothing was committed, redeliver later.
+      this.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; redelivering later');
+      this.#requeueLater(msg);
+    }
+  }
+}
