@@ -16,6 +16,7 @@ import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { aggregateKey, type Consumer } from './nats.js';
+import { checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
 export type { Consumer } from './nats.js';
 
@@ -74,21 +75,11 @@ export async function consumeKafka<T = unknown>(options: KafkaConsumerOptions<T>
 }
 
 function validate(options: KafkaConsumerOptions<never>): void {
-  if (!options?.inbox || typeof options.inbox.handle !== 'function')
-    throw new OutboxValidationError('inbox', 'is missing', 'Pass the inbox from createInbox().');
-  if (typeof options.handler !== 'function')
-    throw new OutboxValidationError('handler', 'is missing', 'Pass the function that applies an event.');
+  checkInboxAndHandler(options);
   if (!Array.isArray(options.brokers) || options.brokers.length === 0)
     throw new OutboxValidationError('brokers', 'is missing', 'Give at least one host:port.');
-  for (const name of ['topic', 'groupId'] as const) {
-    if (typeof options[name] !== 'string' || options[name] === '')
-      throw new OutboxValidationError(name, 'is missing', 'Name it.');
-  }
-  for (const name of ['concurrency', 'deferMs'] as const) {
-    const v = options[name];
-    if (v !== undefined && (!Number.isInteger(v) || v < (name === 'deferMs' ? 0 : 1)))
-      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a positive integer.');
-  }
+  checkNames(options, ['topic', 'groupId']);
+  checkIntegers(options, { concurrency: 1, deferMs: 0 });
 }
 
 /** Offsets of one partition received and not yet committed, in order, with their handled flag. */

@@ -26,6 +26,7 @@ import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { aggregateKey, type Consumer } from './nats.js';
+import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
 export type { Consumer } from './nats.js';
 
@@ -96,24 +97,17 @@ export async function consumeMqtt<T = unknown>(options: MqttConsumerOptions<T>):
 }
 
 function validate(options: MqttConsumerOptions<never>): void {
-  if (!options?.inbox || typeof options.inbox.handle !== 'function')
-    throw new OutboxValidationError('inbox', 'is missing', 'Pass the inbox from createInbox().');
-  if (typeof options.handler !== 'function')
-    throw new OutboxValidationError('handler', 'is missing', 'Pass the function that applies an event.');
+  checkInboxAndHandler(options);
   const hasUrl = typeof options.url === 'string' && options.url !== '';
-  if (hasUrl === (options.client !== undefined))
-    throw new OutboxValidationError('url', 'or client is required (exactly one)', 'Give one of them.');
+  checkExactlyOne('url', 'client', hasUrl, options.client !== undefined);
   if (hasUrl && !URL.canParse(options.url!))
     throw new OutboxValidationError('url', 'is not a URL', 'Give e.g. mqtt://127.0.0.1:1883.');
-  for (const name of ['topic', 'clientId'] as const) {
-    if (typeof options[name] !== 'string' || options[name] === '')
-      throw new OutboxValidationError(name, 'is missing', 'Name it.');
-  }
-  for (const name of ['concurrency', 'deferMs', 'sessionExpirySeconds'] as const) {
-    const v = options[name];
-    if (v !== undefined && (!Number.isInteger(v) || v < (name === 'concurrency' ? 1 : 0)))
-      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a non-negative integer.');
-  }
+  checkNames(options, ['topic', 'clientId']);
+  checkIntegers(
+    options,
+    { concurrency: 1, deferMs: 0, sessionExpirySeconds: 0 },
+    'Use a non-negative integer.',
+  );
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));

@@ -17,12 +17,13 @@ import {
   jetstreamManager,
 } from '@nats-io/jetstream';
 import { connect, type NatsConnection, type NodeConnectionOptions, nanos } from '@nats-io/transport-node';
-import { errorMessage, OutboxValidationError } from '../errors.js';
+import { errorMessage } from '../errors.js';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { apiErrorCode } from '../publishers/nats-shared.js';
 import { KeyedQueue } from './keyed-queue.js';
+import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
 /** A running consumer adapter. */
 export interface Consumer {
@@ -89,26 +90,11 @@ export async function consumeNats<T = unknown>(options: NatsConsumerOptions<T>):
 }
 
 function validate(options: NatsConsumerOptions<never>): void {
-  if (!options?.inbox || typeof options.inbox.handle !== 'function')
-    throw new OutboxValidationError('inbox', 'is missing', 'Pass the inbox from createInbox().');
-  if (typeof options.handler !== 'function')
-    throw new OutboxValidationError('handler', 'is missing', 'Pass the function that applies an event.');
+  checkInboxAndHandler(options);
   const hasServers = options.servers !== undefined && options.servers.length > 0;
-  if (hasServers === (options.connection !== undefined))
-    throw new OutboxValidationError(
-      'servers',
-      'or connection is required (exactly one)',
-      'Give one of them.',
-    );
-  for (const name of ['stream', 'durable'] as const) {
-    if (typeof options[name] !== 'string' || options[name] === '')
-      throw new OutboxValidationError(name, 'is missing', 'Name it.');
-  }
-  for (const name of ['concurrency', 'deferMs', 'ackWaitMs'] as const) {
-    const v = options[name];
-    if (v !== undefined && (!Number.isInteger(v) || v < (name === 'deferMs' ? 0 : 1)))
-      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a positive integer.');
-  }
+  checkExactlyOne('servers', 'connection', hasServers, options.connection !== undefined);
+  checkNames(options, ['stream', 'durable']);
+  checkIntegers(options, { concurrency: 1, deferMs: 0, ackWaitMs: 1 });
 }
 
 async function ensureConsumer(nc: NatsConnection, o: NatsConsumerOptions<never>): Promise<void> {

@@ -10,13 +10,14 @@
  * exchange, dropped otherwise) and logged.
  */
 import { type Channel, type ConsumeMessage, connect, type Options, type SocketOptions } from 'amqplib';
-import { errorMessage, OutboxValidationError } from '../errors.js';
+import { errorMessage } from '../errors.js';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { AmqpConnection } from '../publishers/rabbitmq.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { aggregateKey, type Consumer } from './nats.js';
+import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
 export type { Consumer } from './nats.js';
 
@@ -71,20 +72,15 @@ export async function consumeRabbitMq<T = unknown>(options: RabbitMqConsumerOpti
 }
 
 function validate(options: RabbitMqConsumerOptions<never>): void {
-  if (!options?.inbox || typeof options.inbox.handle !== 'function')
-    throw new OutboxValidationError('inbox', 'is missing', 'Pass the inbox from createInbox().');
-  if (typeof options.handler !== 'function')
-    throw new OutboxValidationError('handler', 'is missing', 'Pass the function that applies an event.');
-  const hasUrl = options.url !== undefined && options.url !== '';
-  if (hasUrl === (options.connection !== undefined))
-    throw new OutboxValidationError('url', 'or connection is required (exactly one)', 'Give one of them.');
-  if (typeof options.queue !== 'string' || options.queue === '')
-    throw new OutboxValidationError('queue', 'is missing', 'Name it.');
-  for (const name of ['prefetch', 'concurrency', 'deferMs'] as const) {
-    const v = options[name];
-    if (v !== undefined && (!Number.isInteger(v) || v < (name === 'deferMs' ? 0 : 1)))
-      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a positive integer.');
-  }
+  checkInboxAndHandler(options);
+  checkExactlyOne(
+    'url',
+    'connection',
+    options.url !== undefined && options.url !== '',
+    options.connection !== undefined,
+  );
+  checkNames(options, ['queue']);
+  checkIntegers(options, { prefetch: 1, concurrency: 1, deferMs: 0 });
 }
 
 /** AMQP header values as strings (amqplib may decode strings as Buffers, numbers as numbers). */

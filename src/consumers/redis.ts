@@ -9,12 +9,13 @@
  * be deduplicated nor quarantined (no event id): it is logged and acknowledged.
  */
 import { createClient, RESP_TYPES, type RedisArgument, type RedisClientOptions } from 'redis';
-import { errorMessage, OutboxValidationError } from '../errors.js';
+import { errorMessage } from '../errors.js';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { PAYLOAD_FIELD } from '../publishers/redis.js';
 import { KeyedQueue } from './keyed-queue.js';
+import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
 /** A running consumer adapter. */
 export interface Consumer {
@@ -112,21 +113,15 @@ export async function consumeRedis<T = unknown>(options: RedisConsumerOptions<T>
 const noop = (): void => {};
 
 function validate(options: RedisConsumerOptions<never>): void {
-  if (!options?.inbox || typeof options.inbox.handle !== 'function')
-    throw new OutboxValidationError('inbox', 'is missing', 'Pass the inbox from createInbox().');
-  if (typeof options.handler !== 'function')
-    throw new OutboxValidationError('handler', 'is missing', 'Pass the function that applies an event.');
-  if ((options.url === undefined || options.url === '') === (options.client === undefined))
-    throw new OutboxValidationError('url', 'or client is required (exactly one)', 'Give one of them.');
-  for (const name of ['stream', 'group', 'consumerName'] as const) {
-    if (typeof options[name] !== 'string' || options[name] === '')
-      throw new OutboxValidationError(name, 'is missing', 'Name it.');
-  }
-  for (const name of ['concurrency', 'blockMs', 'claimIdleMs', 'claimIntervalMs'] as const) {
-    const v = options[name];
-    if (v !== undefined && (!Number.isInteger(v) || v < 1))
-      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a positive integer.');
-  }
+  checkInboxAndHandler(options);
+  checkExactlyOne(
+    'url',
+    'client',
+    options.url !== undefined && options.url !== '',
+    options.client !== undefined,
+  );
+  checkNames(options, ['stream', 'group', 'consumerName']);
+  checkIntegers(options, { concurrency: 1, blockMs: 1, claimIdleMs: 1, claimIntervalMs: 1 });
 }
 
 class RedisConsumer<T> implements Consumer {

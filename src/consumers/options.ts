@@ -1,0 +1,41 @@
+import { OutboxValidationError } from '../errors.js';
+
+/** Option checks every consumer adapter shares; each error names the option and the fix. */
+
+export function checkInboxAndHandler(options: {
+  readonly inbox?: unknown;
+  readonly handler?: unknown;
+}): void {
+  const inbox = options?.inbox as { handle?: unknown } | undefined;
+  if (!inbox || typeof inbox.handle !== 'function')
+    throw new OutboxValidationError('inbox', 'is missing', 'Pass the inbox from createInbox().');
+  if (typeof options.handler !== 'function')
+    throw new OutboxValidationError('handler', 'is missing', 'Pass the function that applies an event.');
+}
+
+/** Exactly one of two ways to reach the broker (a URL or an existing client/connection). */
+export function checkExactlyOne(field: string, other: string, hasField: boolean, hasOther: boolean): void {
+  if (hasField === hasOther)
+    throw new OutboxValidationError(field, `or ${other} is required (exactly one)`, 'Give one of them.');
+}
+
+/** Required non-empty names (stream, group, topic …). */
+export function checkNames<O extends object>(options: O, names: readonly (keyof O & string)[]): void {
+  for (const name of names) {
+    const v = options[name];
+    if (typeof v !== 'string' || v === '') throw new OutboxValidationError(name, 'is missing', 'Name it.');
+  }
+}
+
+/** Optional integers, each with its own minimum. */
+export function checkIntegers<O extends object>(
+  options: O,
+  minimums: Partial<Record<keyof O & string, number>>,
+  fix = 'Use a positive integer.',
+): void {
+  for (const [name, min] of Object.entries(minimums) as Array<[keyof O & string, number]>) {
+    const v = options[name];
+    if (v !== undefined && (!Number.isInteger(v) || (v as number) < min))
+      throw new OutboxValidationError(name, `is ${String(v)}`, fix);
+  }
+}
