@@ -7,6 +7,7 @@ import { createInbox, type Inbox, type InboxHandler, type InboxOptions } from '.
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
+import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
 
 const HOST = '127.0.0.1';
@@ -52,12 +53,7 @@ async function setup() {
   publishers.push(publisher);
   /** Event ids handed to the inbox, in order (a redelivery shows up twice). */
   const handled: string[] = [];
-  const handler: InboxHandler = async (tx, event) => {
-    await tx.query(
-      `INSERT INTO "${db.schema}".effects (consumer, event_id, aggregate_id, sequence) VALUES ($1, $2, $3, $4)`,
-      [consumerName, event.eventId, event.aggregateId, event.sequence],
-    );
-  };
+  const handler = effectsHandler(db, consumerName);
   return {
     topic,
     consumerName,
@@ -91,22 +87,14 @@ async function setup() {
       consumers.push(consumer);
       return consumer;
     },
-    async applied(): Promise<Array<{ event_id: string; aggregate_id: string; sequence: number }>> {
-      const { rows } = await db.pool.query(
-        `SELECT event_id, aggregate_id, sequence FROM "${db.schema}".effects WHERE consumer = $1 ORDER BY n`,
-        [consumerName],
-      );
-      return rows;
-    },
+    applied: () => appliedEffects(db, consumerName),
   };
 }
 
 describe.skipIf(!kafkaUp)(`consumeKafka on ${BROKER}`, () => {
   beforeAll(async () => {
     db = await createTestDb('kafka_consumer');
-    await db.pool.query(
-      `CREATE TABLE "${db.schema}".effects (n bigserial, consumer text, event_id uuid, aggregate_id text, sequence int)`,
-    );
+    await createEffectsTable(db);
     admin = new Admin({ clientId: 'txo-kcons-test', bootstrapBrokers: [BROKER] });
   });
 

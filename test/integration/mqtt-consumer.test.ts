@@ -2,10 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { connect as mqttConnect } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeMqtt } from '../../src/consumers/mqtt.js';
-import { createInbox, type InboxHandler, type InboxOptions } from '../../src/inbox/inbox.js';
+import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { mqttPublisher } from '../../src/publishers/mqtt.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
+import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
 
 const MQTT_URL = process.env['MQTT_URL'] ?? 'mqtt://127.0.0.1:1883';
@@ -18,9 +19,7 @@ let counter = 0;
 
 beforeAll(async () => {
   db = await createTestDb('mqtt_consumer');
-  await db.pool.query(
-    `CREATE TABLE "${db.schema}".effects (n bigserial, consumer text, event_id uuid, aggregate_id text, sequence int)`,
-  );
+  await createEffectsTable(db);
 });
 
 afterAll(async () => {
@@ -43,12 +42,7 @@ async function setup() {
   clientIds.push(clientId);
   const publisher = mqttPublisher({ url: MQTT_URL, topic: (m) => `${topic}/${m.aggregateId}` });
   publishers.push(publisher);
-  const handler: InboxHandler = async (tx, event) => {
-    await tx.query(
-      `INSERT INTO "${db.schema}".effects (consumer, event_id, aggregate_id, sequence) VALUES ($1, $2, $3, $4)`,
-      [consumerName, event.eventId, event.aggregateId, event.sequence],
-    );
-  };
+  const handler = effectsHandler(db, consumerName);
   return {
     consumerName,
     async publish(...messages: OutboxMessage[]) {
@@ -69,13 +63,7 @@ async function setup() {
       consumers.push(consumer);
       return consumer;
     },
-    async applied(): Promise<Array<{ event_id: string; aggregate_id: string; sequence: number }>> {
-      const { rows } = await db.pool.query(
-        `SELECT event_id, aggregate_id, sequence FROM "${db.schema}".effects WHERE consumer = $1 ORDER BY n`,
-        [consumerName],
-      );
-      return rows;
-    },
+    applied: () => appliedEffects(db, consumerName),
   };
 }
 

@@ -3,10 +3,11 @@ import { type JetStreamManager, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeNats } from '../../src/consumers/nats.js';
-import { createInbox, type InboxHandler, type InboxOptions } from '../../src/inbox/inbox.js';
+import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { ensureStream, natsPublisher } from '../../src/publishers/nats.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
+import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { NATS_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';
 import { deleteStream } from '../helpers/nats-stream.js';
@@ -23,9 +24,7 @@ let counter = 0;
 
 beforeAll(async () => {
   db = await createTestDb('nats_consumer');
-  await db.pool.query(
-    `CREATE TABLE "${db.schema}".effects (n bigserial, consumer text, event_id uuid, aggregate_id text, sequence int)`,
-  );
+  await createEffectsTable(db);
   nc = await connect({ servers: NATS_URL });
   jsm = await jetstreamManager(nc);
 });
@@ -65,12 +64,7 @@ async function setup(): Promise<Setup> {
   });
   publishers.push(publisher);
   await ensureStream(nc, { name: stream, subjects: [`${subject}.>`], duplicateWindowMs: 100 });
-  const handler: InboxHandler = async (tx, event) => {
-    await tx.query(
-      `INSERT INTO "${db.schema}".effects (consumer, event_id, aggregate_id, sequence) VALUES ($1, $2, $3, $4)`,
-      [consumerName, event.eventId, event.aggregateId, event.sequence],
-    );
-  };
+  const handler = effectsHandler(db, consumerName);
   return {
     stream,
     durable,
@@ -94,13 +88,7 @@ async function setup(): Promise<Setup> {
       consumers.push(consumer);
       return consumer;
     },
-    async applied() {
-      const { rows } = await db.pool.query(
-        `SELECT event_id, aggregate_id, sequence FROM "${db.schema}".effects WHERE consumer = $1 ORDER BY n`,
-        [consumerName],
-      );
-      return rows;
-    },
+    applied: () => appliedEffects(db, consumerName),
     async pending() {
       const info = await jsm.consumers.info(stream, durable);
       return {

@@ -2,10 +2,11 @@ import { randomBytes } from 'node:crypto';
 import amqp, { type Channel, type ChannelModel } from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeRabbitMq } from '../../src/consumers/rabbitmq.js';
-import { createInbox, type InboxHandler, type InboxOptions } from '../../src/inbox/inbox.js';
+import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
+import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
 
 const RABBITMQ_URL = process.env['RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
@@ -22,9 +23,7 @@ let counter = 0;
 
 beforeAll(async () => {
   db = await createTestDb('rabbitmq_consumer');
-  await db.pool.query(
-    `CREATE TABLE "${db.schema}".effects (n bigserial, consumer text, event_id uuid, aggregate_id text, sequence int)`,
-  );
+  await createEffectsTable(db);
   conn = await amqp.connect(RABBITMQ_URL);
   admin = await conn.createChannel();
 });
@@ -55,12 +54,7 @@ async function setup(queueArgs: Record<string, unknown> = {}): Promise<Setup> {
   queues.push(queue);
   const publisher = rabbitmqPublisher({ url: RABBITMQ_URL, exchange: '', routingKey: () => queue });
   publishers.push(publisher);
-  const handler: InboxHandler = async (tx, event) => {
-    await tx.query(
-      `INSERT INTO "${db.schema}".effects (consumer, event_id, aggregate_id, sequence) VALUES ($1, $2, $3, $4)`,
-      [consumerName, event.eventId, event.aggregateId, event.sequence],
-    );
-  };
+  const handler = effectsHandler(db, consumerName);
   return {
     queue,
     consumerName,
@@ -81,13 +75,7 @@ async function setup(queueArgs: Record<string, unknown> = {}): Promise<Setup> {
       consumers.push(consumer);
       return consumer;
     },
-    async applied() {
-      const { rows } = await db.pool.query(
-        `SELECT event_id, aggregate_id, sequence FROM "${db.schema}".effects WHERE consumer = $1 ORDER BY n`,
-        [consumerName],
-      );
-      return rows;
-    },
+    applied: () => appliedEffects(db, consumerName),
     async remaining() {
       // A fresh channel: checkQueue on a channel only counts ready messages, so also
       // rely on `applied` + consumer stop in the tests for unacked ones.

@@ -2,10 +2,11 @@ import { randomBytes } from 'node:crypto';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeRedis } from '../../src/consumers/redis.js';
-import { createInbox, type InboxHandler, type InboxOptions } from '../../src/inbox/inbox.js';
+import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { redisPublisher } from '../../src/publishers/redis.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
+import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
 
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
@@ -20,9 +21,7 @@ let counter = 0;
 
 beforeAll(async () => {
   db = await createTestDb('redis_consumer');
-  await db.pool.query(
-    `CREATE TABLE "${db.schema}".effects (n bigserial, consumer text, event_id uuid, aggregate_id text, sequence int)`,
-  );
+  await createEffectsTable(db);
   redis = createClient({ url: REDIS_URL });
   await redis.connect();
 });
@@ -58,12 +57,7 @@ async function setup(): Promise<Setup> {
   const consumerName = `redis-${ROOT}-${counter}`;
   const publisher = redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 0, stream: () => stream });
   publishers.push(publisher);
-  const handler: InboxHandler = async (tx, event) => {
-    await tx.query(
-      `INSERT INTO "${db.schema}".effects (consumer, event_id, aggregate_id, sequence) VALUES ($1, $2, $3, $4)`,
-      [consumerName, event.eventId, event.aggregateId, event.sequence],
-    );
-  };
+  const handler = effectsHandler(db, consumerName);
   return {
     stream,
     group,
@@ -88,13 +82,7 @@ async function setup(): Promise<Setup> {
       consumers.push(consumer);
       return consumer;
     },
-    async applied() {
-      const { rows } = await db.pool.query(
-        `SELECT event_id, aggregate_id, sequence FROM "${db.schema}".effects WHERE consumer = $1 ORDER BY n`,
-        [consumerName],
-      );
-      return rows;
-    },
+    applied: () => appliedEffects(db, consumerName),
     async pending() {
       const reply = (await redis.sendCommand(['XPENDING', stream, group])) as [number, ...unknown[]];
       return Number(reply[0]);
