@@ -7,7 +7,7 @@
 import { Command } from 'commander';
 import { packageVersion, reportError, verboseRequested } from './common.js';
 import { registerDead } from './dead.js';
-import { registerDemo } from './demo.js';
+import { registerDemo } from './demo/index.js';
 import { registerInbox } from './inbox.js';
 import { registerMigrate } from './migrate.js';
 import { registerRelay } from './relay.js';

@@ -1,0 +1,126 @@
+/**
+ * The order service (producer): writes an `orders` row and enqueues `order.placed` in
+ * the same transaction, at a steady rate from a few concurrent writers; about one in ten
+ * transactions is rolled back on purpose after the enqueue. The ledger records which
+ * event ids committed and which rolled back.
+ */
+
+import type { Pool, PoolClient } from 'pg';
+import type { Logger as PinoLogger } from 'pino';
+import { errorMessage } from '../../errors.js';
+import { enqueue } from '../../producer/enqueue.js';
+import type { Relay } from '../../relay/relay.js';
+import { sleep } from '../common.js';
+import { withSchemaName } from './database.js';
+
+export const WRITERS = 4;
+export const AGGREGATES = 50;
+export const ROLLBACK_RATIO = 0.1;
+
+const CREATE_ORDERS_SQL = `
+CREATE TABLE {{schema}}.orders (
+  id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  customer_id text NOT NULL,
+  amount      numeric(10, 2) NOT NULL,
+  created_at  timestamptz NOT NULL DEFAULT now()
+)`;
+const INSERT_ORDER_SQL = `INSERT INTO {{schema}}.orders (customer_id, amount) VALUES ($1, $2) RETURNING id::text AS id`;
+
+/** Creates the service's `orders` table in the demo schema. */
+export async function createOrdersTable(pool: Pool, schema: string): Promise<void> {
+  await pool.query(withSchemaName(CREATE_ORDERS_SQL, schema));
+}
+
+/** Which events the producer committed, and which it rolled back after enqueueing them. */
+export class Ledger {
+  readonly committed = new Set<string>();
+  readonly rolledBack = new Set<string>();
+  writeErrors = 0;
+  lastWriteError: string | undefined;
+}
+
+export class OrderService {
+  private readonly insertOrder: string;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly schema: string,
+    private readonly topic: string | undefined,
+    private readonly relay: Relay,
+    private readonly ledger: Ledger,
+    private readonly logger: PinoLogger,
+  ) {
+    this.insertOrder = withSchemaName(INSERT_ORDER_SQL, schema);
+  }
+
+  /** `rate` transactions per second, spread over WRITERS concurrent writers, for `durationMs`. */
+  async run(rate: number, durationMs: number, signal: AbortSignal): Promise<void> {
+    const start = performance.now();
+    const end = start + durationMs;
+    const total = Math.floor((rate * durationMs) / 1000);
+    let next = 0;
+    const writer = async (): Promise<void> => {
+      for (let i = next++; i < total && !signal.aborted; i = next++) {
+        const due = start + (i * 1000) / rate;
+        if (due >= end) return;
+        await sleep(due - performance.now(), signal);
+        if (signal.aborted) return;
+        await this.placeOrder();
+      }
+    };
+    await Promise.all(Array.from({ length: WRITERS }, writer));
+  }
+
+  /** One business transaction: the order row and its event commit (or roll back) together. */
+  private async placeOrder(): Promise<void> {
+    const customer = `customer-${String(Math.floor(Math.random() * AGGREGATES)).padStart(2, '0')}`;
+    const rollBack = Math.random() < ROLLBACK_RATIO;
+    const client = await this.pool.connect().catch((error: unknown) => this.failed(error));
+    if (!client) return;
+    // A connection lost between two statements is reported as an 'error' event: the next query fails anyway.
+    const onError = (): void => undefined;
+    client.on('error', onError);
+    try {
+      await client.query('BEGIN');
+      const amount = (Math.random() * 500 + 5).toFixed(2);
+      const order = await client.query<{ id: string }>(this.insertOrder, [customer, amount]);
+      const { eventId } = await enqueue(
+        client,
+        {
+          aggregateType: 'customer',
+          aggregateId: customer,
+          type: 'order.placed',
+          topic: this.topic,
+          payload: { orderId: order.rows[0]?.id, customerId: customer, amount },
+        },
+        { schema: this.schema, notify: false },
+      );
+      await this.finish(client, eventId, rollBack);
+      client.off('error', onError);
+      client.release();
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      client.off('error', onError);
+      client.release(error instanceof Error ? error : true);
+      this.failed(error);
+    }
+  }
+
+  private async finish(client: PoolClient, eventId: string, rollBack: boolean): Promise<void> {
+    if (rollBack) {
+      await client.query('ROLLBACK');
+      this.ledger.rolledBack.add(eventId);
+      return;
+    }
+    await client.query('COMMIT');
+    this.ledger.committed.add(eventId);
+    this.relay.wake();
+  }
+
+  private failed(error: unknown): undefined {
+    this.ledger.writeErrors += 1;
+    this.ledger.lastWriteError = errorMessage(error);
+    this.logger.warn({ err: error }, 'order transaction failed');
+    return undefined;
+  }
+}
