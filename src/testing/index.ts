@@ -1,3 +1,4 @@
+export { type ConsumerSetup, type ConsumerUnderTest, consumerContract } from './consumer-contract.js';
 export {
   contractMessage,
   type PublisherFeatures,

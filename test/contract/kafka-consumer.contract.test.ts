@@ -1,0 +1,78 @@
+import { Admin, Producer } from '@platformatic/kafka';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { consumeKafka } from '../../src/consumers/kafka.js';
+import type { Publisher } from '../../src/publishers/contract.js';
+import { kafkaPublisher } from '../../src/publishers/kafka.js';
+import { consumerContract } from '../../src/testing/index.js';
+import { DATABASE_URL } from '../helpers/env.js';
+import { KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
+
+const PARTITIONS = 3;
+const kafkaUp = await kafkaAvailable('kafka-consumer.contract.test.ts');
+let admin: Admin;
+let publisher: Publisher;
+let raw: Producer<Buffer, Buffer, Buffer, Buffer>;
+
+describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
+  beforeAll(async () => {
+    admin = new Admin({ clientId: 'txo-kcc', bootstrapBrokers: [KAFKA_BROKER] });
+    publisher = kafkaPublisher({ brokers: [KAFKA_BROKER], clientId: 'txo-kcc', topic: (m) => m.topic ?? '' });
+    raw = new Producer({ clientId: 'txo-kcc-raw', bootstrapBrokers: [KAFKA_BROKER] });
+  });
+  afterAll(async () => {
+    await publisher?.close();
+    await raw?.close();
+    await admin?.close();
+  });
+
+  consumerContract(
+    { describe, it, expect, beforeAll, afterAll },
+    {
+      name: 'kafka',
+      databaseUrl: DATABASE_URL,
+      timeoutMs: 30_000,
+      prepare: async (ns) => {
+        await admin.createTopics({ topics: [ns], partitions: PARTITIONS, replicas: 1 });
+      },
+      async publish(_ns, messages) {
+        const outcomes = await publisher.publish(messages, new AbortController().signal);
+        if (!outcomes.every((o) => o.ok)) throw new Error(`publish failed: ${JSON.stringify(outcomes)}`);
+      },
+      async publishForeign(ns) {
+        await raw.send({ messages: [{ topic: ns, key: Buffer.from('f'), value: Buffer.from('{}') }] });
+      },
+      consume: (ns, setup) =>
+        consumeKafka({
+          inbox: setup.inbox,
+          handler: setup.handler,
+          brokers: [KAFKA_BROKER],
+          topic: ns,
+          groupId: ns,
+          clientId: `txo-kcc-${setup.instance}`,
+          concurrency: setup.concurrency,
+          deferMs: setup.deferMs,
+          ...(setup.signal ? { signal: setup.signal } : {}),
+        }),
+      async settled(ns) {
+        const partitions = Array.from({ length: PARTITIONS }, (_, partition) => ({
+          partitionIndex: partition,
+          timestamp: -1n,
+        }));
+        const [ends] = await admin.listOffsets({ topics: [{ name: ns, partitions }] });
+        const [group] = await admin.listConsumerGroupOffsets({ groups: [ns] });
+        const committed = new Map(
+          (group?.topics.find((t) => t.name === ns)?.partitions ?? []).map((p) => [
+            p.partitionIndex,
+            p.committedOffset,
+          ]),
+        );
+        return (ends?.partitions ?? []).every(
+          (p) => p.offset <= 0n || (committed.get(p.partitionIndex) ?? -1n) >= p.offset,
+        );
+      },
+      async cleanup(ns) {
+        await admin.deleteTopics({ topics: [ns] });
+      },
+    },
+  );
+});

@@ -1,0 +1,57 @@
+import { connectAsync, type MqttClient, connect as mqttConnect } from 'mqtt';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { consumeMqtt } from '../../src/consumers/mqtt.js';
+import type { Publisher } from '../../src/publishers/contract.js';
+import { mqttPublisher } from '../../src/publishers/mqtt.js';
+import { consumerContract } from '../../src/testing/index.js';
+import { DATABASE_URL } from '../helpers/env.js';
+
+const MQTT_URL = process.env['MQTT_URL'] ?? 'mqtt://127.0.0.1:1883';
+const clientIds = new Set<string>();
+let publisher: Publisher;
+let raw: MqttClient;
+
+beforeAll(async () => {
+  publisher = mqttPublisher({ url: MQTT_URL, topic: (m) => `${m.topic}/${m.aggregateId}` });
+  raw = await connectAsync(MQTT_URL, { protocolVersion: 5 });
+});
+afterAll(async () => {
+  await publisher?.close();
+  await raw?.endAsync();
+  // Drop the persistent sessions the suite left on the broker.
+  for (const clientId of clientIds) {
+    const c = mqttConnect(MQTT_URL, { clientId, clean: true, protocolVersion: 5 });
+    await new Promise<void>((resolve) => c.once('connect', () => resolve()));
+    await c.endAsync();
+  }
+});
+
+consumerContract(
+  { describe, it, expect, beforeAll, afterAll },
+  {
+    name: 'mqtt',
+    databaseUrl: DATABASE_URL,
+    async publish(_ns, messages) {
+      const outcomes = await publisher.publish(messages, new AbortController().signal);
+      if (!outcomes.every((o) => o.ok)) throw new Error(`publish failed: ${JSON.stringify(outcomes)}`);
+    },
+    async publishForeign(ns) {
+      await raw.publishAsync(`${ns}/raw`, '{}', { qos: 1 });
+    },
+    consume(ns, setup) {
+      // Each instance its own persistent session: both receive every message (no shared subscription).
+      const clientId = `${ns}-c${setup.instance}`;
+      clientIds.add(clientId);
+      return consumeMqtt({
+        inbox: setup.inbox,
+        handler: setup.handler,
+        url: MQTT_URL,
+        topic: `${ns}/#`,
+        clientId,
+        concurrency: setup.concurrency,
+        deferMs: setup.deferMs,
+        ...(setup.signal ? { signal: setup.signal } : {}),
+      });
+    },
+  },
+);

@@ -1,0 +1,62 @@
+import { randomBytes } from 'node:crypto';
+import amqp, { type Channel, type ChannelModel } from 'amqplib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { consumeRabbitMq } from '../../src/consumers/rabbitmq.js';
+import type { Publisher } from '../../src/publishers/contract.js';
+import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
+import { consumerContract } from '../../src/testing/index.js';
+import { DATABASE_URL } from '../helpers/env.js';
+
+const RABBITMQ_URL = process.env['RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
+const ROOT = `txo-rmqcc-${randomBytes(4).toString('hex')}`;
+const queueOf = (ns: string) => `${ROOT}.${ns}`;
+let conn: ChannelModel;
+let admin: Channel;
+let publisher: Publisher;
+
+beforeAll(async () => {
+  conn = await amqp.connect(RABBITMQ_URL);
+  admin = await conn.createChannel();
+  publisher = rabbitmqPublisher({
+    url: RABBITMQ_URL,
+    exchange: '',
+    routingKey: (m) => queueOf(m.topic ?? ''),
+  });
+});
+afterAll(async () => {
+  await publisher?.close();
+  await conn?.close().catch(() => undefined);
+});
+
+consumerContract(
+  { describe, it, expect, beforeAll, afterAll },
+  {
+    name: 'rabbitmq',
+    databaseUrl: DATABASE_URL,
+    prepare: async (ns) => {
+      await admin.assertQueue(queueOf(ns), { durable: false });
+    },
+    async publish(_ns, messages) {
+      const outcomes = await publisher.publish(messages, new AbortController().signal);
+      if (!outcomes.every((o) => o.ok)) throw new Error(`publish failed: ${JSON.stringify(outcomes)}`);
+    },
+    async publishForeign(ns) {
+      admin.sendToQueue(queueOf(ns), Buffer.from('{}'), { headers: { foo: 'bar' } });
+    },
+    consume: (ns, setup) =>
+      consumeRabbitMq({
+        inbox: setup.inbox,
+        handler: setup.handler,
+        url: RABBITMQ_URL,
+        queue: queueOf(ns),
+        concurrency: setup.concurrency,
+        deferMs: setup.deferMs,
+        ...(setup.signal ? { signal: setup.signal } : {}),
+      }),
+    // Ready messages only: RabbitMQ does not count unacked ones here (those held for a deferral).
+    settled: async (ns) => (await admin.checkQueue(queueOf(ns))).messageCount === 0,
+    async cleanup(ns) {
+      await admin.deleteQueue(queueOf(ns));
+    },
+  },
+);

@@ -1,0 +1,117 @@
+/**
+ * The webhook receiver under the consumer contract. A webhook has no broker: the sender is
+ * the relay, so this file plays it — per publish() call, in waves of at most one event per
+ * aggregate (as the relay's ordering gate does), each POSTed to one of the running receiver
+ * instances in turn, and anything not answered 2xx (503 on a deferral, or no receiver running)
+ * sent again after a pause, until delivered.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createWebhookServer } from '../../src/consumers/webhook.js';
+import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
+import { signWebhook, webhookPublisher } from '../../src/publishers/webhook.js';
+import { consumerContract } from '../../src/testing/index.js';
+import { DATABASE_URL } from '../helpers/env.js';
+
+const SECRET = `whsec_${Buffer.from('a-32-byte-secret-for-the-tests!!').toString('base64')}`;
+const RETRY_MS = 150;
+
+/** The receivers running per namespace and the sends not yet delivered. */
+const running = new Map<string, Set<string>>();
+const unsent = new Map<string, number>();
+let turn = 0;
+let closed = false;
+let publisher: Publisher;
+
+function pick(ns: string): string | undefined {
+  const urls = [...(running.get(ns) ?? [])];
+  if (urls.length === 0) return undefined;
+  turn += 1;
+  return urls[turn % urls.length];
+}
+
+/** Delivers the messages in waves (one per aggregate at a time), retrying what failed. */
+async function send(ns: string, messages: readonly OutboxMessage[]): Promise<void> {
+  const queue = [...messages];
+  while (queue.length > 0 && !closed) {
+    const wave: OutboxMessage[] = [];
+    const seen = new Set<string>();
+    for (const m of queue) if (!seen.has(m.aggregateId) && seen.add(m.aggregateId)) wave.push(m);
+    const targets = new Map(wave.map((m) => [m, pick(ns)]));
+    const sendable = wave.filter((m) => targets.get(m) !== undefined);
+    const outcomes = sendable.length
+      ? await publisher.publish(
+          sendable.map((m) => ({ ...m, topic: targets.get(m) ?? null })),
+          new AbortController().signal,
+        )
+      : [];
+    let delivered = 0;
+    sendable.forEach((m, i) => {
+      if (outcomes[i]?.ok) {
+        queue.splice(queue.indexOf(m), 1);
+        delivered += 1;
+      }
+    });
+    unsent.set(ns, (unsent.get(ns) ?? 0) - delivered);
+    if (delivered < wave.length) await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
+  }
+}
+
+beforeAll(() => {
+  // The message's topic carries the chosen receiver's URL.
+  publisher = webhookPublisher({ endpoints: (m) => `${m.topic}/events`, secret: SECRET, timeoutMs: 5000 });
+});
+afterAll(async () => {
+  closed = true;
+  await publisher?.close();
+});
+
+consumerContract(
+  { describe, it, expect, beforeAll, afterAll },
+  {
+    name: 'webhook',
+    databaseUrl: DATABASE_URL,
+    async publish(ns, messages) {
+      unsent.set(ns, (unsent.get(ns) ?? 0) + messages.length);
+      void send(ns, messages);
+    },
+    async publishForeign(ns) {
+      // Signed, but without the ce-* envelope: refused with 400, and not sent again.
+      const url = pick(ns);
+      if (!url) throw new Error('no receiver running');
+      const id = randomUUID();
+      const timestamp = Math.floor(Date.now() / 1000);
+      const body = '{}';
+      const res = await fetch(`${url}/events`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'webhook-id': id,
+          'webhook-timestamp': String(timestamp),
+          'webhook-signature': signWebhook({ secret: SECRET, id, timestamp, body }),
+        },
+        body,
+      });
+      expect(res.status).toBe(400);
+    },
+    async consume(ns, setup) {
+      const server = await createWebhookServer({
+        inbox: setup.inbox,
+        handler: setup.handler,
+        secret: SECRET,
+        concurrency: setup.concurrency,
+        retryAfterSeconds: 0,
+      });
+      const urls = running.get(ns) ?? new Set<string>();
+      running.set(ns, urls);
+      urls.add(server.url);
+      const stop = () => {
+        urls.delete(server.url);
+        return server.close();
+      };
+      setup.signal?.addEventListener('abort', () => void stop(), { once: true });
+      return { stop };
+    },
+    settled: async (ns) => (unsent.get(ns) ?? 0) === 0,
+  },
+);
