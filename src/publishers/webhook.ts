@@ -9,6 +9,7 @@
  */
 
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { BROKER_UNAVAILABLE, OutboxValidationError, PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
@@ -607,6 +608,8 @@ class WebhookPublisher implements Publisher {
   constructor(options: ResolvedOptions) {
     this.#options = options;
     this.#limiter = new Slots(options.concurrency);
+    // Every request waiting for a slot or in flight listens on it: as many as a batch has.
+    setMaxListeners(0, this.#closing.signal);
   }
 
   async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
@@ -643,20 +646,29 @@ class WebhookPublisher implements Publisher {
       route.indexes.push(index);
       routed.set(url.href, route);
     });
-    const sends: Promise<void>[] = [];
-    for (const { url, indexes } of routed.values()) {
-      for (const group of this.#groups(indexes)) {
-        const messages = group.map((index) => batch[index]!);
-        const request = this.#prepare(messages, url);
-        sends.push(
-          this.#send(request, signal).then((outcome) => {
-            for (const index of group) outcomes[index] = outcome;
-          }),
-        );
+    // One listener on the caller's signal per batch (not one per request, which would trip
+    // Node's MaxListenersExceededWarning past 10); the requests listen on the batch's own signal.
+    const batchAbort = new AbortController();
+    setMaxListeners(0, batchAbort.signal);
+    const unsubscribe = onAnyAbort([signal], () => batchAbort.abort(signal.reason));
+    try {
+      const sends: Promise<void>[] = [];
+      for (const { url, indexes } of routed.values()) {
+        for (const group of this.#groups(indexes)) {
+          const messages = group.map((index) => batch[index]!);
+          const request = this.#prepare(messages, url);
+          sends.push(
+            this.#send(request, batchAbort.signal).then((outcome) => {
+              for (const index of group) outcomes[index] = outcome;
+            }),
+          );
+        }
       }
+      await Promise.all(sends);
+      return outcomes;
+    } finally {
+      unsubscribe();
     }
-    await Promise.all(sends);
-    return outcomes;
   }
 
   #groups(indexes: readonly number[]): number[][] {

@@ -289,6 +289,27 @@ describe('webhookPublisher — single mode', () => {
     expect(outcomes.every((o) => o.ok)).toBe(true);
     expect(peak).toBe(2);
   });
+
+  it("adds a bounded number of listeners to the caller's signal, however large the batch", async () => {
+    const server = await startServer();
+    const target = publisher({ endpoints: server.url, concurrency: 4 });
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error): void => {
+      warnings.push(warning);
+    };
+    process.on('warning', onWarning);
+    try {
+      const outcomes = await publish(
+        target,
+        Array.from({ length: 40 }, () => makeMessage()),
+      );
+      expect(outcomes.every((o) => o.ok)).toBe(true);
+      await new Promise((resolve) => setImmediate(resolve)); // warnings are emitted on the next tick
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(warnings.filter((w) => w.name === 'MaxListenersExceededWarning')).toEqual([]);
+  });
 });
 
 describe('webhookPublisher — routing', () => {
