@@ -375,7 +375,7 @@ const cases: Case[] = [
   },
 ];
 
-/** Runs the fixture process; resolves its stdout lines as they come. */
+/** Runs the fixture process; `lines()` are the JSON lines it printed so far. */
 function startFixture(config: Record<string, unknown>): {
   child: ChildProcess;
   lines: () => Array<Record<string, unknown>>;
@@ -391,6 +391,7 @@ function startFixture(config: Record<string, unknown>): {
   const lines = () =>
     out
       .split('\n')
+      .slice(0, -1) // the last one is incomplete (or empty)
       .filter((l) => l.startsWith('{'))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
   return { child, lines };
@@ -449,6 +450,7 @@ describe('failure: consumer killed after the inbox commit, before the broker ack
 
           const message = makeMessage({ aggregateType: 'crash', aggregateId: `a-${c.broker}`, sequence: 1 });
           const published = run.publish(message);
+          published.catch(() => undefined); // awaited below, once the fixture is gone
           await gone;
           expect(fixture.child.signalCode).toBe('SIGKILL');
           expect(fixture.lines().at(-1)).toEqual({
