@@ -8,6 +8,13 @@
  * A `deferred` record is handled again in process after `deferMs` until the inbox answers
  * otherwise (its offset stays uncommitted meanwhile). A record without a tx-outbox envelope cannot
  * be deduplicated nor quarantined: it is logged and counted as handled.
+ *
+ * Rebalances: when the group starts rebalancing, the handled prefixes are committed (best effort);
+ * when this member joins a new generation, it commits again and forgets every partition's
+ * bookkeeping, so a record still being handled from before never moves a commit point of the new
+ * generation (its partition is re-read from the committed offset, and the inbox answers
+ * `duplicate` for what was already applied). Records fetched under an older generation are skipped
+ * for the same reason, and a deferred record of an older generation is abandoned.
  */
 import { Consumer as KafkaClient, type Message, type MessagesStream } from '@platformatic/kafka';
 import { errorMessage, OutboxValidationError } from '../errors.js';
@@ -37,6 +44,11 @@ export interface KafkaConsumerOptions<T = unknown> {
   readonly concurrency?: number;
   /** Delay before a deferred record is handled again, in ms. Default 1000. */
   readonly deferMs?: number;
+  /**
+   * Deferred records held in process at once, each waiting `deferMs` (they take no handling
+   * slot, so independent aggregates keep flowing); beyond it, reading pauses. Default 1000.
+   */
+  readonly maxDeferred?: number;
   /** Aborting it stops the consumer (like `stop()`). */
   readonly signal?: AbortSignal;
   readonly logger?: Logger;
@@ -79,7 +91,7 @@ function validate(options: KafkaConsumerOptions<never>): void {
   if (!Array.isArray(options.brokers) || options.brokers.length === 0)
     throw new OutboxValidationError('brokers', 'is missing', 'Give at least one host:port.');
   checkNames(options, ['topic', 'groupId']);
-  checkIntegers(options, { concurrency: 1, deferMs: 0 });
+  checkIntegers(options, { concurrency: 1, deferMs: 0, maxDeferred: 1 });
 }
 
 /** Offsets of one partition received and not yet committed, in order, with their handled flag. */
@@ -87,6 +99,14 @@ interface PartitionState {
   readonly pending: Array<{ offset: bigint; handled: boolean }>;
   /** Next offset to commit (last handled contiguous offset + 1), if it moved since the last commit. */
   commitable: bigint | undefined;
+  /** Set when a rebalance made this bookkeeping obsolete: it commits nothing any more. */
+  detached: boolean;
+}
+
+/** Group generation a record was fetched under (the client stamps it on each record). */
+function generationOf(record: KafkaMessage): number | undefined {
+  const consumer = record.metadata?.['consumer'] as { generationId?: unknown } | undefined;
+  return typeof consumer?.generationId === 'number' ? consumer.generationId : undefined;
 }
 
 class KafkaConsumer<T> implements Consumer {
@@ -96,10 +116,23 @@ class KafkaConsumer<T> implements Consumer {
   readonly #logger: Logger;
   readonly #concurrency: number;
   readonly #deferMs: number;
+  readonly #maxDeferred: number;
+  /** Deferred records waiting for their next attempt. */
+  #deferred = 0;
+  /** Resolvers of the reading loop waiting for room (a record finished or was deferred). */
+  #roomWaiters: Array<() => void> = [];
   #commits: Promise<void> = Promise.resolve();
   #loop: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
   readonly #onAbort = (): void => void this.stop();
+  /** The group is rebalancing: commit what was handled while this member still owns it. */
+  readonly #onRebalance = (): void => this.#scheduleCommit();
+  /** A new generation: commit, then forget the bookkeeping of the previous one. */
+  readonly #onJoin = (): void => {
+    this.#scheduleCommit();
+    for (const state of this.#partitions.values()) state.detached = true;
+    this.#partitions.clear();
+  };
 
   constructor(
     private readonly client: KafkaClient<Buffer, Buffer, Buffer, Buffer>,
@@ -109,10 +142,13 @@ class KafkaConsumer<T> implements Consumer {
     this.#logger = o.logger ?? silentLogger;
     this.#concurrency = o.concurrency ?? 16;
     this.#deferMs = o.deferMs ?? 1000;
+    this.#maxDeferred = o.maxDeferred ?? 1000;
     this.#queue = new KeyedQueue(this.#concurrency);
   }
 
   start(): void {
+    this.client.on('consumer:group:rebalance', this.#onRebalance);
+    this.client.on('consumer:group:join', this.#onJoin);
     this.#loop = this.#run();
     if (this.o.signal?.aborted) void this.stop();
     else this.o.signal?.addEventListener('abort', this.#onAbort, { once: true });
@@ -130,6 +166,8 @@ class KafkaConsumer<T> implements Consumer {
     await Promise.all(this.#inFlight);
     this.#scheduleCommit();
     await this.#commits;
+    this.client.off('consumer:group:rebalance', this.#onRebalance);
+    this.client.off('consumer:group:join', this.#onJoin);
     await this.client.close().catch(() => undefined);
   }
 
@@ -138,35 +176,54 @@ class KafkaConsumer<T> implements Consumer {
       for await (const record of this.stream as AsyncIterable<KafkaMessage>) {
         // Not tracked: never committed, redelivered to whoever consumes the partition next.
         if (this.#stopping) continue;
+        // Fetched before this member joined the current generation: its partition is re-read
+        // from the committed offset (if still assigned here), so this copy is left alone.
+        const generation = generationOf(record);
+        if (generation !== undefined && generation !== this.client.generationId) continue;
         const entry = { offset: record.offset, handled: false };
-        this.#partition(record.partition).pending.push(entry);
-        const task = this.#deliver(record).then((handled) => {
+        const state = this.#partition(record.partition);
+        state.pending.push(entry);
+        const task = this.#deliver(record, state).then((handled) => {
           if (!handled) return;
           entry.handled = true;
-          this.#advance(record.partition);
+          this.#advance(record.partition, state);
         });
         this.#inFlight.add(task);
-        void task.finally(() => this.#inFlight.delete(task));
-        // Backpressure: never more than twice the concurrency handled or waiting.
-        while (this.#inFlight.size >= this.#concurrency * 2) await Promise.race(this.#inFlight);
+        void task.finally(() => {
+          this.#inFlight.delete(task);
+          this.#room();
+        });
+        // Backpressure: never more than twice the concurrency handled or waiting for a slot, nor
+        // more than maxDeferred deferred ones.
+        while (
+          this.#inFlight.size - this.#deferred >= this.#concurrency * 2 ||
+          this.#deferred >= this.#maxDeferred
+        )
+          await new Promise<void>((resolve) => this.#roomWaiters.push(resolve));
       }
     } catch (error) {
       if (!this.#stopping) this.#logger.error({ err: error, topic: this.o.topic }, 'Kafka consumer stopped');
     }
   }
 
+  #room(): void {
+    const waiters = this.#roomWaiters;
+    this.#roomWaiters = [];
+    for (const resolve of waiters) resolve();
+  }
+
   #partition(partition: number): PartitionState {
     let state = this.#partitions.get(partition);
     if (!state) {
-      state = { pending: [], commitable: undefined };
+      state = { pending: [], commitable: undefined, detached: false };
       this.#partitions.set(partition, state);
     }
     return state;
   }
 
   /** Moves the partition's commit point over the handled prefix and commits it. */
-  #advance(partition: number): void {
-    const state = this.#partition(partition);
+  #advance(partition: number, state: PartitionState): void {
+    if (state.detached || this.#partitions.get(partition) !== state) return;
     let moved = false;
     while (state.pending.length > 0 && state.pending[0]!.handled) {
       state.commitable = state.pending.shift()!.offset + 1n;
@@ -194,8 +251,11 @@ class KafkaConsumer<T> implements Consumer {
     });
   }
 
-  /** Resolves with false when stop() abandoned a deferred record (its offset stays uncommitted). */
-  async #deliver(record: KafkaMessage): Promise<boolean> {
+  /**
+   * Resolves with false when stop() or a rebalance abandoned a deferred record (its offset stays
+   * uncommitted: whoever owns the partition next reads it again).
+   */
+  async #deliver(record: KafkaMessage, state: PartitionState): Promise<boolean> {
     let message: InboxMessage;
     try {
       const headers: Record<string, string> = {};
@@ -223,10 +283,16 @@ class KafkaConsumer<T> implements Consumer {
         // The inbox itself failed (database down …): nothing was committed, try again later.
         this.#logger.error({ err: error, eventId: message.eventId }, 'inbox failed; handling again later');
       }
-      // Stopping: leave it uncommitted, so that the next consumer of the partition gets it again.
-      if (this.#stopping) return false;
-      await new Promise((resolve) => setTimeout(resolve, this.#deferMs));
-      if (this.#stopping) return false;
+      // Stopping or rebalanced: leave it uncommitted, the partition's next reader gets it again.
+      if (this.#stopping || state.detached) return false;
+      this.#deferred += 1;
+      this.#room();
+      try {
+        await new Promise((resolve) => setTimeout(resolve, this.#deferMs));
+      } finally {
+        this.#deferred -= 1;
+      }
+      if (this.#stopping || state.detached) return false;
     }
   }
 }
