@@ -49,6 +49,16 @@ export interface KafkaConsumerOptions<T = unknown> {
    * slot, so independent aggregates keep flowing); beyond it, reading pauses. Default 1000.
    */
   readonly maxDeferred?: number;
+  /**
+   * How long the group waits for a silent member (crashed, frozen) before its partitions go to
+   * the others: a redelivery after a crash waits this long. Kafka's broker bounds it (by default
+   * 6 000 to 300 000 ms). Default 30 000 (the client library's own default is 60 000).
+   */
+  readonly sessionTimeoutMs?: number;
+  /** Heartbeats to the group coordinator, ms; well below `sessionTimeoutMs`. Default a sixth of it. */
+  readonly heartbeatIntervalMs?: number;
+  /** How long a rebalance waits for members to rejoin, ms. Default 60 000. */
+  readonly rebalanceTimeoutMs?: number;
   /** Aborting it stops the consumer (like `stop()`). */
   readonly signal?: AbortSignal;
   readonly logger?: Logger;
@@ -64,11 +74,15 @@ export interface KafkaConsumerOptions<T = unknown> {
  */
 export async function consumeKafka<T = unknown>(options: KafkaConsumerOptions<T>): Promise<Consumer> {
   validate(options);
+  const sessionTimeout = options.sessionTimeoutMs ?? 30_000;
   const client = new KafkaClient<Buffer, Buffer, Buffer, Buffer>({
     clientId: options.clientId ?? 'tx-outbox',
     groupId: options.groupId,
     bootstrapBrokers: [...options.brokers],
     autocommit: false,
+    sessionTimeout,
+    heartbeatInterval: options.heartbeatIntervalMs ?? Math.floor(sessionTimeout / 6),
+    rebalanceTimeout: options.rebalanceTimeoutMs ?? 60_000,
   });
   try {
     const stream = await client.consume({
@@ -91,7 +105,21 @@ function validate(options: KafkaConsumerOptions<never>): void {
   if (!Array.isArray(options.brokers) || options.brokers.length === 0)
     throw new OutboxValidationError('brokers', 'is missing', 'Give at least one host:port.');
   checkNames(options, ['topic', 'groupId']);
-  checkIntegers(options, { concurrency: 1, deferMs: 0, maxDeferred: 1 });
+  checkIntegers(options, {
+    concurrency: 1,
+    deferMs: 0,
+    maxDeferred: 1,
+    sessionTimeoutMs: 1,
+    heartbeatIntervalMs: 1,
+    rebalanceTimeoutMs: 1,
+  });
+  const session = options.sessionTimeoutMs ?? 30_000;
+  if (options.heartbeatIntervalMs !== undefined && options.heartbeatIntervalMs >= session)
+    throw new OutboxValidationError(
+      'heartbeatIntervalMs',
+      `is ${options.heartbeatIntervalMs}, not below sessionTimeoutMs (${session})`,
+      'Use a third of sessionTimeoutMs or less.',
+    );
 }
 
 /** Offsets of one partition received and not yet committed, in order, with their handled flag. */
