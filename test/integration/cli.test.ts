@@ -13,7 +13,7 @@ import { enqueue } from '../../src/producer/enqueue.js';
 import { verifyWebhook } from '../../src/publishers/webhook.js';
 import { migrate } from '../../src/schema/migrate.js';
 import { inTransaction, waitFor } from '../helpers/db.js';
-import { DATABASE_URL } from '../helpers/env.js';
+import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 
 // The built CLI, as users run it (`npm test` builds first; run `npm run build` before this file alone).
 const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
@@ -332,16 +332,109 @@ describe('tx-outbox CLI', () => {
     }
   });
 
-  it('demo against DATABASE_URL ends with RESULT: OK and drops its schema', async () => {
+  it('demo against DATABASE_URL ends with RESULT: OK, applies each committed event once despite the injected duplicates, and drops its schema', async () => {
     const result = await run(['demo', '--duration', '4', '--rate', '100']);
     expect(result.stdout).toMatch(/RESULT: OK/);
     expect(result.code).toBe(0);
+    expect(result.stderr).not.toMatch(/MaxListenersExceededWarning/);
+    const summary = demoSummary(result.stdout);
+    // Every 20th publish loses its ack: the relay publishes it again, the receiver gets it twice.
+    expect(summary.lostPublishAcks).toBeGreaterThan(0);
+    expect(summary.rePublished).toBe(summary.lostPublishAcks);
+    expect(summary.verifierDuplicates).toBe(summary.lostPublishAcks);
+    const { inventory } = summary;
+    expect(inventory.duplicates).toBe(summary.lostPublishAcks);
+    expect(inventory.received).toBe(inventory.processed + inventory.duplicates);
+    expect(inventory.processed).toBe(summary.committed);
+    expect(inventory.effects).toBe(summary.committed);
+    expect(inventory.committedEvents).toBe(summary.committed);
+    expect(result.stdout).toMatch(
+      new RegExp(
+        `effects per event: ${summary.committed} committed events once, 0 twice or more, 0 for events not committed;`,
+      ),
+    );
+    expect(result.stdout).toMatch(/; 0 quarantined\n/);
     const schema = /schema "(txo_demo_[0-9a-f]+)"/.exec(result.stdout)?.[1];
     expect(schema).toBeDefined();
     const { rows } = await pool.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema]);
     expect(rows).toHaveLength(0);
   });
+
+  it('demo with --lost-acks 0 injects nothing and sees no duplicate', async () => {
+    const result = await run(['demo', '--duration', '2', '--rate', '100', '--lost-acks', '0']);
+    expect(result.stdout).toMatch(/RESULT: OK/);
+    expect(result.stdout).toMatch(/injected {5}nothing/);
+    const { committed, verifierDuplicates, inventory } = demoSummary(result.stdout);
+    expect(verifierDuplicates).toBe(0);
+    expect(inventory).toEqual({
+      received: committed,
+      processed: committed,
+      duplicates: 0,
+      effects: committed,
+      committedEvents: committed,
+    });
+  });
+
+  it("demo --nats: JetStream drops the re-publishes, the inventory gets the nak'd deliveries again, one effect each", async () => {
+    const result = await run(['demo', '--nats', NATS_URL, '--duration', '3', '--rate', '100']);
+    expect(result.stdout).toMatch(/RESULT: OK/);
+    expect(result.code).toBe(0);
+    const summary = demoSummary(result.stdout);
+    expect(summary.lostPublishAcks).toBeGreaterThan(0);
+    expect(summary.verifierDuplicates).toBe(0);
+    expect(result.stdout).toMatch(
+      new RegExp(`stream {7}holds ${summary.committed} messages for ${summary.committed} committed events`),
+    );
+    const lostConsumerAcks = Number(/(\d+) lost consumer acks/.exec(result.stdout)?.[1]);
+    expect(lostConsumerAcks).toBeGreaterThan(0);
+    const { inventory } = summary;
+    expect(inventory.duplicates).toBe(lostConsumerAcks);
+    expect(inventory.effects).toBe(summary.committed);
+    expect(inventory.committedEvents).toBe(summary.committed);
+  });
 });
+
+interface DemoSummary {
+  readonly committed: number;
+  readonly lostPublishAcks: number;
+  readonly rePublished: number;
+  readonly verifierDuplicates: number;
+  readonly inventory: {
+    readonly received: number;
+    readonly processed: number;
+    readonly duplicates: number;
+    readonly effects: number;
+    readonly committedEvents: number;
+  };
+}
+
+/** The numbers of the demo's summary lines; a line that is missing fails the test. */
+function demoSummary(stdout: string): DemoSummary {
+  const match = (pattern: RegExp): number[] => {
+    const found = pattern.exec(stdout);
+    if (!found) throw new Error(`no line matching ${pattern} in the demo's output:\n${stdout.slice(-3000)}`);
+    return found.slice(1).map(Number);
+  };
+  const [committed, delivered] = match(/\n {2}committed {4}(\d+) = delivered (\d+) \(unique\)/);
+  expect(delivered).toBe(committed);
+  const injected = /\n {2}injected {5}(\d+) lost publish acks \(\d+%\).*\((\d+) re-published\)/.exec(stdout);
+  const [received, processed, duplicates, effects, committedEvents] = match(
+    /\n {2}inventory {4}received (\d+) deliveries: (\d+) processed, (\d+) duplicates \(no effect\)(?:, \d+ \w+)*, effects applied (\d+) = committed events (\d+)\n/,
+  );
+  return {
+    committed: committed!,
+    lostPublishAcks: Number(injected?.[1] ?? 0),
+    rePublished: Number(injected?.[2] ?? 0),
+    verifierDuplicates: match(/\n {2}duplicates {3}(\d+) /)[0]!,
+    inventory: {
+      received: received!,
+      processed: processed!,
+      duplicates: duplicates!,
+      effects: effects!,
+      committedEvents: committedEvents!,
+    },
+  };
+}
 
 interface Receiver {
   readonly url: string;

@@ -15,6 +15,8 @@ export interface Database {
   readonly pool: Pool;
   readonly schema: string;
   readonly label: string;
+  /** For the consumer's pool of its own. */
+  readonly url: string;
 }
 
 /** `sql` with `{{schema}}` replaced by the quoted schema name. */
@@ -41,5 +43,5 @@ export async function openDatabase(
     cleanup.add('drop the demo schema', () => pool.query(withSchemaName(DROP_SCHEMA_SQL, schema)));
   }
   const where = embedded ? 'embedded PostgreSQL' : 'PostgreSQL (given database)';
-  return { pool, schema, label: `${where} ${version ?? ''}`.trim() };
+  return { pool, schema, label: `${where} ${version ?? ''}`.trim(), url };
 }

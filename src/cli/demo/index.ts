@@ -4,8 +4,10 @@
  * in ten rolled back on purpose after the enqueue); an in-process relay
  * publishes to a signed local webhook (or NATS JetStream); a verifying consumer
  * checks that every committed event arrived, no rolled-back one did, and each
- * aggregate's events came in sequence order. Without a database URL it brings
- * its own embedded PostgreSQL; it cleans up after itself in every case.
+ * aggregate's events came in sequence order; an inventory consumer applies each
+ * event through the inbox, and a share of acknowledgements is lost on purpose so
+ * that duplicates arrive and are seen to have no effect. Without a database URL
+ * it brings its own embedded PostgreSQL; it cleans up after itself in every case.
  *
  * This file registers the command and owns its lifecycle; the scenario is in
  * scenario.ts, each part in a module named after what it does.
@@ -28,12 +30,19 @@ export function registerDemo(program: Command): void {
   const command = program
     .command('demo')
     .description(
-      'run an order service, a relay and a verifying consumer; check that no committed event is lost, ' +
-        'no rolled-back one is published and per-aggregate order holds',
+      'run an order service, a relay, a verifying consumer and an inventory inbox consumer; check that no ' +
+        'committed event is lost, no rolled-back one is published, per-aggregate order holds and each ' +
+        'committed event has exactly one inventory effect despite duplicates',
     )
     .option('--nats <url>', 'publish through NATS JetStream at this URL instead of a local webhook')
     .option('--duration <s>', 'seconds of writing', integerOption(1, 3600), 20)
-    .option('--rate <tx/s>', 'order transactions per second', integerOption(1, 10_000), 200);
+    .option('--rate <tx/s>', 'order transactions per second', integerOption(1, 10_000), 200)
+    .option(
+      '--lost-acks <percent>',
+      'share of acknowledgements lost on purpose after delivery, so those events are delivered again',
+      integerOption(0, 50),
+      5,
+    );
   addDatabaseOptions(command, { schema: false });
   addLogLevelOption(command, 'warn');
   command.addHelpText(

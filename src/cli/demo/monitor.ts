@@ -1,7 +1,11 @@
-/** The live status line: elapsed time, committed, delivered, outbox backlog and rate, once a second. */
+/**
+ * The live status line, once a second: elapsed time, committed, delivered (verifier), applied
+ * (inventory), outbox backlog and rate.
+ */
 
 import type { Pool } from 'pg';
 import { outboxStatus } from '../../ops/status.js';
+import type { Inventory } from './inventory.js';
 import type { Ledger } from './order-service.js';
 import type { StatusLine } from './status-line.js';
 import type { Verifier } from './verifier.js';
@@ -19,6 +23,7 @@ export class Monitor {
     private readonly schema: string,
     private readonly ledger: Ledger,
     private readonly verifier: Verifier,
+    private readonly inventory: Inventory,
     private readonly line: StatusLine,
   ) {}
 
@@ -50,7 +55,7 @@ export class Monitor {
       const age = backlog?.oldestPendingAgeSeconds;
       this.line.show(
         `${this.elapsedSeconds().toFixed(0).padStart(4)}s ${this.phase.padEnd(8)}  ` +
-          `committed ${this.ledger.committed.size}  delivered ${delivered}  ` +
+          `committed ${this.ledger.committed.size}  delivered ${delivered}  applied ${this.inventory.applied.size}  ` +
           `pending ${backlog?.pending ?? '?'}  oldest ${age === undefined || age === null ? '-' : `${age.toFixed(1)}s`}  ` +
           `${Math.round(perSecond)} ev/s`,
       );

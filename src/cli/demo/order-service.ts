@@ -1,6 +1,6 @@
 /**
- * The order service (producer): writes an `orders` row and enqueues `order.placed` in
- * the same transaction, at a steady rate from a few concurrent writers; about one in ten
+ * The order service (producer): writes an `orders` row (a customer buys a quantity of
+ * one SKU) and enqueues `order.placed` in the same transaction, at a steady rate from a few concurrent writers; about one in ten
  * transactions is rolled back on purpose after the enqueue. The ledger records which
  * event ids committed and which rolled back.
  */
@@ -16,15 +16,31 @@ import { withSchemaName } from './database.js';
 export const WRITERS = 4;
 export const AGGREGATES = 50;
 export const ROLLBACK_RATIO = 0.1;
+/** The catalogue: every order is for 1 to MAX_QUANTITY units of one of these. */
+export const SKUS: readonly string[] = Array.from({ length: 8 }, (_, i) => `sku-${i + 1}`);
+const MAX_QUANTITY = 3;
+
+/** The payload of `order.placed` (schema version 1). */
+export interface OrderPlaced {
+  readonly orderId: string;
+  readonly customerId: string;
+  readonly amount: string;
+  readonly sku: string;
+  readonly quantity: number;
+}
 
 const CREATE_ORDERS_SQL = `
 CREATE TABLE {{schema}}.orders (
   id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   customer_id text NOT NULL,
   amount      numeric(10, 2) NOT NULL,
+  sku         text NOT NULL,
+  quantity    integer NOT NULL,
   created_at  timestamptz NOT NULL DEFAULT now()
 )`;
-const INSERT_ORDER_SQL = `INSERT INTO {{schema}}.orders (customer_id, amount) VALUES ($1, $2) RETURNING id::text AS id`;
+const INSERT_ORDER_SQL = `
+INSERT INTO {{schema}}.orders (customer_id, amount, sku, quantity) VALUES ($1, $2, $3, $4)
+RETURNING id::text AS id`;
 
 /** Creates the service's `orders` table in the demo schema. */
 export async function createOrdersTable(pool: Pool, schema: string): Promise<void> {
@@ -83,7 +99,16 @@ export class OrderService {
     try {
       await client.query('BEGIN');
       const amount = (Math.random() * 500 + 5).toFixed(2);
-      const order = await client.query<{ id: string }>(this.insertOrder, [customer, amount]);
+      const sku = SKUS[Math.floor(Math.random() * SKUS.length)]!;
+      const quantity = 1 + Math.floor(Math.random() * MAX_QUANTITY);
+      const order = await client.query<{ id: string }>(this.insertOrder, [customer, amount, sku, quantity]);
+      const payload: OrderPlaced = {
+        orderId: order.rows[0]!.id,
+        customerId: customer,
+        amount,
+        sku,
+        quantity,
+      };
       const { eventId } = await enqueue(
         client,
         {
@@ -91,7 +116,7 @@ export class OrderService {
           aggregateId: customer,
           type: 'order.placed',
           topic: this.topic,
-          payload: { orderId: order.rows[0]?.id, customerId: customer, amount },
+          payload,
         },
         { schema: this.schema, notify: false },
       );

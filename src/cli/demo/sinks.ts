@@ -1,80 +1,125 @@
 /**
- * Where the relay publishes, and how the verifier receives: a signed local webhook
- * receiver, or a NATS JetStream stream of the demo's own read by an ordered consumer.
+ * Where the relay publishes, who observes and who consumes:
+ *
+ * - webhook: a local server running the inbox webhook receiver adapter (Standard Webhooks
+ *   check, 204 only after the inventory's inbox commit); the verifier taps its HTTP
+ *   exchanges, each 204 being a delivery the sender saw acknowledged;
+ * - NATS: a JetStream stream of the demo's own, read by the verifier through an ordered
+ *   consumer and by the inventory through a durable pull consumer (ack after commit).
+ *
+ * The consumer adapters are imported when used: they load broker clients that are
+ * optional peer dependencies.
  */
 
 import { randomBytes } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage } from 'node:http';
 import type { Logger as PinoLogger } from 'pino';
 import { errorMessage } from '../../errors.js';
 import type { Publisher } from '../../publishers/contract.js';
-import { verifyWebhook, webhookPublisher } from '../../publishers/webhook.js';
+import { webhookPublisher } from '../../publishers/webhook.js';
 import { CliError } from '../common.js';
 import { importNats } from '../publishers.js';
+import { type LostAcks, loseConsumerAcks } from './faults.js';
+import { INVENTORY_CONCURRENCY, INVENTORY_CONSUMER, type Inventory } from './inventory.js';
 import type { Cleanup } from './lifecycle.js';
 import type { Verifier } from './verifier.js';
+
+/** Redelivery delay of a delivery the inventory deferred (or whose ack the demo dropped), in ms. */
+const REDELIVERY_DELAY_MS = 200;
+const CONSUMER_STOP_TIMEOUT_MS = 10_000;
 
 export interface Sink {
   readonly publisher: Publisher;
   /** Event topic (NATS subject); undefined for the webhook, which has one URL. */
   readonly topic: string | undefined;
   readonly label: string;
+  /** How the inventory receives its deliveries. */
+  readonly consumerLabel: string;
+  /** Stops the inventory's consumer adapter once its in-flight deliveries are answered. Idempotent. */
+  stopConsumer(): Promise<void>;
+  /** NATS: how many messages the stream holds (JetStream keeps one per event id). */
+  storedMessages?(): Promise<number>;
+}
+
+/** The demo's logger, and the inventory's child of it. */
+export interface SinkLoggers {
+  readonly logger: PinoLogger;
+  readonly inventoryLogger: PinoLogger;
+}
+
+/** What a sink feeds. */
+export interface SinkTargets {
+  readonly verifier: Verifier;
+  readonly inventory: Inventory;
+  /** Consumer-side lost acknowledgements to inject (NATS only: a webhook receiver cannot lose one). */
+  readonly consumerAcks: LostAcks;
 }
 
 export async function openSink(
   options: { readonly nats?: string },
-  verifier: Verifier,
+  targets: SinkTargets,
   cleanup: Cleanup,
-  logger: PinoLogger,
+  loggers: SinkLoggers,
 ): Promise<Sink> {
   return options.nats === undefined
-    ? openWebhookSink(verifier, cleanup)
-    : openNatsSink(options.nats, verifier, cleanup, logger);
+    ? openWebhookSink(targets, cleanup, loggers.inventoryLogger)
+    : openNatsSink(options.nats, targets, cleanup, loggers);
 }
 
-async function openWebhookSink(verifier: Verifier, cleanup: Cleanup): Promise<Sink> {
+async function openWebhookSink(
+  { verifier, inventory }: SinkTargets,
+  cleanup: Cleanup,
+  inventoryLogger: PinoLogger,
+): Promise<Sink> {
+  const { createWebhookServer } = await importConsumer('webhook', () => import('../../consumers/webhook.js'));
   const secret = `whsec_${randomBytes(32).toString('base64')}`;
-  const server = createServer((req, res) => receiveWebhook(req, res, secret, verifier));
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
+  const receiver = await createWebhookServer({
+    inbox: inventory.inbox,
+    handler: inventory.handler,
+    secret,
+    concurrency: INVENTORY_CONCURRENCY,
+    logger: inventoryLogger,
+  });
+  receiver.server.on('request', (req: IncomingMessage, res) => {
+    res.once('finish', () => observe(verifier, req, res.statusCode));
   });
   cleanup.add('close the webhook receiver', async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    receiver.server.closeAllConnections();
+    await receiver.close();
   });
-  const { port } = server.address() as AddressInfo;
-  const url = `http://127.0.0.1:${port}/events`;
+  const url = `${receiver.url}/events`;
   const publisher = webhookPublisher({ endpoints: url, secret });
   cleanup.add('close the webhook publisher', () => publisher.close());
-  return { publisher, topic: undefined, label: `a signed webhook receiver at ${url}` };
+  return {
+    publisher,
+    topic: undefined,
+    label: `a signed webhook receiver at ${url}`,
+    consumerLabel: 'the webhook receiver adapter (Standard Webhooks check, 204 only after the inbox commit)',
+    stopConsumer: () => withTimeout(receiver.close()),
+  };
 }
 
-function receiveWebhook(req: IncomingMessage, res: ServerResponse, secret: string, verifier: Verifier): void {
-  const chunks: Buffer[] = [];
-  req.on('data', (chunk: Buffer) => chunks.push(chunk));
-  req.on('end', () => {
-    const body = Buffer.concat(chunks);
-    if (!verifyWebhook({ secret, headers: req.headers, body })) {
-      verifier.reject();
-      res.writeHead(401).end('bad signature');
-      return;
-    }
-    const get = (name: string): string | undefined => {
+/**
+ * The verifier's tap on the webhook receiver: a 204 is a delivery the sender saw
+ * acknowledged; a 4xx is a delivery that failed verification (bad signature, no envelope);
+ * a 503 (deferred, or the inbox unavailable) is not a delivery: the sender retries.
+ */
+function observe(verifier: Verifier, req: IncomingMessage, status: number): void {
+  if (status === 204) {
+    verifier.recordEnvelope((name) => {
       const value = req.headers[name];
       return Array.isArray(value) ? value[0] : value;
-    };
-    const ok = verifier.recordEnvelope(get);
-    res.writeHead(ok ? 204 : 400).end();
-  });
+    });
+  } else if (status >= 400 && status < 500) {
+    verifier.reject();
+  }
 }
 
 async function openNatsSink(
   servers: string,
-  verifier: Verifier,
+  { verifier, inventory, consumerAcks }: SinkTargets,
   cleanup: Cleanup,
-  logger: PinoLogger,
+  { logger, inventoryLogger }: SinkLoggers,
 ): Promise<Sink> {
   const { natsPublisher, ensureStream } = await importNats();
   const { connect } = await import('@nats-io/transport-node');
@@ -100,11 +145,51 @@ async function openNatsSink(
     messages.stop();
     await consuming;
   });
+  const { consumeNats } = await importConsumer('nats', () => import('../../consumers/nats.js'));
+  const consumer = await consumeNats({
+    inbox: loseConsumerAcks(inventory.inbox, consumerAcks),
+    handler: inventory.handler,
+    servers: servers.split(','),
+    connectionOptions: { name: 'tx-outbox-demo-inventory' },
+    stream,
+    durable: INVENTORY_CONSUMER,
+    concurrency: INVENTORY_CONCURRENCY,
+    deferMs: REDELIVERY_DELAY_MS,
+    logger: inventoryLogger,
+  });
+  cleanup.add('stop the inventory consumer', () => consumer.stop());
   const publisher = natsPublisher({ servers: servers.split(','), stream, streamSubjects: [`${prefix}.>`] });
   cleanup.add('close the NATS publisher', () => publisher.close());
   return {
     publisher,
     topic: `${prefix}.order.placed`,
-    label: `NATS JetStream stream ${stream} at ${servers}, read by an ordered consumer`,
+    label: `NATS JetStream stream ${stream} at ${servers}, read by the verifier through an ordered consumer`,
+    consumerLabel: `a durable JetStream pull consumer "${INVENTORY_CONSUMER}" (ack only after the inbox commit)`,
+    stopConsumer: () => withTimeout(consumer.stop()),
+    storedMessages: async () => (await jsm.streams.info(stream)).state.messages,
   };
+}
+
+/** A consumer adapter module; a missing broker client library becomes a one-line error. */
+async function importConsumer<T>(kind: string, importer: () => Promise<T>): Promise<T> {
+  try {
+    return await importer();
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
+    throw new CliError(
+      `the demo's ${kind} consumer adapter needs a client library that is not installed: ${errorMessage(error)}`,
+      1,
+      { cause: error },
+    );
+  }
+}
+
+/** Waits for `stopping`, at most CONSUMER_STOP_TIMEOUT_MS (the cleanup stack still closes everything). */
+async function withTimeout(stopping: Promise<void>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, CONSUMER_STOP_TIMEOUT_MS);
+  });
+  await Promise.race([stopping, timeout]);
+  clearTimeout(timer);
 }

@@ -1,0 +1,194 @@
+/**
+ * The inventory service (consumer): a real inbox consumer. Each `order.placed` reserves
+ * the ordered quantity — one `inventory_reservations` row and the SKU's `on_hand` lowered —
+ * in the inbox transaction that also records the event id, so a duplicate delivery has no
+ * effect. The reservations table deliberately has no unique key on the event id: an effect
+ * applied twice would show in the audit.
+ */
+
+import type { Pool } from 'pg';
+import { z } from 'zod';
+import { createInbox, type HandleResult, type Inbox, type InboxHandler } from '../../inbox/inbox.js';
+import type { InboxMessage } from '../../inbox/message.js';
+import type { Logger } from '../../logger.js';
+import { withSchemaName } from './database.js';
+import { type OrderPlaced, SKUS } from './order-service.js';
+
+export const INVENTORY_CONSUMER = 'inventory';
+/** Deliveries the inventory handles at once (across aggregates). */
+export const INVENTORY_CONCURRENCY = 8;
+const INITIAL_ON_HAND = 1_000_000;
+
+const CREATE_INVENTORY_SQL = `
+CREATE TABLE {{schema}}.inventory (
+  sku      text PRIMARY KEY,
+  on_hand  bigint NOT NULL
+)`;
+const CREATE_RESERVATIONS_SQL = `
+CREATE TABLE {{schema}}.inventory_reservations (
+  id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  event_id    uuid NOT NULL,
+  order_id    bigint NOT NULL,
+  sku         text NOT NULL REFERENCES {{schema}}.inventory (sku),
+  quantity    integer NOT NULL,
+  reserved_at timestamptz NOT NULL DEFAULT now()
+)`;
+const STOCK_SQL = 'INSERT INTO {{schema}}.inventory (sku, on_hand) SELECT unnest($1::text[]), $2';
+/** The business effect, one round trip: lower the SKU's stock and record the reservation. */
+const RESERVE_SQL = `
+WITH stock AS (
+  UPDATE {{schema}}.inventory SET on_hand = on_hand - $4::integer WHERE sku = $3 RETURNING sku
+)
+INSERT INTO {{schema}}.inventory_reservations (event_id, order_id, sku, quantity)
+SELECT $1::uuid, $2::bigint, sku, $4::integer FROM stock`;
+const EFFECTS_PER_EVENT_SQL = `
+SELECT event_id::text AS event_id, count(*)::int AS effects
+FROM {{schema}}.inventory_reservations GROUP BY event_id`;
+const STOCK_TOTALS_SQL = `
+SELECT (SELECT count(*) FROM {{schema}}.inventory)::int AS skus,
+       (SELECT coalesce(sum(on_hand), 0) FROM {{schema}}.inventory)::bigint AS on_hand,
+       (SELECT coalesce(sum(quantity), 0) FROM {{schema}}.inventory_reservations)::bigint AS reserved`;
+const QUARANTINED_SQL = 'SELECT count(*)::int AS n FROM {{schema}}.inbox_quarantine WHERE consumer = $1';
+
+/** The accepted payload of `order.placed` v1 (a Standard Schema: the inbox validates with it). */
+const OrderPlacedSchema = z.object({
+  orderId: z.string().regex(/^\d+$/),
+  customerId: z.string(),
+  amount: z.string(),
+  sku: z.string(),
+  quantity: z.number().int().positive(),
+});
+
+/** What the inbox answered, per delivery. */
+export interface InventoryTally {
+  received: number;
+  processed: number;
+  duplicates: number;
+  stale: number;
+  deferred: number;
+  quarantined: number;
+}
+
+/** What the inventory tables say, read after the run. */
+export interface InventoryAudit {
+  /** Reservation rows: the effects applied. */
+  readonly effects: number;
+  /** Committed events with exactly one reservation. */
+  readonly committedOnce: number;
+  /** Events with more than one reservation (an effect applied twice). */
+  readonly appliedTwice: number;
+  /** Reservations for events the producer did not commit (rolled back or unknown). */
+  readonly notCommitted: number;
+  readonly initialOnHand: number;
+  readonly onHand: number;
+  /** Sum of the reserved quantities; `initialOnHand - onHand` must equal it. */
+  readonly reserved: number;
+  /** Rows in `inbox_quarantine` for this consumer. */
+  readonly quarantined: number;
+}
+
+export class Inventory {
+  /** What the inbox answered for each delivery, counted as it happens. */
+  readonly tally: InventoryTally = {
+    received: 0,
+    processed: 0,
+    duplicates: 0,
+    stale: 0,
+    deferred: 0,
+    quarantined: 0,
+  };
+  /** Event ids whose effect the inbox committed. */
+  readonly applied = new Set<string>();
+  /** The inbox, counting what it answers; hand it to a consumer adapter. */
+  readonly inbox: Inbox;
+  /** Applies one `order.placed` on the inbox transaction. */
+  readonly handler: InboxHandler<OrderPlaced>;
+
+  private constructor(
+    private readonly pool: Pool,
+    private readonly schema: string,
+    logger: Logger,
+  ) {
+    const inbox = createInbox({
+      pool,
+      consumer: INVENTORY_CONSUMER,
+      schema,
+      ordering: 'strict',
+      accepts: [{ type: 'order.placed', schemaVersion: 1, schema: OrderPlacedSchema }],
+      logger,
+    });
+    this.inbox = this.counting(inbox);
+    const reserve = withSchemaName(RESERVE_SQL, schema);
+    this.handler = async (tx, event) => {
+      const { sku, quantity, orderId } = event.data;
+      const { rowCount } = await tx.query(reserve, [event.eventId, orderId, sku, quantity]);
+      // An unknown SKU fails the handler: retried, then quarantined with the reason.
+      if (rowCount !== 1) throw new Error(`unknown SKU ${sku}`);
+    };
+  }
+
+  /**
+   * Creates the inventory tables in `schema` (next to the inbox tables of `migrate`) with
+   * every SKU in stock; `pool` is the inventory's own.
+   */
+  static async create(pool: Pool, schema: string, logger: Logger): Promise<Inventory> {
+    await pool.query(withSchemaName(CREATE_INVENTORY_SQL, schema));
+    await pool.query(withSchemaName(CREATE_RESERVATIONS_SQL, schema));
+    await pool.query(withSchemaName(STOCK_SQL, schema), [SKUS, INITIAL_ON_HAND]);
+    return new Inventory(pool, schema, logger);
+  }
+
+  /** Reads the effects back: how many per event, the stock, the quarantine. */
+  async audit(committed: ReadonlySet<string>): Promise<InventoryAudit> {
+    const [perEvent, totals, quarantine] = await Promise.all([
+      this.pool.query<{ event_id: string; effects: number }>(
+        withSchemaName(EFFECTS_PER_EVENT_SQL, this.schema),
+      ),
+      this.pool.query<{ skus: number; on_hand: string; reserved: string }>(
+        withSchemaName(STOCK_TOTALS_SQL, this.schema),
+      ),
+      this.pool.query<{ n: number }>(withSchemaName(QUARANTINED_SQL, this.schema), [INVENTORY_CONSUMER]),
+    ]);
+    let effects = 0;
+    let committedOnce = 0;
+    let appliedTwice = 0;
+    let notCommitted = 0;
+    for (const row of perEvent.rows) {
+      effects += row.effects;
+      if (row.effects > 1) appliedTwice += 1;
+      if (!committed.has(row.event_id)) notCommitted += 1;
+      else if (row.effects === 1) committedOnce += 1;
+    }
+    const stock = totals.rows[0]!;
+    return {
+      effects,
+      committedOnce,
+      appliedTwice,
+      notCommitted,
+      initialOnHand: stock.skus * INITIAL_ON_HAND,
+      onHand: Number(stock.on_hand),
+      reserved: Number(stock.reserved),
+      quarantined: quarantine.rows[0]!.n,
+    };
+  }
+
+  private counting(inbox: Inbox): Inbox {
+    const count = (message: InboxMessage, result: HandleResult): HandleResult => {
+      const tally = this.tally;
+      tally.received += 1;
+      if (result.status === 'processed') {
+        tally.processed += 1;
+        this.applied.add(message.eventId);
+      } else if (result.status === 'duplicate') tally.duplicates += 1;
+      else if (result.status === 'stale') tally.stale += 1;
+      else if (result.status === 'deferred') tally.deferred += 1;
+      else tally.quarantined += 1;
+      return result;
+    };
+    return {
+      consumer: inbox.consumer,
+      handle: async (message, handler) => count(message, await inbox.handle(message, handler)),
+      replayReleased: (handler, options) => inbox.replayReleased(handler, options),
+    };
+  }
+}
