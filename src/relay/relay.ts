@@ -458,13 +458,16 @@ class PollingRelay implements Relay {
    * Aggregates whose next event is not claimable (scheduled for later with deliverAfter,
    * or missing — a sequence gap) are held back for a poll interval, so their later events
    * do not fill the claims. Aggregates with an event in flight are not held: the gate
-   * releases them as soon as that event's outcome is recorded.
+   * releases them as soon as that event's outcome is recorded. `times` counts the claims
+   * that held an aggregate back, however many of its events each claim returned.
    */
   private hold(rows: readonly ClaimedRow[]): void {
     const until = Date.now() + this.o.pollIntervalMs;
+    const seen = new Set<string>();
     for (const r of rows) {
       const key = `${r.aggregate_type}\u001f${r.aggregate_id}`;
-      if (this.inFlightAggregates.has(key)) continue;
+      if (this.inFlightAggregates.has(key) || seen.has(key)) continue;
+      seen.add(key);
       const times = (this.heldCount.get(key) ?? 0) + 1;
       this.heldCount.set(key, times);
       this.held.set(key, until);

@@ -470,4 +470,39 @@ describe('relay gate under scheduled events', () => {
     });
     expect(publisher.received.some((m) => m.aggregateId === 'later')).toBe(false);
   });
+
+  it('warns about a held-back aggregate after it was held in 10 claims, not for 10 of its events in one claim', async () => {
+    const publisher = new RecordingPublisher();
+    await put([
+      {
+        aggregateType: 'o',
+        aggregateId: 'held',
+        type: 't',
+        payload: 0,
+        deliverAfter: new Date(Date.now() + 3_600_000),
+      },
+      ...Array.from({ length: 15 }, (_, i) => ({
+        aggregateType: 'o',
+        aggregateId: 'held',
+        type: 't',
+        payload: i,
+      })),
+    ]);
+    const warnings: Array<{ obj: object; msg: string | undefined }> = [];
+    const noop = (): void => undefined;
+    const logger = {
+      debug: noop,
+      info: noop,
+      error: noop,
+      warn: (obj: object, msg?: string) => warnings.push({ obj, msg }),
+    };
+    const heldBack = () => warnings.filter((w) => w.msg?.startsWith('aggregate held back'));
+    const started = Date.now();
+    await relay(publisher, { pollIntervalMs: 200, logger }).start();
+    await new Promise((resolve) => setTimeout(resolve, 600)); // a few claims: held, each time for 200 ms
+    expect(heldBack()).toEqual([]);
+    await waitFor(() => heldBack().length > 0, { timeoutMs: 10_000, what: 'the held-back warning' });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(9 * 200);
+    expect(heldBack()[0]!.obj).toMatchObject({ aggregateId: 'held', times: 10 });
+  });
 });
