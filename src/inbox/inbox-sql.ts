@@ -46,27 +46,25 @@ LIMIT $2`;
 export const DONE_QUARANTINE_SQL = `DELETE FROM {{schema}}.inbox_quarantine WHERE id = $1 AND released_at IS NOT NULL`;
 
 /**
- * The dedup record and the aggregate's position in one round trip: when the event is new,
- * the position row is created or locked (a no-op update takes the row lock, which
- * serialises one aggregate across consumer instances) and its last sequence returned.
- * No row back: this consumer already has the event.
+ * Everything the inbox writes for a new event, in one round trip before the handler runs: the
+ * dedup record; the aggregate's position, created or advanced under its row lock (which
+ * serialises one aggregate across consumer instances), returning the sequence it held before
+ * (read from the locked row, never from an older snapshot); and the failed-attempt count
+ * cleared. When the ordering policy refuses the event, or the handler fails, the transaction
+ * rolls back and all of it with it. No row back: this consumer already has the event.
  */
-export const CLAIM_AND_LOCK_SQL = `
+export const CLAIM_AND_ADVANCE_SQL = `
 WITH claimed AS (
   INSERT INTO {{schema}}.inbox (consumer, event_id, aggregate_type, aggregate_id, sequence, outcome)
   VALUES ($1, $2, $3, $4, $5, 'processed')
   ON CONFLICT (consumer, event_id) DO NOTHING
   RETURNING consumer
+), cleared AS (
+  DELETE FROM {{schema}}.inbox_attempts
+  WHERE consumer = $1 AND event_id = $2 AND EXISTS (SELECT 1 FROM claimed)
 )
-INSERT INTO {{schema}}.inbox_positions AS p (consumer, aggregate_type, aggregate_id, last_sequence)
-SELECT $1, $3, $4, 0 FROM claimed
-ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET last_sequence = p.last_sequence
-RETURNING last_sequence::text AS last_sequence`;
-
-/** After the handler: the new position, and the failed-attempt count cleared, in one round trip. */
-export const APPLIED_SQL = `
-WITH cleared AS (
-  DELETE FROM {{schema}}.inbox_attempts WHERE consumer = $1 AND event_id = $5
-)
-UPDATE {{schema}}.inbox_positions SET last_sequence = greatest(last_sequence, $4)
-WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3`;
+INSERT INTO {{schema}}.inbox_positions AS p (consumer, aggregate_type, aggregate_id, last_sequence, previous_sequence)
+SELECT $1, $3, $4, $5, 0 FROM claimed
+ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE
+SET previous_sequence = p.last_sequence, last_sequence = greatest(p.last_sequence, excluded.last_sequence)
+RETURNING previous_sequence::text AS last_sequence`;

@@ -6,6 +6,7 @@
  * type or schema version, or that fail validation, are parked in quarantine with
  * the reason — never dropped silently, never retried in a hot loop.
  */
+import { createHash } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import { errorMessage, OutboxValidationError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
@@ -13,8 +14,7 @@ import { inTransaction } from '../producer/transaction.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import {
-  APPLIED_SQL,
-  CLAIM_AND_LOCK_SQL,
+  CLAIM_AND_ADVANCE_SQL,
   CLAIM_EVENT_SQL,
   COUNT_ATTEMPT_SQL,
   DONE_QUARANTINE_SQL,
@@ -23,7 +23,7 @@ import {
   RELEASED_SQL,
 } from './inbox-sql.js';
 import type { InboxMessage } from './message.js';
-import { decideOrder, ORDERING_POLICIES, type OrderingPolicy } from './ordering.js';
+import { decideOrder, ORDERING_POLICIES, type OrderingPolicy, type StartSequence } from './ordering.js';
 
 /** A Standard Schema validator (zod, valibot, arktype …), typed structurally. */
 export interface StandardSchema<T = unknown> {
@@ -55,9 +55,18 @@ export interface InboxOptions {
   readonly accepts?: readonly AcceptedEvent[];
   /** Handler failures before the message is quarantined. Default 5. */
   readonly maxAttempts?: number;
+  /**
+   * `strict`: the sequence an aggregate this consumer has not seen starts at. Default 1 (tx-outbox
+   * sequences start there: a first event with a higher one waits, as a gap, for the ones before
+   * it). `'first-seen'`: whatever sequence is delivered first starts it — for a consumer that
+   * joins a stream with history it will never receive.
+   */
+  readonly startSequence?: StartSequence;
   /** `strict`: a gap defers the message; after this many deferrals or this long, it is quarantined. Defaults 50 and 10 min. */
   readonly maxDeferrals?: number;
   readonly maxDeferMs?: number;
+  /** Run the per-event statement as a named prepared statement (default true). Turn off behind PgBouncer in transaction mode. */
+  readonly prepared?: boolean;
   readonly logger?: Logger;
 }
 
@@ -97,8 +106,7 @@ export interface Inbox {
 
 interface Statements {
   readonly claim: string;
-  readonly claimAndLock: string;
-  readonly applied: string;
+  readonly claimAndAdvance: { readonly name: string | undefined; readonly text: string };
   readonly countAttempt: string;
   readonly quarantine: string;
   readonly released: string;
@@ -130,11 +138,18 @@ export function createInbox(options: InboxOptions): Inbox {
       `Use one of ${ORDERING_POLICIES.join(', ')}.`,
     );
   }
+  const start = options.startSequence;
+  if (start !== undefined && start !== 'first-seen' && !(Number.isSafeInteger(start) && start >= 1)) {
+    throw new OutboxValidationError(
+      'startSequence',
+      `is ${String(start)}`,
+      "Use a positive integer (tx-outbox sequences start at 1) or 'first-seen'.",
+    );
+  }
   const schema = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
   const sql: Statements = {
     claim: withSchema(CLAIM_EVENT_SQL, schema),
-    claimAndLock: withSchema(CLAIM_AND_LOCK_SQL, schema),
-    applied: withSchema(APPLIED_SQL, schema),
+    claimAndAdvance: named(withSchema(CLAIM_AND_ADVANCE_SQL, schema), options.prepared ?? true),
     countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
     quarantine: withSchema(QUARANTINE_SQL, schema),
     released: withSchema(RELEASED_SQL, schema),
@@ -142,6 +157,12 @@ export function createInbox(options: InboxOptions): Inbox {
     doneQuarantine: withSchema(DONE_QUARANTINE_SQL, schema),
   };
   return new TransactionalInbox(options, ordering, sql);
+}
+
+/** A statement with a name derived from its text (one per schema), or unnamed when not prepared. */
+function named(text: string, prepared: boolean): { name: string | undefined; text: string } {
+  const digest = createHash('sha1').update(text).digest('hex').slice(0, 16);
+  return { name: prepared ? `txo_inbox_${digest}` : undefined, text };
 }
 
 class TransactionalInbox implements Inbox {
@@ -168,29 +189,28 @@ class TransactionalInbox implements Inbox {
     if ('reason' in decoded) return this.park(message, decoded.reason, 0);
     try {
       await inTransaction(this.o.pool, async (tx) => {
-        const { rows } = await tx.query<{ last_sequence: string }>(this.sql.claimAndLock, [
-          this.consumer,
-          message.eventId,
-          message.aggregateType,
-          message.aggregateId,
-          message.sequence,
-        ]);
+        const { rows } = await tx.query<{ last_sequence: string }>({
+          ...this.sql.claimAndAdvance,
+          values: [
+            this.consumer,
+            message.eventId,
+            message.aggregateType,
+            message.aggregateId,
+            message.sequence,
+          ],
+        });
         if (rows.length === 0) throw new Rejected('duplicate');
-        const last = Number(rows[0]!.last_sequence);
-        const decision = decideOrder(this.ordering, last === 0 ? undefined : last, message.sequence);
+        const seen = Number(rows[0]!.last_sequence);
+        const last = seen === 0 ? undefined : seen;
+        const start = this.o.startSequence ?? 1;
+        const decision = decideOrder(this.ordering, last, message.sequence, start);
         if (decision === 'gap' && !(await this.isReleased(tx, message))) {
-          throw new Rejected('deferred', `waiting for sequence ${last + 1} of this aggregate`);
+          const next = last !== undefined ? last + 1 : start;
+          throw new Rejected('deferred', `waiting for sequence ${next} of this aggregate`);
         }
         if (decision === 'stale')
           throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
         await handler(tx, decoded.event);
-        await tx.query(this.sql.applied, [
-          this.consumer,
-          message.aggregateType,
-          message.aggregateId,
-          message.sequence,
-          message.eventId,
-        ]);
       });
       return { status: 'processed' };
     } catch (error) {

@@ -85,6 +85,23 @@ describe('inbox', () => {
     expect((await ib.handle(m2, (tx) => record(tx, m2))).status).toBe('duplicate');
   });
 
+  it('strict: an unseen aggregate starts at sequence 1; with startSequence first-seen, at the first delivered', async () => {
+    const ib = inbox({ ordering: 'strict' });
+    const [m1, m2] = [message('u', 1), message('u', 2)];
+    // Sequence 2 first (another instance still holds 1): it waits, it is not the start.
+    const early = await ib.handle(m2, (tx) => record(tx, m2));
+    expect(early).toMatchObject({ status: 'deferred' });
+    expect(early.reason).toMatch(/waiting for sequence 1/);
+    expect((await ib.handle(m1, (tx) => record(tx, m1))).status).toBe('processed');
+    expect((await ib.handle(m2, (tx) => record(tx, m2))).status).toBe('processed');
+
+    const late = inbox({ ordering: 'strict', startSequence: 'first-seen' });
+    const [m7, m8] = [message('v', 7), message('v', 8)];
+    expect((await late.handle(m7, (tx) => record(tx, m7))).status).toBe('processed');
+    expect((await late.handle(m8, (tx) => record(tx, m8))).status).toBe('processed');
+    expect(() => inbox({ startSequence: 0 })).toThrow(/startSequence/);
+  });
+
   it('strict: a gap that is never filled is quarantined after the limit, with the reason', async () => {
     const ib = inbox({ ordering: 'strict', maxDeferrals: 3 });
     const m1 = message('g', 1);
