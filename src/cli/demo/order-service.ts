@@ -16,8 +16,11 @@ import { withSchemaName } from './database.js';
 export const WRITERS = 4;
 export const AGGREGATES = 50;
 export const ROLLBACK_RATIO = 0.1;
-/** The catalogue: every order is for 1 to MAX_QUANTITY units of one of these. */
-export const SKUS: readonly string[] = Array.from({ length: 8 }, (_, i) => `sku-${i + 1}`);
+/**
+ * The catalogue: every order is for 1 to MAX_QUANTITY units of one of these. Enough SKUs that
+ * the inventory's concurrent transactions seldom wait on the same stock row.
+ */
+export const SKUS: readonly string[] = Array.from({ length: 24 }, (_, i) => `sku-${i + 1}`);
 const MAX_QUANTITY = 3;
 
 /** The payload of `order.placed` (schema version 1). */
