@@ -4,12 +4,22 @@
  * AMQP headers (as `rabbitmqPublisher` sends them), handled through a KeyedQueue keyed by
  * aggregate (bounded concurrency, never two deliveries of one aggregate at once), and
  * acknowledged only after `inbox.handle` resolved — after the inbox transaction committed.
- * `deferred` (or an inbox failure) is answered, after `deferMs`, with `nack(requeue)` so the
- * broker redelivers it; every other status is acked. A message without a tx-outbox
+ * `deferred` (or an inbox failure) is held for `deferMs`, then a copy is published to the tail
+ * of the queue (default exchange, confirmed) and the delivery acked — a `nack(requeue)` would put
+ * it back at the head, where prefetch-many deferred messages would keep every message behind
+ * them waiting; only when that publish fails is it nacked with requeue. Every other status is
+ * acked. A message without a tx-outbox
  * envelope is rejected without requeue (dead-lettered when the queue has a dead-letter
  * exchange, dropped otherwise) and logged.
  */
-import { type Channel, type ConsumeMessage, connect, type Options, type SocketOptions } from 'amqplib';
+import {
+  type Channel,
+  type ConfirmChannel,
+  type ConsumeMessage,
+  connect,
+  type Options,
+  type SocketOptions,
+} from 'amqplib';
 import { errorMessage } from '../errors.js';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
@@ -109,6 +119,8 @@ class RabbitMqConsumer<T> implements Consumer {
   #closed = false;
   readonly #onAbort = (): void => void this.stop();
   readonly #deferMs: number;
+  /** Publishes deferred copies to the tail of the queue; opened at the first deferral. */
+  #republisher: Promise<ConfirmChannel> | undefined;
 
   constructor(
     private readonly connection: AmqpConnection,
@@ -151,6 +163,9 @@ class RabbitMqConsumer<T> implements Consumer {
       this.#settle(() => this.channel.nack(msg, false, true));
     }
     this.#timers.clear();
+    await Promise.all(this.#inFlight);
+    const republisher = await this.#republisher?.catch(() => undefined);
+    await republisher?.close().catch(() => undefined);
     if (!this.#closed) await this.channel.close().catch(() => undefined);
     if (this.owned) await this.connection.close().catch(() => undefined);
   }
@@ -188,9 +203,45 @@ class RabbitMqConsumer<T> implements Consumer {
     }
     const timer = setTimeout(() => {
       this.#timers.delete(timer);
-      this.#settle(() => this.channel.nack(msg, false, true));
+      const task = this.#toTail(msg);
+      this.#inFlight.add(task);
+      void task.finally(() => this.#inFlight.delete(task));
     }, this.#deferMs);
     this.#timers.set(timer, msg);
+  }
+
+  /** A confirmed copy at the tail of the queue, then the ack; nack(requeue) if the copy failed. */
+  async #toTail(msg: ConsumeMessage): Promise<void> {
+    try {
+      this.#republisher ??= this.#openRepublisher();
+      const channel = await this.#republisher;
+      const { userId: _userId, headers, ...properties } = msg.properties;
+      const deferrals = Number(headers?.['x-txo-deferrals'] ?? 0) + 1;
+      await new Promise<void>((resolve, reject) => {
+        channel.sendToQueue(
+          this.o.queue,
+          msg.content,
+          { ...dropUndefined(properties), headers: { ...headers, 'x-txo-deferrals': deferrals } },
+          (error: unknown) => (error ? reject(error) : resolve()),
+        );
+      });
+      this.#settle(() => this.channel.ack(msg));
+    } catch (error) {
+      this.logger.warn({ err: error, queue: this.o.queue }, 'deferred copy not published; requeued instead');
+      this.#republisher = undefined;
+      this.#settle(() => this.channel.nack(msg, false, true));
+    }
+  }
+
+  async #openRepublisher(): Promise<ConfirmChannel> {
+    const channel = await this.connection.createConfirmChannel();
+    channel.on('error', (error: unknown) => {
+      this.logger.warn({ err: error, queue: this.o.queue }, 'RabbitMQ deferral channel error');
+    });
+    channel.on('close', () => {
+      this.#republisher = undefined;
+    });
+    return channel;
   }
 
   async #deliver(msg: ConsumeMessage): Promise<void> {
@@ -223,4 +274,8 @@ class RabbitMqConsumer<T> implements Consumer {
       this.#requeueLater(msg);
     }
   }
+}
+
+function dropUndefined<O extends object>(o: O): Partial<O> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined && v !== null)) as Partial<O>;
 }

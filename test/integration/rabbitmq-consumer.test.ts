@@ -40,7 +40,10 @@ interface Setup {
   readonly queue: string;
   readonly consumerName: string;
   readonly publish: (...messages: OutboxMessage[]) => Promise<void>;
-  readonly consume: (inbox?: Partial<InboxOptions>, extra?: { signal?: AbortSignal }) => Promise<Consumer>;
+  readonly consume: (
+    inbox?: Partial<InboxOptions>,
+    extra?: { signal?: AbortSignal; prefetch?: number; concurrency?: number },
+  ) => Promise<Consumer>;
   readonly applied: () => Promise<Array<{ event_id: string; aggregate_id: string; sequence: number }>>;
   /** Ready + unacked messages in the queue. */
   readonly remaining: () => Promise<number>;
@@ -104,5 +107,33 @@ describe('consumeRabbitMq', () => {
     await waitFor(async () => (await s.applied()).length === 1, { what: 'the valid one applied' });
     await waitFor(async () => (await admin.checkQueue(dead)).messageCount === 1, { what: 'dead-lettered' });
     expect(await stopAndCount(consumer, s)).toBe(0);
+  });
+
+  it('deferred messages go to the tail: a prefetch window full of them does not hold back the rest', async () => {
+    const s = await setup();
+    // Four aggregates with a gap (sequence 2 never comes): each sequence 3 is deferred, again and again.
+    const gaps = ['g1', 'g2', 'g3', 'g4'].flatMap((id) => [
+      makeMessage({ aggregateId: id, sequence: 1 }),
+      makeMessage({ aggregateId: id, sequence: 3 }),
+    ]);
+    const independent = Array.from({ length: 20 }, (_, i) =>
+      makeMessage({ aggregateId: `i${i}`, sequence: 1 }),
+    );
+    await s.publish(...gaps, ...independent);
+    // Requeued at the head, the deferred ones would fill the 2-message window on every redelivery.
+    const consumer = await s.consume(
+      { ordering: 'strict', maxDeferrals: 10_000 },
+      { prefetch: 2, concurrency: 1 },
+    );
+    await waitFor(async () => (await s.applied()).length === 4 + 20, {
+      what: 'the independent aggregates applied past the deferred messages',
+    });
+    const { rows } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM "${db.schema}".inbox_quarantine WHERE consumer = $1`,
+      [s.consumerName],
+    );
+    expect(rows[0].n).toBe(0);
+    // Stopping hands the deferred ones back to the queue: nothing lost.
+    expect(await stopAndCount(consumer, s)).toBe(4);
   });
 });
