@@ -10,22 +10,23 @@
  * be deduplicated nor quarantined: it is logged and counted as handled.
  *
  * Rebalances: when the group starts rebalancing, the handled prefixes are committed (best effort);
- * when this member joins a new generation, it commits again and forgets every partition's
- * bookkeeping, so a record still being handled from before never moves a commit point of the new
- * generation (its partition is re-read from the committed offset, and the inbox answers
- * `duplicate` for what was already applied). Records fetched under an older generation are skipped
- * for the same reason, and a deferred record of an older generation is abandoned.
+ * when this member joins a new generation, it commits again, discards the records its stream
+ * had buffered (fetched under the old assignment: the stream re-reads its partitions from the
+ * committed offsets) and forgets the partitions it lost — a record of one of those still being
+ * handled commits nothing, and a deferred one is abandoned (the new owner reads it again). A
+ * record of a partition not assigned to this member is never handled, and no partition's
+ * commit point ever moves backwards, so a late member cannot undo another's commits.
  */
 import { Consumer as KafkaClient, type Message, type MessagesStream } from '@platformatic/kafka';
 import { errorMessage, OutboxValidationError } from '../errors.js';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
-import { aggregateKey, type Consumer } from './nats.js';
 import { checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
-export type { Consumer } from './nats.js';
+export type { Consumer } from './consumer.js';
 
 type KafkaMessage = Message<Buffer, Buffer, Buffer, Buffer>;
 type KafkaStream = MessagesStream<Buffer, Buffer, Buffer, Buffer>;
@@ -127,15 +128,22 @@ interface PartitionState {
   readonly pending: Array<{ offset: bigint; handled: boolean }>;
   /** Next offset to commit (last handled contiguous offset + 1), if it moved since the last commit. */
   commitable: bigint | undefined;
-  /** Set when a rebalance made this bookkeeping obsolete: it commits nothing any more. */
+  /** Highest offset committed (or on its way): commit points only move forward. */
+  committed: bigint;
+  /** Set when a rebalance took the partition away: this bookkeeping commits nothing any more. */
   detached: boolean;
 }
 
-/** Group generation a record was fetched under (the client stamps it on each record). */
-function generationOf(record: KafkaMessage): number | undefined {
-  const consumer = record.metadata?.['consumer'] as { generationId?: unknown } | undefined;
-  return typeof consumer?.generationId === 'number' ? consumer.generationId : undefined;
+/** A commit point taken out of a partition's bookkeeping, on its way to the broker. */
+interface CommitEntry {
+  readonly partition: number;
+  readonly state: PartitionState;
+  readonly offset: bigint;
+  /** The partition's commit point before this one. */
+  readonly previous: bigint;
 }
+
+const COMMIT_RETRY_MS = 500;
 
 class KafkaConsumer<T> implements Consumer {
   readonly #queue: KeyedQueue;
@@ -157,10 +165,20 @@ class KafkaConsumer<T> implements Consumer {
   readonly #onRebalance = (): void => this.#scheduleCommit();
   /** A new generation: commit, then forget the bookkeeping of the previous one. */
   readonly #onJoin = (): void => {
-    this.#scheduleCommit();
-    for (const state of this.#partitions.values()) state.detached = true;
-    this.#partitions.clear();
+    const entries = this.#collect();
+    // Buffered records were fetched under the previous assignment; the stream fetches its
+    // partitions again from the committed offsets.
+    while (this.stream.readableLength > 0 && this.stream.read() !== null);
+    for (const [partition, state] of this.#partitions) {
+      if (this.#assigned(partition)) continue;
+      state.detached = true;
+      this.#partitions.delete(partition);
+    }
+    this.#commits = this.#commits.then(() => this.#commit(entries));
   };
+  /** A commit retry after a failed commit. */
+  #retry: NodeJS.Timeout | undefined;
+  #closing = false;
 
   constructor(
     private readonly client: KafkaClient<Buffer, Buffer, Buffer, Buffer>,
@@ -192,8 +210,15 @@ class KafkaConsumer<T> implements Consumer {
     await this.stream.close().catch(() => undefined);
     await this.#loop;
     await Promise.all(this.#inFlight);
-    this.#scheduleCommit();
-    await this.#commits;
+    this.#closing = true;
+    // The last commit, tried a few times (a rebalance may be refusing commits just now).
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      this.#scheduleCommit();
+      await this.#commits;
+      clearTimeout(this.#retry);
+      if (![...this.#partitions.values()].some((p) => p.commitable !== undefined)) break;
+      await new Promise((resolve) => setTimeout(resolve, COMMIT_RETRY_MS));
+    }
     this.client.off('consumer:group:rebalance', this.#onRebalance);
     this.client.off('consumer:group:join', this.#onJoin);
     await this.client.close().catch(() => undefined);
@@ -204,10 +229,8 @@ class KafkaConsumer<T> implements Consumer {
       for await (const record of this.stream as AsyncIterable<KafkaMessage>) {
         // Not tracked: never committed, redelivered to whoever consumes the partition next.
         if (this.#stopping) continue;
-        // Fetched before this member joined the current generation: its partition is re-read
-        // from the committed offset (if still assigned here), so this copy is left alone.
-        const generation = generationOf(record);
-        if (generation !== undefined && generation !== this.client.generationId) continue;
+        // Not this member's partition (any more): its owner handles it.
+        if (!this.#assigned(record.partition)) continue;
         const entry = { offset: record.offset, handled: false };
         const state = this.#partition(record.partition);
         state.pending.push(entry);
@@ -234,6 +257,13 @@ class KafkaConsumer<T> implements Consumer {
     }
   }
 
+  /** Whether the group assigned the partition to this member (before any assignment: yes). */
+  #assigned(partition: number): boolean {
+    const assignments = this.client.assignments;
+    if (!assignments) return true;
+    return assignments.some((a) => a.topic === this.o.topic && a.partitions.includes(partition));
+  }
+
   #room(): void {
     const waiters = this.#roomWaiters;
     this.#roomWaiters = [];
@@ -243,7 +273,7 @@ class KafkaConsumer<T> implements Consumer {
   #partition(partition: number): PartitionState {
     let state = this.#partitions.get(partition);
     if (!state) {
-      state = { pending: [], commitable: undefined, detached: false };
+      state = { pending: [], commitable: undefined, committed: -1n, detached: false };
       this.#partitions.set(partition, state);
     }
     return state;
@@ -262,21 +292,51 @@ class KafkaConsumer<T> implements Consumer {
 
   /** Commits every partition whose commit point moved; commits run one after another. */
   #scheduleCommit(): void {
-    this.#commits = this.#commits.then(async () => {
-      const offsets = [];
-      for (const [partition, state] of this.#partitions) {
-        if (state.commitable === undefined) continue;
-        offsets.push({ topic: this.o.topic, partition, offset: state.commitable, leaderEpoch: -1 });
-        state.commitable = undefined;
+    // Collected when the commit runs, so that commit points moved meanwhile go in the same request.
+    this.#commits = this.#commits.then(() => this.#commit(this.#collect()));
+  }
+
+  /** Takes the moved commit points out of the partitions' bookkeeping. */
+  #collect(): CommitEntry[] {
+    const entries: CommitEntry[] = [];
+    for (const [partition, state] of this.#partitions) {
+      const offset = state.commitable;
+      state.commitable = undefined;
+      if (offset === undefined || offset <= state.committed || !this.#assigned(partition)) continue;
+      entries.push({ partition, state, offset, previous: state.committed });
+      state.committed = offset;
+    }
+    return entries;
+  }
+
+  async #commit(entries: readonly CommitEntry[]): Promise<void> {
+    if (entries.length === 0) return;
+    try {
+      await this.client.commit({
+        offsets: entries.map((e) => ({
+          topic: this.o.topic,
+          partition: e.partition,
+          offset: e.offset,
+          leaderEpoch: -1,
+        })),
+      });
+    } catch (error) {
+      // Typically a rebalance in progress. Not lost: put the commit points back (unless a newer
+      // one or a new generation replaced them) and try again shortly; at worst the partition's
+      // next reader redelivers what was not committed.
+      this.#logger.warn({ err: error, topic: this.o.topic }, 'Kafka offset commit failed; retrying');
+      let restored = false;
+      for (const e of entries) {
+        if (e.state.detached || this.#partitions.get(e.partition) !== e.state) continue;
+        if (e.state.committed === e.offset) e.state.committed = e.previous;
+        if (e.state.commitable === undefined || e.state.commitable < e.offset) e.state.commitable = e.offset;
+        restored = true;
       }
-      if (offsets.length === 0) return;
-      try {
-        await this.client.commit({ offsets });
-      } catch (error) {
-        // Not fatal: a later commit covers these offsets; at worst a restart redelivers them.
-        this.#logger.warn({ err: error, topic: this.o.topic }, 'Kafka offset commit failed');
+      if (restored && !this.#closing) {
+        clearTimeout(this.#retry);
+        this.#retry = setTimeout(() => this.#scheduleCommit(), COMMIT_RETRY_MS);
       }
-    });
+    }
   }
 
   /**

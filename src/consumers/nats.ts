@@ -22,14 +22,11 @@ import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { apiErrorCode } from '../publishers/nats-shared.js';
+import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
-/** A running consumer adapter. */
-export interface Consumer {
-  /** Stops fetching, waits for in-flight deliveries to be handled and acked, closes what it opened. Idempotent. */
-  stop(): Promise<void>;
-}
+export type { Consumer } from './consumer.js';
 
 export interface NatsConsumerOptions<T = unknown> {
   readonly inbox: Inbox;
@@ -56,9 +53,6 @@ export interface NatsConsumerOptions<T = unknown> {
 }
 
 const CONSUMER_NOT_FOUND = 10014;
-
-/** Key of a delivery in the KeyedQueue: one aggregate at a time. */
-export const aggregateKey = (m: InboxMessage): string => `${m.aggregateType}\u001f${m.aggregateId}`;
 
 /**
  * Consumes a JetStream stream through the inbox.

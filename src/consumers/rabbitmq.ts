@@ -25,11 +25,11 @@ import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { AmqpConnection } from '../publishers/rabbitmq.js';
+import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
-import { aggregateKey, type Consumer } from './nats.js';
 import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
-export type { Consumer } from './nats.js';
+export type { Consumer } from './consumer.js';
 
 export interface RabbitMqConsumerOptions<T = unknown> {
   readonly inbox: Inbox;

@@ -14,14 +14,11 @@ import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { PAYLOAD_FIELD } from '../publishers/redis.js';
+import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
-/** A running consumer adapter. */
-export interface Consumer {
-  /** Stops reading, waits for in-flight entries to be handled and acked, closes what it opened. Idempotent. */
-  stop(): Promise<void>;
-}
+export type { Consumer } from './consumer.js';
 
 type Client = ReturnType<typeof createClient>;
 
@@ -62,8 +59,6 @@ interface Entry {
 }
 
 const AS_BUFFERS = { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer } } as const;
-
-const aggregateKey = (m: InboxMessage): string => `${m.aggregateType}\u001f${m.aggregateId}`;
 
 /**
  * Consumes a Redis stream through the inbox with a consumer group (created with

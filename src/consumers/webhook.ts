@@ -14,8 +14,8 @@ import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { verifyWebhook, type WebhookSecret } from '../publishers/webhook.js';
+import { aggregateKey } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
-import { aggregateKey } from './nats.js';
 
 export interface WebhookReceiverOptions<T = unknown> {
   readonly inbox: Inbox;

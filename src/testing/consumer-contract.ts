@@ -15,7 +15,7 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
-import type { Consumer } from '../consumers/nats.js';
+import type { Consumer } from '../consumers/consumer.js';
 import {
   createInbox,
   type HandleResult,

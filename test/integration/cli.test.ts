@@ -89,7 +89,9 @@ describe('tx-outbox CLI', () => {
     const migrated = await run(['migrate', '--schema', SCHEMA, '--partitions', '4']);
     expect(migrated.stderr).toBe('');
     expect(migrated.code).toBe(0);
-    expect(migrated.stdout).toMatch(/Applied 2 migrations \(001_initial, 002_inbox\)/);
+    expect(migrated.stdout).toMatch(
+      /Applied 3 migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence\)/,
+    );
 
     const again = await run(['migrate', '--schema', SCHEMA]);
     expect(again.code).toBe(0);

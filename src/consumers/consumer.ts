@@ -1,0 +1,10 @@
+import type { InboxMessage } from '../inbox/message.js';
+
+/** A running consumer adapter. */
+export interface Consumer {
+  /** Stops reading, waits for in-flight deliveries to be handled and acknowledged, closes what it opened. Idempotent. */
+  stop(): Promise<void>;
+}
+
+/** Key of a delivery in the KeyedQueue: one aggregate at a time. */
+export const aggregateKey = (m: InboxMessage): string => `${m.aggregateType}\u001f${m.aggregateId}`;
