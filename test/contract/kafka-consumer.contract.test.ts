@@ -5,10 +5,11 @@ import type { Publisher } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
-import { KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
+import { committedToEnd, KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
+import { publishAll } from '../helpers/messages.js';
 
 const PARTITIONS = 3;
-const kafkaUp = await kafkaAvailable('kafka-consumer.contract.test.ts');
+const kafkaUp = await kafkaAvailable('kafka-consumer.contract.test.ts:');
 let admin: Admin;
 let publisher: Publisher;
 let raw: Producer<Buffer, Buffer, Buffer, Buffer>;
@@ -34,10 +35,7 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
       prepare: async (ns) => {
         await admin.createTopics({ topics: [ns], partitions: PARTITIONS, replicas: 1 });
       },
-      async publish(_ns, messages) {
-        const outcomes = await publisher.publish(messages, new AbortController().signal);
-        if (!outcomes.every((o) => o.ok)) throw new Error(`publish failed: ${JSON.stringify(outcomes)}`);
-      },
+      publish: (_ns, messages) => publishAll(publisher, messages),
       async publishForeign(ns) {
         await raw.send({ messages: [{ topic: ns, key: Buffer.from('f'), value: Buffer.from('{}') }] });
       },
@@ -53,23 +51,7 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
           deferMs: setup.deferMs,
           ...(setup.signal ? { signal: setup.signal } : {}),
         }),
-      async settled(ns) {
-        const partitions = Array.from({ length: PARTITIONS }, (_, partition) => ({
-          partitionIndex: partition,
-          timestamp: -1n,
-        }));
-        const [ends] = await admin.listOffsets({ topics: [{ name: ns, partitions }] });
-        const [group] = await admin.listConsumerGroupOffsets({ groups: [ns] });
-        const committed = new Map(
-          (group?.topics.find((t) => t.name === ns)?.partitions ?? []).map((p) => [
-            p.partitionIndex,
-            p.committedOffset,
-          ]),
-        );
-        return (ends?.partitions ?? []).every(
-          (p) => p.offset <= 0n || (committed.get(p.partitionIndex) ?? -1n) >= p.offset,
-        );
-      },
+      settled: (ns) => committedToEnd(admin, ns, PARTITIONS),
       async cleanup(ns) {
         await admin.deleteTopics({ topics: [ns] });
       },

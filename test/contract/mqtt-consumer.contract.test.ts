@@ -5,6 +5,7 @@ import type { Publisher } from '../../src/publishers/contract.js';
 import { mqttPublisher } from '../../src/publishers/mqtt.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
+import { publishAll } from '../helpers/messages.js';
 
 const MQTT_URL = process.env['MQTT_URL'] ?? 'mqtt://127.0.0.1:1883';
 const clientIds = new Set<string>();
@@ -31,10 +32,7 @@ consumerContract(
   {
     name: 'mqtt',
     databaseUrl: DATABASE_URL,
-    async publish(_ns, messages) {
-      const outcomes = await publisher.publish(messages, new AbortController().signal);
-      if (!outcomes.every((o) => o.ok)) throw new Error(`publish failed: ${JSON.stringify(outcomes)}`);
-    },
+    publish: (_ns, messages) => publishAll(publisher, messages),
     async publishForeign(ns) {
       await raw.publishAsync(`${ns}/raw`, '{}', { qos: 1 });
     },

@@ -6,6 +6,7 @@ import type { Publisher } from '../../src/publishers/contract.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
+import { publishAll } from '../helpers/messages.js';
 
 const RABBITMQ_URL = process.env['RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
 const ROOT = `txo-rmqcc-${randomBytes(4).toString('hex')}`;
@@ -36,10 +37,7 @@ consumerContract(
     prepare: async (ns) => {
       await admin.assertQueue(queueOf(ns), { durable: false });
     },
-    async publish(_ns, messages) {
-      const outcomes = await publisher.publish(messages, new AbortController().signal);
-      if (!outcomes.every((o) => o.ok)) throw new Error(`publish failed: ${JSON.stringify(outcomes)}`);
-    },
+    publish: (_ns, messages) => publishAll(publisher, messages),
     async publishForeign(ns) {
       admin.sendToQueue(queueOf(ns), Buffer.from('{}'), { headers: { foo: 'bar' } });
     },

@@ -6,6 +6,7 @@ import type { Publisher } from '../../src/publishers/contract.js';
 import { redisPublisher } from '../../src/publishers/redis.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
+import { publishAll } from '../helpers/messages.js';
 
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const ROOT = `txo-rcc-${randomBytes(4).toString('hex')}`;
@@ -37,10 +38,7 @@ consumerContract(
   {
     name: 'redis',
     databaseUrl: DATABASE_URL,
-    async publish(_ns, messages) {
-      const outcomes = await publisher.publish(messages, new AbortController().signal);
-      if (!outcomes.every((o) => o.ok)) throw new Error(`publish failed: ${JSON.stringify(outcomes)}`);
-    },
+    publish: (_ns, messages) => publishAll(publisher, messages),
     async publishForeign(ns) {
       await redis.xAdd(streamOf(ns), '*', { foo: 'bar', payload: '{}' });
     },

@@ -7,7 +7,6 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { connect as netConnect } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager, StorageType } from '@nats-io/jetstream';
@@ -34,6 +33,7 @@ import { redisPublisher } from '../../src/publishers/redis.js';
 import { webhookPublisher } from '../../src/publishers/webhook.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
+import { KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
 import { makeMessage } from '../helpers/messages.js';
 import { deleteStream } from '../helpers/nats-stream.js';
 import { exited, freePort } from '../helpers/processes.js';
@@ -41,34 +41,13 @@ import { exited, freePort } from '../helpers/processes.js';
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const RABBITMQ_URL = process.env['RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
 const MQTT_URL = process.env['MQTT_URL'] ?? 'mqtt://127.0.0.1:1883';
-const KAFKA_HOST = '127.0.0.1';
-const KAFKA_PORT = 9092;
-const KAFKA_BROKER = `${KAFKA_HOST}:${KAFKA_PORT}`;
 const SECRET = `whsec_${Buffer.from('a-32-byte-secret-for-crash-tests').toString('base64')}`;
 
 const FIXTURE = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'consumer-process.mjs');
 // Unique per run: test files run in parallel against shared brokers.
 const tag = randomBytes(4).toString('hex');
 
-function portOpen(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = netConnect({ host, port });
-    const done = (up: boolean): void => {
-      socket.destroy();
-      resolve(up);
-    };
-    socket.setTimeout(timeoutMs, () => done(false));
-    socket.once('connect', () => done(true));
-    socket.once('error', () => done(false));
-  });
-}
-
-const kafkaUp = await portOpen(KAFKA_HOST, KAFKA_PORT);
-if (!kafkaUp) {
-  console.warn(
-    `consumer-crash.test.ts: kafka case SKIPPED, nothing listens on ${KAFKA_BROKER}. Start a broker with: bash scripts/kafka.sh start`,
-  );
-}
+const kafkaUp = await kafkaAvailable('consumer-crash.test.ts: kafka case');
 
 let db: TestDb;
 

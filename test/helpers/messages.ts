@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { OutboxMessage } from '../../src/publishers/contract.js';
+import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 
 let counter = 0;
 
@@ -23,4 +23,10 @@ export function makeMessage(overrides: Partial<OutboxMessage> & { json?: unknown
     attempts: 0,
     ...rest,
   };
+}
+
+/** Publishes the messages as the relay would and fails unless the broker took every one. */
+export async function publishAll(publisher: Publisher, messages: readonly OutboxMessage[]): Promise<void> {
+  const outcomes = await publisher.publish(messages, new AbortController().signal);
+  if (!outcomes.every((o) => o.ok)) throw new Error(`publish failed: ${JSON.stringify(outcomes)}`);
 }

@@ -11,10 +11,10 @@ import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js'
 import { kafkaPublisher } from '../../src/publishers/kafka.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
-import { KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
+import { committedToEnd, KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
 import { makeMessage } from '../helpers/messages.js';
 
-const kafkaUp = await kafkaAvailable('kafka-consumer.test.ts');
+const kafkaUp = await kafkaAvailable('kafka-consumer.test.ts:');
 const suffix = randomBytes(4).toString('hex');
 const PARTITIONS = 4;
 let db: TestDb;
@@ -42,24 +42,6 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     await admin?.close();
     await db?.close();
   }, 30_000);
-
-  async function committedToEnd(topic: string): Promise<boolean> {
-    const partitions = Array.from({ length: PARTITIONS }, (_, partitionIndex) => ({
-      partitionIndex,
-      timestamp: -1n,
-    }));
-    const [ends] = await admin.listOffsets({ topics: [{ name: topic, partitions }] });
-    const [group] = await admin.listConsumerGroupOffsets({ groups: [topic] });
-    const committed = new Map(
-      (group?.topics.find((t) => t.name === topic)?.partitions ?? []).map((p) => [
-        p.partitionIndex,
-        p.committedOffset,
-      ]),
-    );
-    return (ends?.partitions ?? []).every(
-      (p) => p.offset <= 0n || (committed.get(p.partitionIndex) ?? -1n) >= p.offset,
-    );
-  }
 
   it('members joining and leaving mid-stream: every event applied once, in order, everything committed', async () => {
     const topic = `txo-kreb-${suffix}`;
@@ -129,12 +111,15 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     await publishThird(2);
     await waitFor(async () => byMember[2]! > 5, { what: 'member 2 under way', timeoutMs: 30_000 });
     await a.stop(); // leaves: its partitions go to the two others, which both keep running
-    await waitFor(async () => (await applied()) === events.length && (await committedToEnd(topic)), {
-      // With two members left, a member committing a partition it no longer owns (from records
-      // fetched before the rebalance) would move that partition's commit point back for good.
-      what: 'every event applied and every offset committed',
-      timeoutMs: 60_000,
-    });
+    await waitFor(
+      async () => (await applied()) === events.length && (await committedToEnd(admin, topic, PARTITIONS)),
+      {
+        // With two members left, a member committing a partition it no longer owns (from records
+        // fetched before the rebalance) would move that partition's commit point back for good.
+        what: 'every event applied and every offset committed',
+        timeoutMs: 60_000,
+      },
+    );
 
     const rows = await appliedEffects(db, consumerName);
     expect(new Set(rows.map((r) => r.event_id)).size).toBe(events.length);

@@ -3,7 +3,6 @@
  * CI starts it). Without a broker there, the whole file is skipped with a message.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { connect } from 'node:net';
 import { Admin, Consumer, murmur2 as clientMurmur2, Producer } from '@platformatic/kafka';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
@@ -17,31 +16,12 @@ import {
   topicProblem,
 } from '../../src/publishers/kafka.js';
 import { contractMessage, publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
+import { KAFKA_BROKER, KAFKA_HOST, KAFKA_PORT, kafkaAvailable } from '../helpers/kafka.js';
 
-const HOST = '127.0.0.1';
-const PORT = 9092;
-const BROKER = `${HOST}:${PORT}`;
+const BROKER = KAFKA_BROKER;
 const MiB = 1024 * 1024;
 
-function portOpen(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host, port });
-    const done = (up: boolean): void => {
-      socket.destroy();
-      resolve(up);
-    };
-    socket.setTimeout(timeoutMs, () => done(false));
-    socket.once('connect', () => done(true));
-    socket.once('error', () => done(false));
-  });
-}
-
-const kafkaUp = await portOpen(HOST, PORT);
-if (!kafkaUp) {
-  console.warn(
-    `kafka-publisher.test.ts: SKIPPED, nothing listens on ${BROKER}. Start a broker with: bash scripts/kafka.sh start`,
-  );
-}
+const kafkaUp = await kafkaAvailable('kafka-publisher.test.ts:');
 
 const never = new AbortController().signal;
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -175,7 +155,7 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
     {
       name: 'kafka',
       features: { orderedPerKey: true, brokerDedup: false, persistent: true },
-      broker: { host: HOST, port: PORT },
+      broker: { host: KAFKA_HOST, port: KAFKA_PORT },
       create: (address, namespace) =>
         publisher({
           brokers: [`${address.host}:${address.port}`],
