@@ -8,10 +8,11 @@ export {
   type InboxEvent,
   type InboxHandler,
   type InboxOptions,
+  type InboxStats,
   type StandardSchema,
 } from './inbox/inbox.js';
 export { fromEnvelope, type InboxMessage } from './inbox/message.js';
-export { ORDERING_POLICIES, type OrderingPolicy } from './inbox/ordering.js';
+export { ORDERING_POLICIES, type OrderingPolicy, type StartSequence } from './inbox/ordering.js';
 export {
   listQuarantine,
   pruneInbox,

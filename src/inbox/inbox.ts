@@ -102,7 +102,11 @@ export interface Inbox {
     handler: InboxHandler<T>,
     options?: { limit?: number },
   ): Promise<HandleResult[]>;
+  /** What `handle` answered since this inbox was created, per status (duplicates received, stale skipped …). */
+  stats(): InboxStats;
 }
+
+export type InboxStats = Readonly<Record<HandleStatus, number>>;
 
 interface Statements {
   readonly claim: string;
@@ -184,7 +188,25 @@ class TransactionalInbox implements Inbox {
     this.maxDeferMs = o.maxDeferMs ?? 600_000;
   }
 
+  readonly #counts: Record<HandleStatus, number> = {
+    processed: 0,
+    duplicate: 0,
+    stale: 0,
+    deferred: 0,
+    quarantined: 0,
+  };
+
+  stats(): InboxStats {
+    return { ...this.#counts };
+  }
+
   async handle<T>(message: InboxMessage, handler: InboxHandler<T>): Promise<HandleResult> {
+    const result = await this.#handle(message, handler);
+    this.#counts[result.status] += 1;
+    return result;
+  }
+
+  async #handle<T>(message: InboxMessage, handler: InboxHandler<T>): Promise<HandleResult> {
     const decoded = await this.decode<T>(message);
     if ('reason' in decoded) return this.park(message, decoded.reason, 0);
     try {

@@ -113,6 +113,7 @@ export function consumerContract(api: TestApi, subject: ConsumerUnderTest): void
     const counting: Inbox = {
       consumer: inbox.consumer,
       replayReleased: (handler, options) => inbox.replayReleased(handler, options),
+      stats: () => inbox.stats(),
       async handle(message: InboxMessage, handler) {
         const result = await inbox.handle(message, handler);
         tally.record(message.eventId, result.status);

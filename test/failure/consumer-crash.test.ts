@@ -384,6 +384,7 @@ function recording(inbox: Inbox): { inbox: Inbox; statuses: HandleStatus[] } {
     inbox: {
       consumer: inbox.consumer,
       replayReleased: (handler, options) => inbox.replayReleased(handler, options),
+      stats: () => inbox.stats(),
       async handle<T>(message: InboxMessage, handler: InboxHandler<T>) {
         const result = await inbox.handle(message, handler);
         statuses.push(result.status);

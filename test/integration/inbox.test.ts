@@ -70,6 +70,10 @@ describe('inbox', () => {
     expect(results.map((r) => r.status).sort()).toEqual(['duplicate', 'processed']);
     expect(await effects(m.eventId)).toBe(1);
     expect((await a.handle(m, slow)).status).toBe('duplicate');
+    // Counted per inbox instance: what each answered.
+    const counts = [a.stats(), b.stats()];
+    expect(counts.reduce((n, c) => n + c.processed, 0)).toBe(1);
+    expect(counts.reduce((n, c) => n + c.duplicate, 0)).toBe(2);
   });
 
   it('strict: a gap defers, the missing event fills it, then the deferred one applies', async () => {
@@ -127,6 +131,7 @@ describe('inbox', () => {
     expect((await skip.handle(a2, (tx) => record(tx, a2))).status).toBe('stale');
     expect(await effects(a2.eventId)).toBe(0);
     expect((await skip.handle(a2, (tx) => record(tx, a2))).status).toBe('duplicate');
+    expect(skip.stats()).toEqual({ processed: 2, duplicate: 1, stale: 1, deferred: 0, quarantined: 0 });
 
     const none = inbox({ ordering: 'none' });
     const [b1, b3, b2] = [message('n', 1), message('n', 3), message('n', 2)];

@@ -78,6 +78,7 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     const member = (index: number): Inbox => ({
       consumer: inbox.consumer,
       replayReleased: (h, o) => inbox.replayReleased(h, o),
+      stats: () => inbox.stats(),
       async handle(message, h) {
         const result = await inbox.handle(message, h);
         statuses[result.status] = (statuses[result.status] ?? 0) + 1;

@@ -84,6 +84,7 @@ export function loseConsumerAcks(inbox: Inbox, lost: LostAcks): Inbox {
       return result;
     },
     replayReleased: (handler, options) => inbox.replayReleased(handler, options),
+    stats: () => inbox.stats(),
   };
 }
 

@@ -189,6 +189,7 @@ export class Inventory {
       consumer: inbox.consumer,
       handle: async (message, handler) => count(message, await inbox.handle(message, handler)),
       replayReleased: (handler, options) => inbox.replayReleased(handler, options),
+      stats: () => inbox.stats(),
     };
   }
 }
