@@ -9,13 +9,16 @@
  * otherwise (its offset stays uncommitted meanwhile). A record without a tx-outbox envelope cannot
  * be deduplicated nor quarantined: it is logged and counted as handled.
  *
- * Rebalances: when the group starts rebalancing, the handled prefixes are committed (best effort);
- * when this member joins a new generation, it commits again, discards the records its stream
- * had buffered (fetched under the old assignment: the stream re-reads its partitions from the
- * committed offsets) and forgets the partitions it lost — a record of one of those still being
- * handled commits nothing, and a deferred one is abandoned (the new owner reads it again). A
- * record of a partition not assigned to this member is never handled, and no partition's
- * commit point ever moves backwards, so a late member cannot undo another's commits.
+ * Rebalances: when the group starts rebalancing, the handled prefixes are committed (best effort),
+ * and again when this member joins the new generation. A partition it keeps keeps its
+ * bookkeeping: the stream re-reads it from the committed offset and what was received already is
+ * skipped (offsets only grow), so the handled prefix stays in arrival order. A partition it lost
+ * is forgotten: its records still being handled commit nothing and its deferred records are
+ * abandoned (the new owner reads them again). A partition it gained starts where the stream
+ * says after the join (its 'offsets' event); records of it fetched before are skipped. A record
+ * of a partition not assigned to this member is never handled nor committed, and commit points
+ * never move backwards (the client library itself may resend a commit after rejoining the group:
+ * at worst a redelivery, which the inbox answers `duplicate`).
  */
 import { Consumer as KafkaClient, type Message, type MessagesStream } from '@platformatic/kafka';
 import { errorMessage, OutboxValidationError } from '../errors.js';
@@ -130,8 +133,16 @@ interface PartitionState {
   commitable: bigint | undefined;
   /** Highest offset committed (or on its way): commit points only move forward. */
   committed: bigint;
+  /** Highest offset received: a re-read of the partition skips up to here. */
+  highest: bigint;
+  /** Gained in a rebalance and nothing received yet: starts where the stream's next 'offsets' says. */
+  gained: boolean;
   /** Set when a rebalance took the partition away: this bookkeeping commits nothing any more. */
   detached: boolean;
+}
+
+function newState(highest: bigint, gained: boolean): PartitionState {
+  return { pending: [], commitable: undefined, committed: -1n, highest, gained, detached: false };
 }
 
 /** A commit point taken out of a partition's bookkeeping, on its way to the broker. */
@@ -163,19 +174,48 @@ class KafkaConsumer<T> implements Consumer {
   readonly #onAbort = (): void => void this.stop();
   /** The group is rebalancing: commit what was handled while this member still owns it. */
   readonly #onRebalance = (): void => this.#scheduleCommit();
-  /** A new generation: commit, then forget the bookkeeping of the previous one. */
+  /**
+   * A new generation: commit, and forget the partitions this member lost. The partitions it
+   * keeps keep their bookkeeping: the stream re-reads them from the committed offsets, and what
+   * was already received (offset at or below `highest`) is skipped, so nothing is received twice
+   * and the handled prefix stays in arrival order. Partitions it gains wait for the stream's
+   * next 'offsets' event (where it will read them from).
+   */
   readonly #onJoin = (): void => {
     const entries = this.#collect();
-    // Buffered records were fetched under the previous assignment; the stream fetches its
-    // partitions again from the committed offsets.
-    while (this.stream.readableLength > 0 && this.stream.read() !== null);
     for (const [partition, state] of this.#partitions) {
       if (this.#assigned(partition)) continue;
       state.detached = true;
       this.#partitions.delete(partition);
     }
+    this.#joined = true;
     this.#commits = this.#commits.then(() => this.#commit(entries));
   };
+  /**
+   * The stream settled where it reads each assigned partition from: a gained partition starts
+   * there. Records already buffered by then were fetched before (under an older assignment):
+   * for a gained partition they are skipped.
+   */
+  readonly #onOffsets = (): void => {
+    if (!this.#joined) return;
+    const gained = new Set<PartitionState>();
+    for (const partition of this.#assignedPartitions()) {
+      const existing = this.#partitions.get(partition);
+      // Kept, and already reading: its bookkeeping goes on.
+      if (existing && !existing.gained) continue;
+      // Gained, nothing received yet: (again) from where the stream now reads it.
+      const from = this.stream.offsetsToFetch.get(`${this.o.topic}:${partition}`);
+      const state = existing ?? newState(-1n, true);
+      state.highest = from === undefined ? -1n : from - 1n;
+      this.#partitions.set(partition, state);
+      gained.add(state);
+    }
+    this.#stale = { left: this.stream.readableLength, gained };
+  };
+  /** Since the last join, partitions gained get their bookkeeping from the 'offsets' event only. */
+  #joined = false;
+  /** Records still buffered from before the last 'offsets' event, and the partitions it gained. */
+  #stale: { left: number; gained: Set<PartitionState> } = { left: 0, gained: new Set() };
   /** A commit retry after a failed commit. */
   #retry: NodeJS.Timeout | undefined;
   #closing = false;
@@ -195,6 +235,7 @@ class KafkaConsumer<T> implements Consumer {
   start(): void {
     this.client.on('consumer:group:rebalance', this.#onRebalance);
     this.client.on('consumer:group:join', this.#onJoin);
+    this.stream.on('offsets', this.#onOffsets);
     this.#loop = this.#run();
     if (this.o.signal?.aborted) void this.stop();
     else this.o.signal?.addEventListener('abort', this.#onAbort, { once: true });
@@ -221,6 +262,7 @@ class KafkaConsumer<T> implements Consumer {
     }
     this.client.off('consumer:group:rebalance', this.#onRebalance);
     this.client.off('consumer:group:join', this.#onJoin);
+    this.stream.off('offsets', this.#onOffsets);
     await this.client.close().catch(() => undefined);
   }
 
@@ -229,11 +271,12 @@ class KafkaConsumer<T> implements Consumer {
       for await (const record of this.stream as AsyncIterable<KafkaMessage>) {
         // Not tracked: never committed, redelivered to whoever consumes the partition next.
         if (this.#stopping) continue;
-        // Not this member's partition (any more): its owner handles it.
-        if (!this.#assigned(record.partition)) continue;
+        const state = this.#accept(record);
+        if (!state) continue;
         const entry = { offset: record.offset, handled: false };
-        const state = this.#partition(record.partition);
         state.pending.push(entry);
+        state.highest = record.offset;
+        state.gained = false;
         const task = this.#deliver(record, state).then((handled) => {
           if (!handled) return;
           entry.handled = true;
@@ -257,6 +300,31 @@ class KafkaConsumer<T> implements Consumer {
     }
   }
 
+  /**
+   * The bookkeeping a record goes into, or undefined when it is not to be handled here: not this
+   * member's partition (its owner handles it), received already (a re-read after a rebalance),
+   * or fetched before this member gained the partition.
+   */
+  #accept(record: KafkaMessage): PartitionState | undefined {
+    const stale = this.#stale.left > 0;
+    if (stale) this.#stale.left -= 1;
+    if (!this.#assigned(record.partition)) return undefined;
+    let state = this.#partitions.get(record.partition);
+    if (!state) {
+      // Gained in a rebalance: wait for the stream's 'offsets' event to say where it starts.
+      if (this.#joined) return undefined;
+      state = newState(-1n, false);
+      this.#partitions.set(record.partition, state);
+    }
+    if (stale && this.#stale.gained.has(state)) return undefined;
+    if (record.offset <= state.highest) return undefined;
+    return state;
+  }
+
+  #assignedPartitions(): number[] {
+    return this.client.assignments?.find((a) => a.topic === this.o.topic)?.partitions ?? [];
+  }
+
   /** Whether the group assigned the partition to this member (before any assignment: yes). */
   #assigned(partition: number): boolean {
     const assignments = this.client.assignments;
@@ -268,15 +336,6 @@ class KafkaConsumer<T> implements Consumer {
     const waiters = this.#roomWaiters;
     this.#roomWaiters = [];
     for (const resolve of waiters) resolve();
-  }
-
-  #partition(partition: number): PartitionState {
-    let state = this.#partitions.get(partition);
-    if (!state) {
-      state = { pending: [], commitable: undefined, committed: -1n, detached: false };
-      this.#partitions.set(partition, state);
-    }
-    return state;
   }
 
   /** Moves the partition's commit point over the handled prefix and commits it. */

@@ -172,4 +172,58 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     expect(rows[0].n).toBe(0); // still waiting for their sequence 2, not given up
     await consumer.stop();
   }, 60_000);
+
+  it('a member keeping its partition through a rebalance loses nothing, even with nothing committed yet', async () => {
+    // One partition; its head (X sequence 2) stays deferred, so no offset is ever committed
+    // until X sequence 1 arrives. Member 1 joins while member 0 is mid-partition and keeps it:
+    // the stream re-reads from the earliest offset; the records already received must neither
+    // be lost (a commit past a gap) nor counted twice.
+    const topic = `txo-kkeep-${suffix}`;
+    const consumerName = `kafka-keep-${suffix}`;
+    topics.push(topic);
+    await admin.createTopics({ topics: [topic], partitions: 1, replicas: 1 });
+    const head = makeMessage({ aggregateId: 'X', sequence: 2, topic });
+    const rest = Array.from({ length: 300 }, (_, i) =>
+      makeMessage({ aggregateId: `a${i}`, sequence: 1, topic }),
+    );
+    const outcomes = await publisher.publish([head, ...rest], new AbortController().signal);
+    expect(outcomes.every((o) => o.ok)).toBe(true);
+    const inbox = createInbox({
+      pool: db.pool,
+      consumer: consumerName,
+      schema: db.schema,
+      ordering: 'strict',
+      maxDeferrals: 100_000,
+    });
+    const apply = effectsHandler(db, consumerName);
+    const handler: InboxHandler = async (tx, event) => {
+      await apply(tx, event);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    };
+    const common = {
+      inbox,
+      handler,
+      brokers: [KAFKA_BROKER],
+      topic,
+      groupId: topic,
+      concurrency: 1,
+      deferMs: 100,
+      // Heartbeats every 500 ms: the rebalance lands while member 0 is mid-partition.
+      sessionTimeoutMs: 6000,
+      heartbeatIntervalMs: 500,
+    };
+    consumers.push(await consumeKafka({ ...common, clientId: 'txo-kkeep-0' }));
+    const applied = async () => (await appliedEffects(db, consumerName)).length;
+    await waitFor(async () => (await applied()) >= 20, { what: 'member 0 under way', timeoutMs: 30_000 });
+    consumers.push(await consumeKafka({ ...common, clientId: 'txo-kkeep-1' }));
+    await new Promise((resolve) => setTimeout(resolve, 3000)); // the rebalance settles
+    const x1 = makeMessage({ aggregateId: 'X', sequence: 1, topic });
+    expect((await publisher.publish([x1], new AbortController().signal)).every((o) => o.ok)).toBe(true);
+    await waitFor(async () => (await applied()) === 302 && (await committedToEnd(admin, topic, 1)), {
+      what: 'every event applied and the partition committed to its end',
+      timeoutMs: 60_000,
+    });
+    const rows = await appliedEffects(db, consumerName);
+    expect(new Set(rows.map((r) => r.event_id)).size).toBe(302);
+  }, 120_000);
 });
