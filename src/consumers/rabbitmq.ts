@@ -120,7 +120,8 @@ class RabbitMqConsumer<T> implements Consumer {
   readonly #onAbort = (): void => void this.stop();
   readonly #deferMs: number;
   /** Publishes deferred copies to the tail of the queue; opened at the first deferral. */
-  #republisher: Promise<ConfirmChannel> | undefined;
+  #republisher: Promise<Republisher> | undefined;
+  #republisherValue: Republisher | undefined;
 
   constructor(
     private readonly connection: AmqpConnection,
@@ -164,8 +165,7 @@ class RabbitMqConsumer<T> implements Consumer {
     }
     this.#timers.clear();
     await Promise.all(this.#inFlight);
-    const republisher = await this.#republisher?.catch(() => undefined);
-    await republisher?.close().catch(() => undefined);
+    if (this.#republisher) await this.#dropRepublisher(this.#republisher);
     if (!this.#closed) await this.channel.close().catch(() => undefined);
     if (this.owned) await this.connection.close().catch(() => undefined);
   }
@@ -212,36 +212,77 @@ class RabbitMqConsumer<T> implements Consumer {
 
   /** A confirmed copy at the tail of the queue, then the ack; nack(requeue) if the copy failed. */
   async #toTail(msg: ConsumeMessage): Promise<void> {
+    // The consumer channel closed meanwhile: the broker has requeued the delivery already.
+    if (this.#closed) return;
+    this.#republisher ??= this.#openRepublisher();
+    const pending = this.#republisher;
     try {
-      this.#republisher ??= this.#openRepublisher();
-      const channel = await this.#republisher;
-      const { userId: _userId, headers, ...properties } = msg.properties;
-      const deferrals = Number(headers?.['x-txo-deferrals'] ?? 0) + 1;
-      await new Promise<void>((resolve, reject) => {
-        channel.sendToQueue(
-          this.o.queue,
-          msg.content,
-          { ...dropUndefined(properties), headers: { ...headers, 'x-txo-deferrals': deferrals } },
-          (error: unknown) => (error ? reject(error) : resolve()),
-        );
-      });
+      const { channel } = await pending;
+      const { userId: _userId, headers = {}, ...properties } = msg.properties;
+      // CC/BCC would route the copy to more queues.
+      const { CC: _cc, BCC: _bcc, ...kept } = headers as Record<string, unknown>;
+      const previous = Number(String(kept['x-txo-deferrals'] ?? 0));
+      const deferrals = (Number.isFinite(previous) ? previous : 0) + 1;
+      await withTimeout(
+        new Promise<void>((resolve, reject) => {
+          channel.sendToQueue(
+            this.o.queue,
+            msg.content,
+            { ...dropUndefined(properties), headers: { ...kept, 'x-txo-deferrals': deferrals } },
+            (error: unknown) => (error ? reject(error) : resolve()),
+          );
+        }),
+        CONFIRM_TIMEOUT_MS,
+        'the broker did not confirm the deferred copy',
+      );
       this.#settle(() => this.channel.ack(msg));
     } catch (error) {
+      // Not published, or not known to be: the delivery goes back (a late copy is a duplicate,
+      // which the inbox answers as such).
       this.logger.warn({ err: error, queue: this.o.queue }, 'deferred copy not published; requeued instead');
-      this.#republisher = undefined;
+      await this.#dropRepublisher(pending);
       this.#settle(() => this.channel.nack(msg, false, true));
     }
   }
 
-  async #openRepublisher(): Promise<ConfirmChannel> {
-    const channel = await this.connection.createConfirmChannel();
-    channel.on('error', (error: unknown) => {
-      this.logger.warn({ err: error, queue: this.o.queue }, 'RabbitMQ deferral channel error');
-    });
-    channel.on('close', () => {
+  /**
+   * A confirm channel for the deferred copies, on a connection of its own when the adapter owns
+   * its connection: under a memory or disk alarm RabbitMQ blocks publishing connections, and the
+   * consumer's acks must still get through.
+   */
+  async #openRepublisher(): Promise<Republisher> {
+    const connection = this.owned ? await connect(this.o.url!, this.o.socketOptions) : undefined;
+    try {
+      const channel = await (connection ?? this.connection).createConfirmChannel();
+      const republisher: Republisher = { channel, connection };
+      channel.on('error', (error: unknown) => {
+        this.logger.warn({ err: error, queue: this.o.queue }, 'RabbitMQ deferral channel error');
+      });
+      channel.on('close', () => {
+        // Closed under us (broker error, connection lost): the next deferral opens another.
+        if (this.#republisherValue !== republisher) return;
+        this.#republisher = undefined;
+        this.#republisherValue = undefined;
+        void connection?.close().catch(() => undefined);
+      });
+      this.#republisherValue = republisher;
+      return republisher;
+    } catch (error) {
+      await connection?.close().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /** Forgets the republisher (if it is still the current one) and closes what it opened. */
+  async #dropRepublisher(pending: Promise<Republisher>): Promise<void> {
+    if (this.#republisher === pending) {
       this.#republisher = undefined;
-    });
-    return channel;
+      this.#republisherValue = undefined;
+    }
+    const republisher = await pending.catch(() => undefined);
+    if (!republisher) return;
+    await republisher.channel.close().catch(() => undefined);
+    await republisher.connection?.close().catch(() => undefined);
   }
 
   async #deliver(msg: ConsumeMessage): Promise<void> {
@@ -274,6 +315,22 @@ class RabbitMqConsumer<T> implements Consumer {
       this.#requeueLater(msg);
     }
   }
+}
+
+/** Where deferred copies are published: a confirm channel, on its own connection when owned. */
+interface Republisher {
+  readonly channel: ConfirmChannel;
+  readonly connection: AmqpConnection | undefined;
+}
+
+const CONFIRM_TIMEOUT_MS = 10_000;
+
+function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 function dropUndefined<O extends object>(o: O): Partial<O> {
