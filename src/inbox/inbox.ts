@@ -210,30 +210,40 @@ class TransactionalInbox implements Inbox {
     const decoded = await this.decode<T>(message);
     if ('reason' in decoded) return this.park(message, decoded.reason, 0);
     try {
-      await inTransaction(this.o.pool, async (tx) => {
-        const { rows } = await tx.query<{ last_sequence: string }>({
-          ...this.sql.claimAndAdvance,
-          values: [
-            this.consumer,
-            message.eventId,
-            message.aggregateType,
-            message.aggregateId,
-            message.sequence,
-          ],
-        });
-        if (rows.length === 0) throw new Rejected('duplicate');
-        const seen = Number(rows[0]!.last_sequence);
-        const last = seen === 0 ? undefined : seen;
-        const start = this.o.startSequence ?? 1;
-        const decision = decideOrder(this.ordering, last, message.sequence, start);
-        if (decision === 'gap' && !(await this.isReleased(tx, message))) {
-          const next = last !== undefined ? last + 1 : start;
-          throw new Rejected('deferred', `waiting for sequence ${next} of this aggregate`);
-        }
-        if (decision === 'stale')
-          throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
-        await handler(tx, decoded.event);
-      });
+      await inTransaction(
+        this.o.pool,
+        async (tx) => {
+          const { rows } = await tx.query<{ last_sequence: string }>({
+            ...this.sql.claimAndAdvance,
+            values: [
+              this.consumer,
+              message.eventId,
+              message.aggregateType,
+              message.aggregateId,
+              message.sequence,
+            ],
+          });
+          if (rows.length === 0) throw new Rejected('duplicate');
+          const seen = Number(rows[0]!.last_sequence);
+          const last = seen === 0 ? undefined : seen;
+          const start = this.o.startSequence ?? 1;
+          const decision = decideOrder(this.ordering, last, message.sequence, start);
+          if (decision === 'gap' && !(await this.isReleased(tx, message))) {
+            const reason =
+              last !== undefined
+                ? `waiting for sequence ${last + 1} of this aggregate`
+                : `waiting for sequence ${start} of this aggregate, the first this consumer would apply ` +
+                  "(if it joined a stream whose earlier events it will never receive, set startSequence: 'first-seen')";
+            throw new Rejected('deferred', reason);
+          }
+          if (decision === 'stale')
+            throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
+          await handler(tx, decoded.event);
+        },
+        // The ordering decision reads the position row it just locked: READ COMMITTED sees the
+        // latest committed version (a stricter default isolation would fail instead of waiting).
+        'BEGIN ISOLATION LEVEL READ COMMITTED',
+      );
       return { status: 'processed' };
     } catch (error) {
       if (error instanceof Rejected) return this.rejected(message, error);
