@@ -12,7 +12,7 @@ import { kafkaPublisher } from '../../src/publishers/kafka.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { committedToEnd, KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
-import { makeMessage } from '../helpers/messages.js';
+import { makeMessage, publishAll } from '../helpers/messages.js';
 
 const kafkaUp = await kafkaAvailable('kafka-consumer.test.ts:');
 const suffix = randomBytes(4).toString('hex');
@@ -57,8 +57,7 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     /** Publishes the next third of the events (sequences 1–4, 5–8, 9–12 of every aggregate). */
     const publishThird = async (third: number) => {
       const part = events.slice(third * aggregates * 4, (third + 1) * aggregates * 4);
-      const outcomes = await publisher.publish(part, new AbortController().signal);
-      expect(outcomes.every((o) => o.ok)).toBe(true);
+      await publishAll(publisher, part);
     };
 
     const inbox = createInbox({
@@ -149,8 +148,7 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     const independent = Array.from({ length: 20 }, (_, i) =>
       makeMessage({ aggregateId: `i${i}`, sequence: 1, topic }),
     );
-    const outcomes = await publisher.publish([...gaps, ...independent], new AbortController().signal);
-    expect(outcomes.every((o) => o.ok)).toBe(true);
+    await publishAll(publisher, [...gaps, ...independent]);
     const consumer = await consumeKafka({
       inbox: createInbox({ pool: db.pool, consumer: consumerName, schema: db.schema, ordering: 'strict' }),
       handler: effectsHandler(db, consumerName),
@@ -186,8 +184,7 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     const rest = Array.from({ length: 300 }, (_, i) =>
       makeMessage({ aggregateId: `a${i}`, sequence: 1, topic }),
     );
-    const outcomes = await publisher.publish([head, ...rest], new AbortController().signal);
-    expect(outcomes.every((o) => o.ok)).toBe(true);
+    await publishAll(publisher, [head, ...rest]);
     const inbox = createInbox({
       pool: db.pool,
       consumer: consumerName,
@@ -218,7 +215,7 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     consumers.push(await consumeKafka({ ...common, clientId: 'txo-kkeep-1' }));
     await new Promise((resolve) => setTimeout(resolve, 3000)); // the rebalance settles
     const x1 = makeMessage({ aggregateId: 'X', sequence: 1, topic });
-    expect((await publisher.publish([x1], new AbortController().signal)).every((o) => o.ok)).toBe(true);
+    await publishAll(publisher, [x1]);
     await waitFor(async () => (await applied()) === 302 && (await committedToEnd(admin, topic, 1)), {
       what: 'every event applied and the partition committed to its end',
       timeoutMs: 60_000,
