@@ -6,13 +6,13 @@
  * type or schema version, or that fail validation, are parked in quarantine with
  * the reason — never dropped silently, never retried in a hot loop.
  */
-import { createHash } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import { errorMessage, OutboxValidationError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { inTransaction } from '../producer/transaction.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+import { namedStatement, type Statement } from '../schema/statement.js';
 import {
   CLAIM_AND_ADVANCE_SQL,
   CLAIM_EVENT_SQL,
@@ -110,7 +110,7 @@ export type InboxStats = Readonly<Record<HandleStatus, number>>;
 
 interface Statements {
   readonly claim: string;
-  readonly claimAndAdvance: { readonly name: string | undefined; readonly text: string };
+  readonly claimAndAdvance: Statement;
   readonly countAttempt: string;
   readonly quarantine: string;
   readonly released: string;
@@ -153,7 +153,11 @@ export function createInbox(options: InboxOptions): Inbox {
   const schema = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
   const sql: Statements = {
     claim: withSchema(CLAIM_EVENT_SQL, schema),
-    claimAndAdvance: named(withSchema(CLAIM_AND_ADVANCE_SQL, schema), options.prepared ?? true),
+    claimAndAdvance: namedStatement(
+      'txo_inbox',
+      withSchema(CLAIM_AND_ADVANCE_SQL, schema),
+      options.prepared ?? true,
+    ),
     countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
     quarantine: withSchema(QUARANTINE_SQL, schema),
     released: withSchema(RELEASED_SQL, schema),
@@ -161,12 +165,6 @@ export function createInbox(options: InboxOptions): Inbox {
     doneQuarantine: withSchema(DONE_QUARANTINE_SQL, schema),
   };
   return new TransactionalInbox(options, ordering, sql);
-}
-
-/** A statement with a name derived from its text (one per schema), or unnamed when not prepared. */
-function named(text: string, prepared: boolean): { name: string | undefined; text: string } {
-  const digest = createHash('sha1').update(text).digest('hex').slice(0, 16);
-  return { name: prepared ? `txo_inbox_${digest}` : undefined, text };
 }
 
 class TransactionalInbox implements Inbox {

@@ -1,8 +1,8 @@
-import { createHash } from 'node:crypto';
 import { v7 as uuidv7 } from 'uuid';
 import { OutboxValidationError } from '../errors.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+import { namedStatement, type Statement } from '../schema/statement.js';
 import { enqueueStatements, wakeChannel } from './enqueue-sql.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, type OutboxEvent, type PreparedEvent, prepareEvent } from './event.js';
 import { assertInTransaction } from './executor.js';
@@ -24,11 +24,6 @@ export interface EnqueueResult {
   readonly sequence: number;
 }
 
-interface Statement {
-  readonly name: string | undefined;
-  readonly text: string;
-}
-
 interface Statements {
   readonly one: Statement;
   readonly many: Statement;
@@ -36,17 +31,15 @@ interface Statements {
 
 const statements = new Map<string, Statements>();
 
-function named(text: string, prepared: boolean): Statement {
-  const digest = createHash('sha1').update(text).digest('hex').slice(0, 16);
-  return { name: prepared ? `txo_enqueue_${digest}` : undefined, text };
-}
-
 function statementsFor(schema: string, notify: boolean, prepared: boolean): Statements {
   const key = `${schema}\u0000${notify}\u0000${prepared}`;
   let found = statements.get(key);
   if (!found) {
     const sql = enqueueStatements(quoteSchema(schema), notify ? wakeChannel(schema) : null);
-    found = { one: named(sql.one, prepared), many: named(sql.many, prepared) };
+    found = {
+      one: namedStatement('txo_enqueue', sql.one, prepared),
+      many: namedStatement('txo_enqueue', sql.many, prepared),
+    };
     statements.set(key, found);
   }
   return found;
