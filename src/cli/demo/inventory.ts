@@ -8,8 +8,7 @@
 
 import type { Pool } from 'pg';
 import { z } from 'zod';
-import { createInbox, type HandleResult, type Inbox, type InboxHandler } from '../../inbox/inbox.js';
-import type { InboxMessage } from '../../inbox/message.js';
+import { createInbox, type Inbox, type InboxHandler, type InboxStats } from '../../inbox/inbox.js';
 import type { Logger } from '../../logger.js';
 import { withSchemaName } from './database.js';
 import { type OrderPlaced, SKUS } from './order-service.js';
@@ -59,16 +58,6 @@ const OrderPlacedSchema = z.object({
   quantity: z.number().int().positive(),
 });
 
-/** What the inbox answered, per delivery. */
-export interface InventoryTally {
-  received: number;
-  processed: number;
-  duplicates: number;
-  stale: number;
-  deferred: number;
-  quarantined: number;
-}
-
 /** What the inventory tables say, read after the run. */
 export interface InventoryAudit {
   /** Reservation rows: the effects applied. */
@@ -88,21 +77,17 @@ export interface InventoryAudit {
 }
 
 export class Inventory {
-  /** What the inbox answered for each delivery, counted as it happens. */
-  readonly tally: InventoryTally = {
-    received: 0,
-    processed: 0,
-    duplicates: 0,
-    stale: 0,
-    deferred: 0,
-    quarantined: 0,
-  };
   /** Event ids whose effect the inbox committed. */
   readonly applied = new Set<string>();
-  /** The inbox, counting what it answers; hand it to a consumer adapter. */
+  /** The inventory's inbox, noting what it applied; hand it to a consumer adapter. */
   readonly inbox: Inbox;
   /** Applies one `order.placed` on the inbox transaction. */
   readonly handler: InboxHandler<OrderPlaced>;
+
+  /** What the inbox answered so far, per status. */
+  get tally(): InboxStats {
+    return this.inbox.stats();
+  }
 
   private constructor(
     private readonly pool: Pool,
@@ -117,7 +102,16 @@ export class Inventory {
       accepts: [{ type: 'order.placed', schemaVersion: 1, schema: OrderPlacedSchema }],
       logger,
     });
-    this.inbox = this.counting(inbox);
+    this.inbox = {
+      consumer: inbox.consumer,
+      handle: async (message, handler) => {
+        const result = await inbox.handle(message, handler);
+        if (result.status === 'processed') this.applied.add(message.eventId);
+        return result;
+      },
+      replayReleased: (handler, options) => inbox.replayReleased(handler, options),
+      stats: () => inbox.stats(),
+    };
     const reserve = withSchemaName(RESERVE_SQL, schema);
     this.handler = async (tx, event) => {
       const { sku, quantity, orderId } = event.data;
@@ -169,27 +163,6 @@ export class Inventory {
       onHand: Number(stock.on_hand),
       reserved: Number(stock.reserved),
       quarantined: quarantine.rows[0]!.n,
-    };
-  }
-
-  private counting(inbox: Inbox): Inbox {
-    const count = (message: InboxMessage, result: HandleResult): HandleResult => {
-      const tally = this.tally;
-      tally.received += 1;
-      if (result.status === 'processed') {
-        tally.processed += 1;
-        this.applied.add(message.eventId);
-      } else if (result.status === 'duplicate') tally.duplicates += 1;
-      else if (result.status === 'stale') tally.stale += 1;
-      else if (result.status === 'deferred') tally.deferred += 1;
-      else tally.quarantined += 1;
-      return result;
-    };
-    return {
-      consumer: inbox.consumer,
-      handle: async (message, handler) => count(message, await inbox.handle(message, handler)),
-      replayReleased: (handler, options) => inbox.replayReleased(handler, options),
-      stats: () => inbox.stats(),
     };
   }
 }

@@ -3,9 +3,10 @@
  * what the inventory applied; `RESULT: OK` or `FAILED`.
  */
 
+import type { InboxStats } from '../../inbox/inbox.js';
 import type { Relay } from '../../relay/relay.js';
 import type { LostAcks } from './faults.js';
-import type { InventoryAudit, InventoryTally } from './inventory.js';
+import type { InventoryAudit } from './inventory.js';
 import type { Ledger } from './order-service.js';
 import { missing, type Verifier } from './verifier.js';
 
@@ -17,7 +18,8 @@ export interface SummaryInput {
   readonly elapsed: number;
   readonly publishAcks: LostAcks;
   readonly consumerAcks: LostAcks;
-  readonly tally: InventoryTally;
+  /** What the inventory's inbox answered, per status. */
+  readonly tally: InboxStats;
   readonly audit: InventoryAudit;
   /** NATS: messages in the stream. */
   readonly stored: number | undefined;
@@ -102,9 +104,10 @@ function inventoryLines({ tally, audit }: SummaryInput, committed: number): stri
     tally.quarantined > 0 ? `${tally.quarantined} quarantined` : '',
   ].filter((s) => s !== '');
   const stockHeld = audit.initialOnHand - audit.reserved === audit.onHand;
+  const received = Object.values(tally).reduce((n, count) => n + count, 0);
   return [
-    `  inventory    received ${tally.received} deliveries: ${tally.processed} processed, ` +
-      `${tally.duplicates} duplicates (no effect)${others.map((s) => `, ${s}`).join('')}, ` +
+    `  inventory    received ${received} deliveries: ${tally.processed} processed, ` +
+      `${tally.duplicate} duplicates (no effect)${others.map((s) => `, ${s}`).join('')}, ` +
       `effects applied ${audit.effects} ${audit.effects === committed ? '=' : '!='} committed events ${committed}`,
     `  inventory    effects per event: ${audit.committedOnce} committed events once, ${audit.appliedTwice} twice or more, ` +
       `${audit.notCommitted} for events not committed; stock ${audit.initialOnHand} - reserved ${audit.reserved} ` +
