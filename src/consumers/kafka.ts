@@ -137,12 +137,10 @@ interface PartitionState {
   highest: bigint;
   /** Gained in a rebalance and nothing received yet: starts where the stream's next 'offsets' says. */
   gained: boolean;
-  /** Set when a rebalance took the partition away: this bookkeeping commits nothing any more. */
-  detached: boolean;
 }
 
 function newState(highest: bigint, gained: boolean): PartitionState {
-  return { pending: [], commitable: undefined, committed: -1n, highest, gained, detached: false };
+  return { pending: [], commitable: undefined, committed: -1n, highest, gained };
 }
 
 /** A commit point taken out of a partition's bookkeeping, on its way to the broker. */
@@ -183,11 +181,8 @@ class KafkaConsumer<T> implements Consumer {
    */
   readonly #onJoin = (): void => {
     const entries = this.#collect();
-    for (const [partition, state] of this.#partitions) {
-      if (this.#assigned(partition)) continue;
-      state.detached = true;
-      this.#partitions.delete(partition);
-    }
+    for (const partition of this.#partitions.keys())
+      if (!this.#assigned(partition)) this.#partitions.delete(partition);
     this.#joined = true;
     this.#commits = this.#commits.then(() => this.#commit(entries));
   };
@@ -218,7 +213,6 @@ class KafkaConsumer<T> implements Consumer {
   #stale: { left: number; gained: Set<PartitionState> } = { left: 0, gained: new Set() };
   /** A commit retry after a failed commit. */
   #retry: NodeJS.Timeout | undefined;
-  #closing = false;
 
   constructor(
     private readonly client: KafkaClient<Buffer, Buffer, Buffer, Buffer>,
@@ -251,7 +245,6 @@ class KafkaConsumer<T> implements Consumer {
     await this.stream.close().catch(() => undefined);
     await this.#loop;
     await Promise.all(this.#inFlight);
-    this.#closing = true;
     // The last commit, tried a few times (a rebalance may be refusing commits just now).
     for (let attempt = 0; attempt < 3; attempt += 1) {
       this.#scheduleCommit();
@@ -327,9 +320,15 @@ class KafkaConsumer<T> implements Consumer {
 
   /** Whether the group assigned the partition to this member (before any assignment: yes). */
   #assigned(partition: number): boolean {
-    const assignments = this.client.assignments;
-    if (!assignments) return true;
-    return assignments.some((a) => a.topic === this.o.topic && a.partitions.includes(partition));
+    return !this.client.assignments || this.#assignedPartitions().includes(partition);
+  }
+
+  /**
+   * Whether `state` is still the partition's bookkeeping: false once a rebalance took the
+   * partition away (it commits nothing any more, its deferred records are abandoned).
+   */
+  #current(partition: number, state: PartitionState): boolean {
+    return this.#partitions.get(partition) === state;
   }
 
   #room(): void {
@@ -340,7 +339,7 @@ class KafkaConsumer<T> implements Consumer {
 
   /** Moves the partition's commit point over the handled prefix and commits it. */
   #advance(partition: number, state: PartitionState): void {
-    if (state.detached || this.#partitions.get(partition) !== state) return;
+    if (!this.#current(partition, state)) return;
     let moved = false;
     while (state.pending.length > 0 && state.pending[0]!.handled) {
       state.commitable = state.pending.shift()!.offset + 1n;
@@ -386,12 +385,13 @@ class KafkaConsumer<T> implements Consumer {
       this.#logger.warn({ err: error, topic: this.o.topic }, 'Kafka offset commit failed; retrying');
       let restored = false;
       for (const e of entries) {
-        if (e.state.detached || this.#partitions.get(e.partition) !== e.state) continue;
+        if (!this.#current(e.partition, e.state)) continue;
         if (e.state.committed === e.offset) e.state.committed = e.previous;
         if (e.state.commitable === undefined || e.state.commitable < e.offset) e.state.commitable = e.offset;
         restored = true;
       }
-      if (restored && !this.#closing) {
+      // Stopping: the shutdown retries the last commit itself.
+      if (restored && !this.#stopping) {
         clearTimeout(this.#retry);
         this.#retry = setTimeout(() => this.#scheduleCommit(), COMMIT_RETRY_MS);
       }
@@ -431,7 +431,7 @@ class KafkaConsumer<T> implements Consumer {
         this.#logger.error({ err: error, eventId: message.eventId }, 'inbox failed; handling again later');
       }
       // Stopping or rebalanced: leave it uncommitted, the partition's next reader gets it again.
-      if (this.#stopping || state.detached) return false;
+      if (this.#stopping || !this.#current(record.partition, state)) return false;
       this.#deferred += 1;
       this.#room();
       try {
@@ -439,7 +439,7 @@ class KafkaConsumer<T> implements Consumer {
       } finally {
         this.#deferred -= 1;
       }
-      if (this.#stopping || state.detached) return false;
+      if (this.#stopping || !this.#current(record.partition, state)) return false;
     }
   }
 }
