@@ -121,7 +121,6 @@ class RabbitMqConsumer<T> implements Consumer {
   readonly #deferMs: number;
   /** Publishes deferred copies to the tail of the queue; opened at the first deferral. */
   #republisher: Promise<Republisher> | undefined;
-  #republisherValue: Republisher | undefined;
 
   constructor(
     private readonly connection: AmqpConnection,
@@ -214,8 +213,7 @@ class RabbitMqConsumer<T> implements Consumer {
   async #toTail(msg: ConsumeMessage): Promise<void> {
     // The consumer channel closed meanwhile: the broker has requeued the delivery already.
     if (this.#closed) return;
-    this.#republisher ??= this.#openRepublisher();
-    const pending = this.#republisher;
+    const pending = this.#currentRepublisher();
     try {
       const { channel } = await pending;
       const { userId: _userId, headers = {}, ...properties } = msg.properties;
@@ -245,6 +243,19 @@ class RabbitMqConsumer<T> implements Consumer {
     }
   }
 
+  /** The republisher, opened at the first deferral (and again after it was dropped). */
+  #currentRepublisher(): Promise<Republisher> {
+    if (this.#republisher) return this.#republisher;
+    const pending = this.#openRepublisher();
+    this.#republisher = pending;
+    // Closed under us (broker error, connection lost): the next deferral opens another.
+    pending.then(
+      ({ channel }) => channel.on('close', () => void this.#dropRepublisher(pending)),
+      () => undefined,
+    );
+    return pending;
+  }
+
   /**
    * A confirm channel for the deferred copies, on a connection of its own when the adapter owns
    * its connection: under a memory or disk alarm RabbitMQ blocks publishing connections, and the
@@ -254,19 +265,10 @@ class RabbitMqConsumer<T> implements Consumer {
     const connection = this.owned ? await connect(this.o.url!, this.o.socketOptions) : undefined;
     try {
       const channel = await (connection ?? this.connection).createConfirmChannel();
-      const republisher: Republisher = { channel, connection };
       channel.on('error', (error: unknown) => {
         this.logger.warn({ err: error, queue: this.o.queue }, 'RabbitMQ deferral channel error');
       });
-      channel.on('close', () => {
-        // Closed under us (broker error, connection lost): the next deferral opens another.
-        if (this.#republisherValue !== republisher) return;
-        this.#republisher = undefined;
-        this.#republisherValue = undefined;
-        void connection?.close().catch(() => undefined);
-      });
-      this.#republisherValue = republisher;
-      return republisher;
+      return { channel, connection };
     } catch (error) {
       await connection?.close().catch(() => undefined);
       throw error;
@@ -275,10 +277,7 @@ class RabbitMqConsumer<T> implements Consumer {
 
   /** Forgets the republisher (if it is still the current one) and closes what it opened. */
   async #dropRepublisher(pending: Promise<Republisher>): Promise<void> {
-    if (this.#republisher === pending) {
-      this.#republisher = undefined;
-      this.#republisherValue = undefined;
-    }
+    if (this.#republisher === pending) this.#republisher = undefined;
     const republisher = await pending.catch(() => undefined);
     if (!republisher) return;
     await republisher.channel.close().catch(() => undefined);
