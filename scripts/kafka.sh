@@ -11,6 +11,7 @@
 #   TXO_KAFKA_VERSION          org.apache.kafka:kafka_2.13 version (default 4.1.1)
 #   TXO_KAFKA_PORT             client listener on 127.0.0.1 (default 9092)
 #   TXO_KAFKA_CONTROLLER_PORT  KRaft controller listener on 127.0.0.1 (default 9093)
+#   TXO_KAFKA_ADVERTISED_PORT  port advertised to clients (default TXO_KAFKA_PORT; a proxy in front)
 #   TXO_KAFKA_CACHE            jar cache (default ~/.cache/tx-outbox-kafka)
 #   TXO_KAFKA_DIR              data, config, pid and log (default $TMPDIR/tx-outbox-kafka-$PORT)
 #   TXO_KAFKA_HEAP             JVM max heap (default 512m)
@@ -22,6 +23,7 @@ set -euo pipefail
 VERSION=${TXO_KAFKA_VERSION:-4.1.1}
 PORT=${TXO_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${TXO_KAFKA_CONTROLLER_PORT:-9093}
+ADVERTISED_PORT=${TXO_KAFKA_ADVERTISED_PORT:-$PORT}
 CACHE=${TXO_KAFKA_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/tx-outbox-kafka}
 STATE=${TXO_KAFKA_DIR:-${TMPDIR:-/tmp}/tx-outbox-kafka-$PORT}
 HEAP=${TXO_KAFKA_HEAP:-512m}
@@ -124,7 +126,7 @@ process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
 listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$ADVERTISED_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT

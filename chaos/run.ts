@@ -1,0 +1,289 @@
+/**
+ * The chaos harness: producers, relays and inbox consumers as separate processes on a private
+ * PostgreSQL and a private broker, every connection through a fault proxy, faults drawn from a
+ * seeded schedule, then a bounded drain and the invariants against the producers' ground truth.
+ *
+ *   npm run chaos -- --profile short|long --broker nats|kafka [--seed N]
+ *
+ * Writes chaos/results/<profile>-<broker>-<time>.{md,json} (and a -logs/ folder); exits 1 when
+ * an invariant is violated. Everything it starts is stopped and removed, on failure and SIGINT too.
+ */
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { migrate } from '../dist/index.js';
+import { freePort } from '../test/helpers/processes.js';
+import { BROKER_KINDS, type BrokerKind, type ChaosBroker, STREAM, startBroker, TOPIC } from './brokers.js';
+import { type FaultRecord, Injector } from './faults.js';
+import { latencies, recoveryTimes } from './metrics.js';
+import { PrivatePostgres } from './postgres.js';
+import { seededRandom } from './prng.js';
+import { PROFILES, type Profile } from './profiles.js';
+import { FaultProxy } from './proxy.js';
+import { markdown, type RunResult, resultLine } from './report.js';
+import { describeFault, faultSchedule } from './schedule.js';
+import { type ComponentSpec, Supervisor } from './supervisor.js';
+import { backlog, checkTruth, committedEvents, latencyRows, TRUTH_SQL } from './truth.js';
+
+const SCHEMA = 'outbox';
+const PRODUCER_CONCURRENCY = 4;
+
+const { values: args } = parseArgs({
+  options: {
+    profile: { type: 'string', default: 'short' },
+    broker: { type: 'string', default: 'nats' },
+    seed: { type: 'string' },
+  },
+});
+
+function options(): { profile: Profile; broker: BrokerKind; seed: number } {
+  const profile = PROFILES[args.profile as Profile['name']];
+  if (!profile) throw new Error(`--profile is "${args.profile}": use ${Object.keys(PROFILES).join(' or ')}`);
+  const broker = args.broker as BrokerKind;
+  if (!BROKER_KINDS.includes(broker))
+    throw new Error(`--broker is "${args.broker}": use ${BROKER_KINDS.join(' or ')}`);
+  const seed = args.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : Number(args.seed);
+  if (!Number.isInteger(seed) || seed < 0)
+    throw new Error(`--seed is "${args.seed}": use a non-negative integer`);
+  return { profile, broker, seed };
+}
+
+const log = (line: string): void => console.log(`[chaos ${new Date().toISOString().slice(11, 19)}] ${line}`);
+
+/** Cleanup steps, run in reverse order at the end, on failure and on SIGINT/SIGTERM. */
+const releases: (() => Promise<unknown>)[] = [];
+async function releaseAll(): Promise<void> {
+  while (releases.length > 0) await releases.pop()!().catch((e: unknown) => log(`cleanup: ${String(e)}`));
+}
+
+const abort = new AbortController();
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    log(`${signal}: stopping and cleaning up`);
+    abort.abort(new Error(`interrupted by ${signal}`));
+  });
+}
+
+function componentNames(profile: Profile): { role: ComponentSpec['role']; name: string }[] {
+  const list = (role: ComponentSpec['role'], count: number) =>
+    Array.from({ length: count }, (_, i) => ({ role, name: `${role}-${i + 1}` }));
+  return [
+    ...list('producer', profile.producers),
+    ...list('relay', profile.relays),
+    ...list('consumer', profile.consumers),
+  ];
+}
+
+function linkNames(broker: BrokerKind, names: readonly string[]): string[] {
+  return [
+    ...names.map((c) => `${c}>pg`),
+    ...(broker === 'kafka' ? ['all>kafka'] : names.map((c) => `${c}>nats`)),
+  ];
+}
+
+async function main(): Promise<number> {
+  const { profile, broker: brokerKind, seed } = options();
+  const random = seededRandom(seed);
+  const components = componentNames(profile);
+  const links = linkNames(
+    brokerKind,
+    components.map((c) => c.name),
+  );
+  const schedule = faultSchedule(
+    random,
+    profile,
+    components.map((c) => c.name),
+    links,
+  );
+  const startedAt = new Date();
+  const label = `${profile.name}-${brokerKind}-${startedAt.toISOString().replace(/[:.]/g, '-').slice(0, 19)}`;
+  const resultsDir = join(import.meta.dirname, 'results');
+  const logDir = join(resultsDir, `${label}-logs`);
+  mkdirSync(logDir, { recursive: true });
+
+  log(`profile ${profile.name}, broker ${brokerKind}, seed ${seed}`);
+  log(`schedule (${schedule.length} faults, t = seconds after the fault phase starts):`);
+  for (const f of schedule) console.log(`  ${describeFault(f)}`);
+
+  // Servers and proxies.
+  const postgres = await PrivatePostgres.start();
+  releases.push(async () => {
+    copyFileSync(postgres.logFile, join(logDir, 'postgres.log'));
+    await postgres.destroy();
+  });
+  log(`private PostgreSQL on 127.0.0.1:${postgres.port}`);
+  const db = new pg.Pool({ connectionString: postgres.url, max: 4 });
+  db.on('error', () => undefined);
+  releases.push(() => db.end());
+  await migrate(db, { schema: SCHEMA });
+  await db.query(TRUTH_SQL);
+
+  const proxies = new Map<string, FaultProxy>();
+  releases.push(async () => {
+    for (const p of proxies.values()) await p.close();
+  });
+  const kafkaProxyPort = brokerKind === 'kafka' ? await freePort() : 0;
+  const broker: ChaosBroker = await startBroker(brokerKind, kafkaProxyPort);
+  releases.push(() => broker.destroy());
+  log(`private ${brokerKind} on 127.0.0.1:${broker.port}`);
+  if (brokerKind === 'kafka')
+    proxies.set('all>kafka', await FaultProxy.start('all>kafka', broker.port, kafkaProxyPort));
+  await broker.setup();
+  for (const c of components) {
+    proxies.set(`${c.name}>pg`, await FaultProxy.start(`${c.name}>pg`, postgres.port));
+    if (brokerKind === 'nats')
+      proxies.set(`${c.name}>nats`, await FaultProxy.start(`${c.name}>nats`, broker.port));
+  }
+
+  // Components.
+  const supervisor = new Supervisor(logDir);
+  releases.push(() => supervisor.closeAll());
+  for (const c of components) {
+    const pgPort = proxies.get(`${c.name}>pg`)!.port;
+    const brokerPort = proxies.get(brokerKind === 'kafka' ? 'all>kafka' : `${c.name}>nats`)!.port;
+    supervisor.add({
+      name: c.name,
+      role: c.role,
+      script: `${c.role}.mjs`,
+      config: {
+        databaseUrl: `postgres://postgres@127.0.0.1:${pgPort}/postgres`,
+        broker: brokerKind,
+        brokerUrl: brokerKind === 'nats' ? `nats://127.0.0.1:${brokerPort}` : `127.0.0.1:${brokerPort}`,
+        stream: STREAM,
+        topic: TOPIC,
+        eventsPerSecond: profile.eventsPerSecond / profile.producers,
+        concurrency: PRODUCER_CONCURRENCY,
+        aggregates: profile.aggregates,
+        rollbackShare: profile.rollbackShare,
+        maxEventsPerTransaction: profile.maxEventsPerTransaction,
+      },
+    });
+  }
+  supervisor.startAll();
+  const producingFrom = Date.now();
+  const progress = setInterval(() => {
+    void backlog(db, SCHEMA)
+      .then(async (b) => {
+        const committed = await committedEvents(db);
+        log(`committed ${committed}, not yet applied ${b.unapplied}, in the outbox ${b.outbox}`);
+      })
+      .catch((e: unknown) => log(`progress: ${String(e)}`));
+  }, 15_000);
+  releases.push(async () => clearInterval(progress));
+
+  // Faults.
+  const signal = abort.signal;
+  await sleep(profile.warmupSeconds * 1000, undefined, { signal });
+  const injector = new Injector(postgres, broker, proxies, supervisor);
+  const phaseStart = Date.now();
+  const records: FaultRecord[] = [];
+  for (const fault of schedule) {
+    const wait = phaseStart + fault.atS * 1000 - Date.now();
+    if (wait > 0) await sleep(wait, undefined, { signal });
+    signal.throwIfAborted();
+    const record = await injector.apply(fault);
+    records.push(record);
+    log(
+      `${describeFault(fault)}${record.applied ? '' : ` (not applied${record.error ? `: ${record.error}` : ''})`}`,
+    );
+  }
+  const lastEnd = Math.max(...records.map((r) => r.endedMs));
+  await sleep(Math.max(0, lastEnd - Date.now()), undefined, { signal });
+
+  // Producers go on until the event target, within their time bound.
+  const producingUntil = producingFrom + profile.maxProducingSeconds * 1000;
+  while (Date.now() < producingUntil && (await committedEvents(db)) < profile.events) {
+    await sleep(2000, undefined, { signal });
+  }
+  await supervisor.retire('producer', 10_000);
+  const producingSeconds = (Date.now() - producingFrom) / 1000;
+  injector.healAll();
+  log(
+    `producers stopped after ${producingSeconds.toFixed(0)} s; draining (at most ${profile.drainTimeoutSeconds} s)`,
+  );
+
+  // Drain: bounded wait until everything committed was applied and the outbox is empty.
+  const drainFrom = Date.now();
+  let complete = false;
+  while (Date.now() - drainFrom < profile.drainTimeoutSeconds * 1000) {
+    const b = await backlog(db, SCHEMA).catch(() => undefined);
+    if (b && b.unapplied === 0 && b.outbox === 0) {
+      complete = true;
+      break;
+    }
+    await sleep(1000, undefined, { signal });
+  }
+  const drainSeconds = (Date.now() - drainFrom) / 1000;
+  log(`drain ${complete ? 'complete' : 'NOT complete'} after ${drainSeconds.toFixed(0)} s`);
+  await supervisor.retire('relay', 15_000);
+  await supervisor.retire('consumer', 15_000);
+
+  // Verdict.
+  const truth = await checkTruth(db, SCHEMA);
+  const rows = await latencyRows(db);
+  const recovery = recoveryTimes(
+    rows,
+    records.map((r) => r.endedMs),
+  );
+  // A fault acts from its start until its recovery ended (a kill acts until the work is taken over).
+  const windows = records.map((r, i) => ({ startMs: r.startedMs, endMs: r.endedMs + (recovery[i] ?? 0) }));
+  const stored = await broker.storedMessages();
+  const sumOf = (role: ComponentSpec['role'], key: string): number =>
+    supervisor.byRole(role).reduce((sum, c) => sum + (c.stats()[key] ?? 0), 0);
+  const relayStats: Record<string, number> = {};
+  for (const key of ['published', 'retried', 'dead', 'unavailable', 'batches'])
+    relayStats[key] = sumOf('relay', key);
+  const result: RunResult = {
+    profile,
+    broker: brokerKind,
+    seed,
+    startedAt: startedAt.toISOString(),
+    wallSeconds: Math.round((Date.now() - startedAt.getTime()) / 1000),
+    producingSeconds: Math.round(producingSeconds),
+    drain: { seconds: Math.round(drainSeconds), complete },
+    faults: records.map((r, i) => ({ ...r, recoveryMs: recovery[i] ?? 0 })),
+    events: {
+      committed: truth.committedEvents,
+      rolledBack: sumOf('producer', 'rolledBackEvents'),
+      failedTransactions: sumOf('producer', 'failedTx'),
+      effects: truth.effects,
+    },
+    duplicates: {
+      wire: stored - truth.committedEvents,
+      storedMessages: stored,
+      consumer: sumOf('consumer', 'duplicate'),
+      deliveries: ['processed', 'duplicate', 'stale', 'deferred', 'quarantined'].reduce(
+        (sum, k) => sum + sumOf('consumer', k),
+        0,
+      ),
+      deferred: sumOf('consumer', 'deferred'),
+    },
+    latency: latencies(rows, windows),
+    starts: Object.fromEntries(supervisor.components.map((c) => [c.name, c.starts])),
+    relayStats,
+    unexpectedExits: supervisor.unexpectedExits,
+    invariants: truth.invariants,
+    pass: complete && truth.invariants.every((i) => i.ok) && supervisor.unexpectedExits.length === 0,
+  };
+  writeFileSync(join(resultsDir, `${label}.json`), `${JSON.stringify(result, null, 2)}\n`);
+  writeFileSync(join(resultsDir, `${label}.md`), markdown(result));
+  for (const i of truth.invariants) log(`${i.ok ? 'ok      ' : 'VIOLATED'} ${i.name}: ${i.value}`);
+  log(
+    `${supervisor.unexpectedExits.length === 0 ? 'ok      ' : 'VIOLATED'} components that exited by themselves: ${supervisor.unexpectedExits.length}`,
+  );
+  log(`report: chaos/results/${label}.md (logs in chaos/results/${label}-logs/)`);
+  console.log(resultLine(result));
+  return result.pass ? 0 : 1;
+}
+
+let code = 1;
+try {
+  code = await main();
+} catch (error) {
+  log(`the run failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+} finally {
+  await releaseAll();
+}
+process.exit(code);
