@@ -103,6 +103,8 @@ export function databaseUrl(options: { readonly databaseUrl?: string }): string 
 export function createPool(url: string, logger: PinoLogger, max: number): pg.Pool {
   const pool = new pg.Pool({ connectionString: url, max, application_name: 'tx-outbox' });
   pool.on('error', (error) => {
+    // pg-pool hangs the whole client on the error (error.client): not something for a log line.
+    Reflect.deleteProperty(error, 'client');
     // Once the pool is ending, a connection closed by the server on its way out is no news.
     if (!pool.ending) logger.warn({ err: error }, 'idle database connection failed');
   });
