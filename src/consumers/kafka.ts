@@ -89,13 +89,14 @@ export async function consumeKafka<T = unknown>(options: KafkaConsumerOptions<T>
     rebalanceTimeout: options.rebalanceTimeoutMs ?? 60_000,
   });
   try {
-    const stream = await client.consume({
-      topics: [options.topic],
-      mode: 'committed',
-      fallbackMode: 'earliest',
-      autocommit: false,
-    });
-    const adapter = new KafkaConsumer(client, stream, options);
+    const open = (): Promise<KafkaStream> =>
+      client.consume({
+        topics: [options.topic],
+        mode: 'committed',
+        fallbackMode: 'earliest',
+        autocommit: false,
+      });
+    const adapter = new KafkaConsumer(client, await open(), open, options);
     adapter.start();
     return adapter;
   } catch (error) {
@@ -103,6 +104,10 @@ export async function consumeKafka<T = unknown>(options: KafkaConsumerOptions<T>
     throw error;
   }
 }
+
+/** Delay before the first attempt to open a new stream after the stream failed; doubles up to the cap. */
+const REOPEN_BASE_MS = 500;
+const REOPEN_CAP_MS = 5_000;
 
 function validate(options: KafkaConsumerOptions<never>): void {
   checkInboxAndHandler(options);
@@ -199,13 +204,13 @@ class KafkaConsumer<T> implements Consumer {
       // Kept, and already reading: its bookkeeping goes on.
       if (existing && !existing.gained) continue;
       // Gained, nothing received yet: (again) from where the stream now reads it.
-      const from = this.stream.offsetsToFetch.get(`${this.o.topic}:${partition}`);
+      const from = this.#stream.offsetsToFetch.get(`${this.o.topic}:${partition}`);
       const state = existing ?? newState(-1n, true);
       state.highest = from === undefined ? -1n : from - 1n;
       this.#partitions.set(partition, state);
       gained.add(state);
     }
-    this.#stale = { left: this.stream.readableLength, gained };
+    this.#stale = { left: this.#stream.readableLength, gained };
   };
   /** Since the last join, partitions gained get their bookkeeping from the 'offsets' event only. */
   #joined = false;
@@ -213,10 +218,15 @@ class KafkaConsumer<T> implements Consumer {
   #stale: { left: number; gained: Set<PartitionState> } = { left: 0, gained: new Set() };
   /** A commit retry after a failed commit. */
   #retry: NodeJS.Timeout | undefined;
+  /** The stream records come from; replaced when it fails (the client gave up fetching). */
+  #stream: KafkaStream;
+  /** Wakes the wait before reopening a failed stream (stop()). */
+  #wake: (() => void) | undefined;
 
   constructor(
     private readonly client: KafkaClient<Buffer, Buffer, Buffer, Buffer>,
-    private readonly stream: KafkaStream,
+    stream: KafkaStream,
+    private readonly open: () => Promise<KafkaStream>,
     private readonly o: KafkaConsumerOptions<T>,
   ) {
     this.#logger = o.logger ?? silentLogger;
@@ -224,12 +234,13 @@ class KafkaConsumer<T> implements Consumer {
     this.#deferMs = o.deferMs ?? 1000;
     this.#maxDeferred = o.maxDeferred ?? 1000;
     this.#queue = new KeyedQueue(this.#concurrency);
+    this.#stream = stream;
   }
 
   start(): void {
     this.client.on('consumer:group:rebalance', this.#onRebalance);
     this.client.on('consumer:group:join', this.#onJoin);
-    this.stream.on('offsets', this.#onOffsets);
+    this.#stream.on('offsets', this.#onOffsets);
     this.#loop = this.#run();
     if (this.o.signal?.aborted) void this.stop();
     else this.o.signal?.addEventListener('abort', this.#onAbort, { once: true });
@@ -242,7 +253,8 @@ class KafkaConsumer<T> implements Consumer {
 
   async #shutdown(): Promise<void> {
     this.o.signal?.removeEventListener('abort', this.#onAbort);
-    await this.stream.close().catch(() => undefined);
+    this.#wake?.();
+    await this.#stream.close().catch(() => undefined);
     await this.#loop;
     await Promise.all(this.#inFlight);
     // The last commit, tried a few times (a rebalance may be refusing commits just now).
@@ -255,41 +267,87 @@ class KafkaConsumer<T> implements Consumer {
     }
     this.client.off('consumer:group:rebalance', this.#onRebalance);
     this.client.off('consumer:group:join', this.#onJoin);
-    this.stream.off('offsets', this.#onOffsets);
+    this.#stream.off('offsets', this.#onOffsets);
     await this.client.close().catch(() => undefined);
   }
 
+  /**
+   * Reads the stream; when it fails — the client gives up a fetch after its few retries, as
+   * when the broker is down for more than a few seconds — a new stream is opened (rejoining the
+   * group) with a growing delay, for as long as it takes: a broker outage must not end the
+   * consumer. The bookkeeping carries over like a rebalance's: what was received already is
+   * skipped when the new stream re-reads it from the committed offsets.
+   */
   async #run(): Promise<void> {
-    try {
-      for await (const record of this.stream as AsyncIterable<KafkaMessage>) {
-        // Not tracked: never committed, redelivered to whoever consumes the partition next.
-        if (this.#stopping) continue;
-        const state = this.#accept(record);
-        if (!state) continue;
-        const entry = { offset: record.offset, handled: false };
-        state.pending.push(entry);
-        state.highest = record.offset;
-        state.gained = false;
-        const task = this.#deliver(record, state).then((handled) => {
-          if (!handled) return;
-          entry.handled = true;
-          this.#advance(record.partition, state);
-        });
-        this.#inFlight.add(task);
-        void task.finally(() => {
-          this.#inFlight.delete(task);
-          this.#room();
-        });
-        // Backpressure: never more than twice the concurrency handled or waiting for a slot, nor
-        // more than maxDeferred deferred ones.
-        while (
-          this.#inFlight.size - this.#deferred >= this.#concurrency * 2 ||
-          this.#deferred >= this.#maxDeferred
-        )
-          await new Promise<void>((resolve) => this.#roomWaiters.push(resolve));
+    let delay = REOPEN_BASE_MS;
+    while (!this.#stopping) {
+      try {
+        await this.#read();
+        if (this.#stopping) return;
+        this.#logger.warn({ topic: this.o.topic }, 'Kafka consumer stream ended; opening a new one');
+      } catch (error) {
+        if (this.#stopping) return;
+        this.#logger.warn(
+          { err: error, topic: this.o.topic },
+          'Kafka consumer stream failed; opening a new one',
+        );
       }
-    } catch (error) {
-      if (!this.#stopping) this.#logger.error({ err: error, topic: this.o.topic }, 'Kafka consumer stopped');
+      for (;;) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, delay);
+          this.#wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        this.#wake = undefined;
+        delay = Math.min(REOPEN_CAP_MS, delay * 2);
+        if (this.#stopping) return;
+        try {
+          const stream = await this.open();
+          this.#stream.off('offsets', this.#onOffsets);
+          this.#stream = stream;
+          stream.on('offsets', this.#onOffsets);
+          if (this.#stopping) await stream.close().catch(() => undefined);
+          break;
+        } catch (error) {
+          this.#logger.warn(
+            { err: error, topic: this.o.topic },
+            'Kafka consumer could not open a stream; retrying',
+          );
+        }
+      }
+      delay = REOPEN_BASE_MS;
+    }
+  }
+
+  async #read(): Promise<void> {
+    for await (const record of this.#stream as AsyncIterable<KafkaMessage>) {
+      // Not tracked: never committed, redelivered to whoever consumes the partition next.
+      if (this.#stopping) continue;
+      const state = this.#accept(record);
+      if (!state) continue;
+      const entry = { offset: record.offset, handled: false };
+      state.pending.push(entry);
+      state.highest = record.offset;
+      state.gained = false;
+      const task = this.#deliver(record, state).then((handled) => {
+        if (!handled) return;
+        entry.handled = true;
+        this.#advance(record.partition, state);
+      });
+      this.#inFlight.add(task);
+      void task.finally(() => {
+        this.#inFlight.delete(task);
+        this.#room();
+      });
+      // Backpressure: never more than twice the concurrency handled or waiting for a slot, nor
+      // more than maxDeferred deferred ones.
+      while (
+        this.#inFlight.size - this.#deferred >= this.#concurrency * 2 ||
+        this.#deferred >= this.#maxDeferred
+      )
+        await new Promise<void>((resolve) => this.#roomWaiters.push(resolve));
     }
   }
 
