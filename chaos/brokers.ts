@@ -3,18 +3,12 @@
  * JetStream, or a single-node Kafka started by scripts/kafka.sh. `restart()` is a kill -9 and
  * a start on the same store. Components reach it through a FaultProxy.
  */
-import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { Admin } from '@platformatic/kafka';
 import { ensureStream } from '../dist/publishers/nats.js';
-import { freePort, PrivateNats } from '../test/helpers/processes.js';
-
-const run = promisify(execFile);
+import { PrivateKafka } from '../test/helpers/kafka.js';
+import { PrivateNats } from '../test/helpers/processes.js';
 
 export const BROKER_KINDS = ['nats', 'kafka'] as const;
 export type BrokerKind = (typeof BROKER_KINDS)[number];
@@ -81,38 +75,19 @@ class NatsBroker implements ChaosBroker {
 class KafkaBroker implements ChaosBroker {
   readonly kind = 'kafka' as const;
 
-  private constructor(
-    private readonly dir: string,
-    readonly port: number,
-    private readonly controllerPort: number,
-    readonly sharedProxyPort: number,
-  ) {}
+  private constructor(private readonly kafka: PrivateKafka) {}
 
   /** Starts it advertising `advertisedPort` (the proxy in front of it). */
   static async start(advertisedPort: number): Promise<KafkaBroker> {
-    const dir = mkdtempSync(join(tmpdir(), 'txo-chaos-kafka-'));
-    const broker = new KafkaBroker(dir, await freePort(), await freePort(), advertisedPort);
-    try {
-      await broker.script('start');
-      return broker;
-    } catch (error) {
-      rmSync(dir, { recursive: true, force: true });
-      throw error;
-    }
+    return new KafkaBroker(await PrivateKafka.start({ advertisedPort }));
   }
 
-  private async script(command: 'start' | 'stop'): Promise<void> {
-    await run('bash', ['scripts/kafka.sh', command], {
-      timeout: 180_000,
-      env: {
-        ...process.env,
-        TXO_KAFKA_PORT: String(this.port),
-        TXO_KAFKA_CONTROLLER_PORT: String(this.controllerPort),
-        TXO_KAFKA_ADVERTISED_PORT: String(this.sharedProxyPort),
-        TXO_KAFKA_DIR: this.dir,
-        TXO_KAFKA_HEAP: process.env['TXO_KAFKA_HEAP'] ?? '512m',
-      },
-    });
+  get port(): number {
+    return this.kafka.port;
+  }
+
+  get sharedProxyPort(): number {
+    return this.kafka.advertisedPort;
   }
 
   private admin(): Admin {
@@ -128,36 +103,9 @@ class KafkaBroker implements ChaosBroker {
     }
   }
 
-  private pid(): number | undefined {
-    try {
-      return Number(readFileSync(join(this.dir, 'kafka.pid'), 'utf8').trim()) || undefined;
-    } catch {
-      return undefined;
-    }
-  }
-
-  private async kill(): Promise<void> {
-    const pid = this.pid();
-    if (pid === undefined) return;
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      return;
-    }
-    const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline) {
-      try {
-        process.kill(pid, 0);
-      } catch {
-        return;
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-
   async restart(): Promise<void> {
-    await this.kill();
-    await this.script('start');
+    await this.kafka.kill();
+    await this.kafka.up();
   }
 
   async storedMessages(): Promise<number> {
@@ -174,9 +122,8 @@ class KafkaBroker implements ChaosBroker {
     }
   }
 
-  async destroy(): Promise<void> {
-    await this.kill();
-    rmSync(this.dir, { recursive: true, force: true });
+  destroy(): Promise<void> {
+    return this.kafka.destroy();
   }
 }
 
