@@ -76,21 +76,23 @@ function componentNames(profile: Profile): { role: ComponentSpec['role']; name: 
   ];
 }
 
-function linkNames(broker: BrokerKind, names: readonly string[]): string[] {
-  return [
-    ...names.map((c) => `${c}>pg`),
-    ...(broker === 'kafka' ? ['all>kafka'] : names.map((c) => `${c}>nats`)),
-  ];
+/** Proxy links: every component to PostgreSQL; relays and consumers to the broker (Kafka: one shared link). */
+function linkNames(
+  broker: BrokerKind,
+  components: readonly { role: ComponentSpec['role']; name: string }[],
+): string[] {
+  const brokerLinks =
+    broker === 'kafka'
+      ? ['all>kafka']
+      : components.filter((c) => c.role !== 'producer').map((c) => `${c.name}>nats`);
+  return [...components.map((c) => `${c.name}>pg`), ...brokerLinks];
 }
 
 async function main(): Promise<number> {
   const { profile, broker: brokerKind, seed } = options();
   const random = seededRandom(seed);
   const components = componentNames(profile);
-  const links = linkNames(
-    brokerKind,
-    components.map((c) => c.name),
-  );
+  const links = linkNames(brokerKind, components);
   const schedule = faultSchedule(
     random,
     profile,
@@ -142,7 +144,7 @@ async function main(): Promise<number> {
   releases.push(() => supervisor.closeAll());
   for (const c of components) {
     const pgPort = proxies.get(`${c.name}>pg`)!.port;
-    const brokerPort = proxies.get(brokerKind === 'kafka' ? 'all>kafka' : `${c.name}>nats`)!.port;
+    const brokerPort = proxies.get(brokerKind === 'kafka' ? 'all>kafka' : `${c.name}>nats`)?.port ?? 0;
     supervisor.add({
       name: c.name,
       role: c.role,
