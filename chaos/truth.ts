@@ -84,7 +84,7 @@ export async function checkTruth(db: pg.Pool, schema: string): Promise<Truth> {
       examples: value === 0 ? [] : await examples(db, `SELECT ${show} ${from}`),
     });
   };
-  await add('lost (committed, never applied)', LOST, 'count(*)', 'o.event_id, o.aggregate_id, o.sequence');
+  await add('lost (committed, not applied)', LOST, 'count(*)', 'o.event_id, o.aggregate_id, o.sequence');
   await add(
     'phantom (applied, never committed)',
     PHANTOM,
