@@ -175,6 +175,16 @@ class KafkaConsumer<T> implements Consumer {
   #loop: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
   readonly #onAbort = (): void => void this.stop();
+  /**
+   * The client gave up rejoining the group (its retries ran out while the broker was away) and
+   * says so with an 'error' event — fatal to the process if nobody listens. The membership is
+   * lost: end the stream, so that a new one joins the group again.
+   */
+  readonly #onClientError = (error: unknown): void => {
+    if (this.#stopping) return;
+    this.#logger.warn({ err: error, topic: this.o.topic }, 'Kafka consumer lost its group membership');
+    this.#stream.destroy(error instanceof Error ? error : new Error(String(error)));
+  };
   /** The group is rebalancing: commit what was handled while this member still owns it. */
   readonly #onRebalance = (): void => this.#scheduleCommit();
   /**
@@ -238,6 +248,7 @@ class KafkaConsumer<T> implements Consumer {
   }
 
   start(): void {
+    this.client.on('error', this.#onClientError);
     this.client.on('consumer:group:rebalance', this.#onRebalance);
     this.client.on('consumer:group:join', this.#onJoin);
     this.#stream.on('offsets', this.#onOffsets);
@@ -269,6 +280,7 @@ class KafkaConsumer<T> implements Consumer {
     this.client.off('consumer:group:join', this.#onJoin);
     this.#stream.off('offsets', this.#onOffsets);
     await this.client.close().catch(() => undefined);
+    this.client.off('error', this.#onClientError);
   }
 
   /**
