@@ -70,3 +70,16 @@ function redactUnparsed(text: string): string {
     .replace(/\?[^#]*/, (search) => redactQuery(search))
     .replace(/#.*$/, '');
 }
+
+/**
+ * A log record with {@link redactText} applied to every string in it (nested objects and
+ * arrays too, a few levels deep); Errors are left to the logger's error serializer.
+ */
+export function redactFields<T>(value: T, depth = 4): T {
+  if (typeof value === 'string') return redactText(value) as T;
+  if (depth === 0 || value === null || typeof value !== 'object' || value instanceof Error) return value;
+  if (Array.isArray(value)) return value.map((item: unknown) => redactFields(item, depth - 1)) as T;
+  const out: Record<string, unknown> = {};
+  for (const [key, item] of Object.entries(value)) out[key] = redactFields(item, depth - 1);
+  return out as T;
+}

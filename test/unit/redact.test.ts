@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { redactText, redactUrl } from '../../src/redact.js';
+import { redactFields, redactText, redactUrl } from '../../src/redact.js';
 
 describe('redactUrl', () => {
   it('masks the password and every query value, keeping scheme, user, host, port, path and keys', () => {
@@ -39,5 +39,18 @@ describe('redactText', () => {
       'Request cannot be constructed from a URL that includes credentials: ' +
         'http://user:***@127.0.0.1:1/hook?token=***. Also nats://a:***@x:1,nats://c:***@y:2 (retry)',
     );
+  });
+});
+
+describe('redactFields', () => {
+  it('masks URLs in every string of a log record, nested too, leaving Errors to the serializer', () => {
+    const err = new Error('http://u:p4ss@h/');
+    const record = { url: 'redis://:pa55@h:6379', n: 1, nested: { list: ['mqtt://a:b123@h'] }, err };
+    expect(redactFields(record)).toEqual({
+      url: 'redis://:***@h:6379',
+      n: 1,
+      nested: { list: ['mqtt://a:***@h'] },
+      err,
+    });
   });
 });
