@@ -86,6 +86,12 @@ export function integerOption(min: number, max: number = 2 ** 31 - 1): (value: s
   };
 }
 
+/** A commander parser for a text flag that must not be empty or blank (an id, a name). */
+export function nonEmptyOption(value: string): string {
+  if (value.trim() === '') throw new InvalidArgumentError('Expected a non-empty value.');
+  return value;
+}
+
 /** The database URL from `--database-url`, else env DATABASE_URL; a usage error when neither is set. */
 export function databaseUrl(options: { readonly databaseUrl?: string }): string {
   const url = options.databaseUrl ?? process.env['DATABASE_URL'];
