@@ -84,7 +84,10 @@ function trickle(socket: Socket, piece: string, everyMs: number, maxMs: number):
 
 /** Whichever comes first: the connection closed, or `ms` passed (then `undefined`). */
 function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
-  return Promise.race([promise, new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), ms))]);
+  return Promise.race([
+    promise,
+    new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), ms)),
+  ]);
 }
 
 describe('webhook receiver: slow and vanishing clients', () => {
