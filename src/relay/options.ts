@@ -29,6 +29,11 @@ export interface RelayOptions {
   readonly backoff?: Partial<BackoffPolicy>;
   /** A publish call not finished by then is aborted (its events retried). Default 60000. */
   readonly publishTimeoutMs?: number;
+  /**
+   * While the broker is unreachable the relay logs the first refused batch at once, then a
+   * reminder at most this often (how long, how many batches), then the recovery. Default 30000.
+   */
+  readonly outageReminderMs?: number;
   /** LISTEN for producers' NOTIFY wake-ups. Default true. */
   readonly listen?: boolean;
   /**
@@ -56,6 +61,7 @@ export interface ResolvedRelayOptions {
   readonly maxAttempts: number;
   readonly backoff: BackoffPolicy;
   readonly publishTimeoutMs: number;
+  readonly outageReminderMs: number;
   readonly listen: boolean;
   readonly synchronousCommit: 'on' | 'off';
   readonly relayId: string;
@@ -128,6 +134,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     maxAttempts: positiveInt(options.maxAttempts, 10, 'maxAttempts'),
     backoff: Object.freeze({ baseMs, capMs: Math.max(capMs, baseMs) }),
     publishTimeoutMs: positiveInt(options.publishTimeoutMs, 60_000, 'publishTimeoutMs'),
+    outageReminderMs: positiveInt(options.outageReminderMs, 30_000, 'outageReminderMs'),
     listen,
     synchronousCommit,
     relayId: options.relayId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,

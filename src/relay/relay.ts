@@ -13,6 +13,7 @@ import { CLAIM_SQL } from './claim-sql.js';
 import { PartitionLeases } from './leases.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
 import { aggregateKey, waves } from './ordering-gate.js';
+import { OutageLog } from './outage.js';
 import { RECORD_OUTCOME_SQL } from './outcome-sql.js';
 import { RelaySession } from './session.js';
 import { Doorbell, WakeListener } from './wakeup.js';
@@ -157,6 +158,7 @@ class PollingRelay implements Relay {
   private partitionCount: number | undefined;
   private readonly counters = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
   private outages = 0;
+  private readonly outage: OutageLog;
   private readonly held = new Map<string, number>();
   private readonly heldCount = new Map<string, number>();
   private readonly inFlightAggregates = new Map<string, number>();
@@ -166,6 +168,11 @@ class PollingRelay implements Relay {
 
   constructor(private readonly o: ResolvedRelayOptions) {
     this.id = o.relayId;
+    this.outage = new OutageLog(
+      o.logger,
+      { relayId: o.relayId, publisher: o.publisher.name },
+      o.outageReminderMs,
+    );
     const tag = o.schema.replace(/[^a-z0-9_]/g, '');
     this.sql = {
       claim: { name: `txo_claim_${tag}`, text: withSchema(CLAIM_SQL, o.quotedSchema) },
@@ -367,12 +374,14 @@ class PollingRelay implements Relay {
         if (verdict.unavailable > 0) {
           // The broker is unreachable: wait before claiming again; the events stay as they were.
           this.outages += 1;
+          this.outage.refused(verdict.unavailable, this.lastError);
           await drain();
           await this.doorbell.sleep(
             fullJitterDelay({ baseMs: 200, capMs: 5000 }, this.outages, this.o.random) + 50,
           );
         } else {
           this.outages = 0;
+          this.outage.recovered();
         }
       } catch (error) {
         await drain().catch(() => undefined);
