@@ -6,7 +6,6 @@
 
 import type { Command } from 'commander';
 import type { Logger as PinoLogger } from 'pino';
-import { outboxStatus } from '../ops/status.js';
 import type { Publisher } from '../publishers/contract.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import {
@@ -23,6 +22,7 @@ import {
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
 import { publisherFromConfig, publisherFromSpec } from './publishers.js';
+import { waitForDatabase } from './wait-for-database.js';
 
 /** How long the first SIGTERM/SIGINT lets the batch in flight finish. */
 const STOP_TIMEOUT_MS = 30_000;
@@ -100,11 +100,15 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   const url = databaseUrl(options);
   const logger = createLogger(options.logLevel);
   const signals = watchSignals(logger);
+  const stopped = new AbortController();
+  void signals.first.then(() => stopped.abort());
   const pool = createPool(url, logger, 5);
   let publisher: Publisher | undefined;
   try {
-    // Fails fast, with a hint to migrate, instead of a relay retrying forever against nothing.
-    const status = await outboxStatus(pool, { schema: options.schema });
+    // Waits for a database that is still starting; fails fast, with a hint to migrate, on a
+    // missing schema instead of a relay retrying forever against nothing.
+    const status = await waitForDatabase(pool, options.schema, redact(url), logger, stopped.signal);
+    if (status === undefined) return; // stopped by a signal before the database came up
     const secret = options.webhookSecret ?? process.env[SECRET_ENV];
     publisher =
       source.kind === 'config'
@@ -226,9 +230,13 @@ function checkedWebhookUrl(endpoint: string): string {
   return endpoint;
 }
 
+/** An address safe to log: no credentials, no query string. */
+function redact(url: string): string {
+  return url.replace(/\/\/[^/@]*@/, '//***@').replace(/\?.*$/, '');
+}
+
 /** Where events go, safe to log: no credentials, no query string. */
 function describe(spec: PublisherSpec): Record<string, string> {
-  const redact = (s: string) => s.replace(/\/\/[^/@]*@/, '//***@').replace(/\?.*$/, '');
   switch (spec.kind) {
     case 'nats':
       return {
