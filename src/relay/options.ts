@@ -15,6 +15,12 @@ export interface RelayOptions {
    */
   readonly pool: Pool;
   readonly publisher: Publisher;
+  /**
+   * `stop()` closes the publisher once the batch in flight is done (default true): the relay
+   * owns it, and a stopped relay leaves nothing that keeps the process alive. Pass false for a
+   * publisher you share (several relays, your own publishes) and close yourself.
+   */
+  readonly closePublisher?: boolean;
   /** Outbox schema. Default `outbox`. */
   readonly schema?: string;
   /** Events claimed per batch. Default 500. */
@@ -53,6 +59,7 @@ export interface RelayOptions {
 export interface ResolvedRelayOptions {
   readonly pool: Pool;
   readonly publisher: Publisher;
+  readonly closePublisher: boolean;
   readonly schema: string;
   readonly quotedSchema: string;
   readonly batchSize: number;
@@ -95,6 +102,14 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     );
   }
   const listen = options.listen ?? true;
+  const closePublisher = options.closePublisher ?? true;
+  if (typeof closePublisher !== 'boolean') {
+    throw new OutboxValidationError(
+      'closePublisher',
+      `is ${String(closePublisher)}`,
+      'Pass true (stop() closes the publisher) or false (you close it).',
+    );
+  }
   const poolMax = (options.pool as { options?: { max?: unknown } }).options?.max;
   const needed = listen ? 4 : 3;
   if (typeof poolMax === 'number' && poolMax < needed) {
@@ -126,6 +141,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   return Object.freeze({
     pool: options.pool,
     publisher: options.publisher,
+    closePublisher,
     schema,
     quotedSchema: quoteSchema(schema),
     batchSize: positiveInt(options.batchSize, 500, 'batchSize', 10_000),

@@ -61,7 +61,11 @@ export interface Relay {
   readonly id: string;
   /** Starts the loop; idempotent. Resolves once the relay is running. */
   start(): Promise<void>;
-  /** Finishes the batch in flight (up to `timeout` ms, then aborts it), gives back the leases; idempotent. */
+  /**
+   * Finishes the batch in flight (up to `timeout` ms, then aborts it), gives back the leases,
+   * and closes the publisher (unless `closePublisher: false`); idempotent. Nothing of the
+   * relay's keeps the process alive afterwards (the pool is yours to end).
+   */
   stop(options?: { timeout?: number }): Promise<void>;
   /** Wakes an idle relay at once, e.g. right after a commit in the same process. */
   wake(): void;
@@ -278,6 +282,11 @@ class PollingRelay implements Relay {
       this.o.logger.warn({ err: error }, 'could not release leases; they expire on their own');
     }
     await Promise.all([this.claimer.release(), this.recorder.release()]);
+    if (this.o.closePublisher) {
+      await this.o.publisher.close().catch((error: unknown) => {
+        this.o.logger.warn({ err: error, relayId: this.id }, 'closing the publisher failed');
+      });
+    }
     this.o.logger.info({ relayId: this.id, ...this.counters }, 'relay stopped');
   }
 

@@ -382,6 +382,33 @@ describe('polling relay', () => {
     await expect(r.start()).rejects.toThrow(/stopped/);
   });
 
+  it('stop() closes the publisher once, after the batch in flight; closePublisher: false leaves it open', async () => {
+    const closes: string[] = [];
+    const owned = new RecordingPublisher();
+    owned.delayMs = 300;
+    owned.close = async () => {
+      closes.push(`owned closed with ${owned.received.length} received`);
+    };
+    const shared = new RecordingPublisher();
+    shared.close = async () => {
+      closes.push('shared closed');
+    };
+    const a = relay(owned);
+    const b = relay(shared, { closePublisher: false });
+    await a.start();
+    await waitFor(() => a.stats().partitions.length === 16);
+    await put([{ aggregateType: 'o', aggregateId: 'c1', type: 't', payload: 1 }]);
+    await new Promise((r) => setTimeout(r, 100)); // the batch is in flight (300 ms)
+    await Promise.all([a.stop(), a.stop()]);
+    expect(closes).toEqual(['owned closed with 1 received']);
+    await b.start();
+    await b.stop();
+    expect(closes).toEqual(['owned closed with 1 received']);
+    expect(() => createRelay({ pool: db.pool, publisher: owned, closePublisher: 'yes' as never })).toThrow(
+      /closePublisher/,
+    );
+  });
+
   it('two relays share the partitions fairly and deliver everything in order', async () => {
     const p1 = new RecordingPublisher();
     const p2 = new RecordingPublisher();
