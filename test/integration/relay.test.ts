@@ -237,6 +237,34 @@ describe('polling relay', () => {
     expect(r.stats().dead).toBe(0);
   });
 
+  it('a publish call hanging past publishTimeoutMs charges no attempt, and the outage is logged', async () => {
+    const publisher = new RecordingPublisher();
+    let hang = true;
+    // Hangs until the relay aborts the call (its publishTimeoutMs), like a broker that never answers.
+    publisher.verdict = () => (hang ? new Promise(() => undefined) : { ok: true });
+    const lines: string[] = [];
+    const logger = {
+      debug: () => undefined,
+      info: (_: object, msg?: string) => lines.push(`info ${msg}`),
+      warn: (_: object, msg?: string) => lines.push(`warn ${msg}`),
+      error: (_: object, msg?: string) => lines.push(`error ${msg}`),
+    };
+    await put([{ aggregateType: 'o', aggregateId: 'h1', type: 't', payload: 1 }]);
+    const r = relay(publisher, { maxAttempts: 1, publishTimeoutMs: 100, logger });
+    await r.start();
+    await waitFor(() => r.stats().unavailable >= 3, { what: 'several timed-out publishes' });
+    const { rows } = await db.pool.query(
+      `SELECT max(attempts)::int AS a, count(*)::int AS n FROM "${db.schema}".events`,
+    );
+    expect(rows[0]).toEqual({ a: 0, n: 1 });
+    expect(r.stats().lastError).toMatch(/did not finish within 100 ms/);
+    hang = false;
+    await waitFor(() => publisher.received.length === 1);
+    expect(r.stats().dead).toBe(0);
+    expect(lines.filter((l) => l.startsWith('warn broker unavailable'))).toHaveLength(1);
+    expect(lines).toContain('info broker available again');
+  });
+
   it('a dead event is listed and, replayed with a reason, delivered in order with its aggregate (audited)', async () => {
     const publisher = new RecordingPublisher();
     let broken = true;
