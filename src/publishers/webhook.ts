@@ -723,7 +723,10 @@ class WebhookPublisher implements Publisher {
   async #post(request: PreparedRequest, abort: RequestAbort): Promise<PublishOutcome> {
     const origin = request.url.origin;
     let heard = this.#heard.get(origin);
-    if (heard === undefined) this.#heard.set(origin, (heard = new LinkActivity()));
+    if (heard === undefined) {
+      heard = new LinkActivity();
+      this.#heard.set(origin, heard);
+    }
     const mark = heard.mark();
     let response: Response;
     try {
