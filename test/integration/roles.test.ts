@@ -110,14 +110,23 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await Promise.all(relays.map((r) => r.stop({ timeout: 2000 })));
-  await Promise.all([...pools.values()].map((p) => p.end()));
+  // Roles outlive the database objects (they are cluster-wide): dropped even when a test failed.
+  await Promise.allSettled(relays.map((r) => r.stop({ timeout: 2000 })));
+  await Promise.allSettled([...pools.values()].map((p) => p.end()));
   if (!admin) return;
-  await admin.query(`DROP SCHEMA IF EXISTS "${SCHEMA}" CASCADE`);
   const all = ROLE_KINDS.flatMap((kind) => [login(kind), roles[kind]]);
-  await admin.query(`DROP OWNED BY ${all.map((r) => `"${r}"`).join(', ')}`);
-  for (const role of all) await admin.query(`DROP ROLE IF EXISTS "${role}"`);
-  await admin.end();
+  try {
+    await admin.query(`DROP SCHEMA IF EXISTS "${SCHEMA}" CASCADE`);
+  } finally {
+    const existing = await admin.query<{ rolname: string }>(
+      'SELECT rolname FROM pg_roles WHERE rolname = ANY ($1)',
+      [all],
+    );
+    const names = existing.rows.map((r) => `"${r.rolname}"`);
+    if (names.length > 0) await admin.query(`DROP OWNED BY ${names.join(', ')}`);
+    for (const role of all) await admin.query(`DROP ROLE IF EXISTS "${role}"`);
+    await admin.end();
+  }
 });
 
 describe('least-privilege roles', () => {
