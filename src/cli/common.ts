@@ -86,6 +86,12 @@ export function integerOption(min: number, max: number = 2 ** 31 - 1): (value: s
   };
 }
 
+/** A commander parser for a text flag that must not be empty or blank (an id, a name). */
+export function nonEmptyOption(value: string): string {
+  if (value.trim() === '') throw new InvalidArgumentError('Expected a non-empty value.');
+  return value;
+}
+
 /** The database URL from `--database-url`, else env DATABASE_URL; a usage error when neither is set. */
 export function databaseUrl(options: { readonly databaseUrl?: string }): string {
   const url = options.databaseUrl ?? process.env['DATABASE_URL'];
@@ -103,6 +109,8 @@ export function databaseUrl(options: { readonly databaseUrl?: string }): string 
 export function createPool(url: string, logger: PinoLogger, max: number): pg.Pool {
   const pool = new pg.Pool({ connectionString: url, max, application_name: 'tx-outbox' });
   pool.on('error', (error) => {
+    // pg-pool hangs the whole client on the error (error.client): not something for a log line.
+    Reflect.deleteProperty(error, 'client');
     // Once the pool is ending, a connection closed by the server on its way out is no news.
     if (!pool.ending) logger.warn({ err: error }, 'idle database connection failed');
   });

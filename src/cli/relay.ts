@@ -19,6 +19,7 @@ import {
   EXIT_INTERRUPTED,
   integerOption,
   type LogLevelOptions,
+  nonEmptyOption,
   usageError,
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
@@ -81,7 +82,11 @@ export function registerRelay(program: Command): void {
     )
     .option('--lease <ms>', 'partition lease length, renewed every third (default 15000)', integerOption(300))
     .option('--max-attempts <n>', 'attempts before an event is dead (default 10)', integerOption(1))
-    .option('--relay-id <id>', 'unique id of this relay instance (default <host>-<pid>-<random>)')
+    .option(
+      '--relay-id <id>',
+      'unique id of this relay instance (default <host>-<pid>-<random>)',
+      nonEmptyOption,
+    )
     .option('--no-listen', 'do not LISTEN for NOTIFY wake-ups from producers; rely on polling');
   addDatabaseOptions(command);
   addLogLevelOption(command, 'info');

@@ -117,6 +117,16 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
       "Pass 'on' or 'off'.",
     );
   }
+  if (
+    options.relayId !== undefined &&
+    (typeof options.relayId !== 'string' || options.relayId.trim() === '')
+  ) {
+    throw new OutboxValidationError(
+      'relayId',
+      `is ${JSON.stringify(options.relayId)}`,
+      'Pass a non-empty id unique to this relay instance, or omit it for <host>-<pid>-<random>.',
+    );
+  }
   return Object.freeze({
     pool: options.pool,
     publisher: options.publisher,
