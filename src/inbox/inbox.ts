@@ -365,8 +365,8 @@ class TransactionalInbox<T> implements Inbox<T> {
   }
 
   private async failed(message: InboxMessage, error: unknown): Promise<HandleResult> {
-    // The database went away under the transaction (restart, failover, a dropped connection) or a
-    // deadlock: not the event's fault. Nothing was committed; the adapter redelivers it later.
+    // A transient database error on a live connection (deadlock, serialization failure, the server
+    // shutting down): not the event's fault either. Nothing was committed; the adapter redelivers.
     if (isRetryableDatabaseError(error)) throw error;
     const e = error instanceof Error ? error : new Error(String(error));
     const { rows } = await this.o.pool.query<{ attempts: number }>(this.sql.countAttempt, [
