@@ -80,11 +80,23 @@ export const RELEASED_MESSAGES_SQL = `
 SELECT id::text AS id, event_id::text AS event_id, aggregate_type, aggregate_id, sequence::text AS sequence,
        event_type, schema_version, headers, payload
 FROM {{schema}}.inbox_quarantine
-WHERE consumer = $1 AND released_at IS NOT NULL
+WHERE consumer = $1 AND released_at IS NOT NULL AND id <> ALL ($3::bigint[])
 ORDER BY aggregate_type, aggregate_id, sequence
 LIMIT $2`;
 
-export const DONE_QUARANTINE_SQL = `DELETE FROM {{schema}}.inbox_quarantine WHERE id = $1 AND released_at IS NOT NULL`;
+/**
+ * A released message was handled: its quarantine row goes, and what was still parked behind it
+ * unreleased (it was parked while the release ran) is released now, for the replay to apply next.
+ */
+export const DONE_QUARANTINE_SQL = `
+WITH done AS (
+  DELETE FROM {{schema}}.inbox_quarantine WHERE id = $1 AND released_at IS NOT NULL
+  RETURNING consumer, event_id
+)
+UPDATE {{schema}}.inbox_quarantine q
+SET released_at = now(), release_reason = 'behind ' || done.event_id::text || ', replayed'
+FROM done
+WHERE q.consumer = done.consumer AND q.behind_event_id = done.event_id AND q.released_at IS NULL`;
 
 /**
  * Everything the inbox writes for a new event, in one round trip before the handler runs: the

@@ -283,27 +283,35 @@ class TransactionalInbox<T> implements Inbox<T> {
     handler: InboxHandler<D>,
     options: { limit?: number } = {},
   ): Promise<HandleResult[]> {
-    const { rows } = await this.o.pool.query(this.sql.releasedMessages, [
-      this.consumer,
-      options.limit ?? 100,
-    ]);
+    const limit = options.limit ?? 100;
     const results: HandleResult[] = [];
-    for (const r of rows) {
-      const message: InboxMessage = {
-        eventId: r.event_id,
-        type: r.event_type,
-        aggregateType: r.aggregate_type,
-        aggregateId: r.aggregate_id,
-        sequence: Number(r.sequence),
-        schemaVersion: r.schema_version,
-        headers: r.headers,
-        payload: r.payload,
-      };
-      const result = await this.handle(message, handler);
-      if (result.status !== 'deferred' && result.status !== 'quarantined') {
-        await this.o.pool.query(this.sql.doneQuarantine, [r.id]);
+    // Each released message once per call; what a replayed one releases behind it comes next.
+    const tried: string[] = [];
+    while (results.length < limit) {
+      const { rows } = await this.o.pool.query(this.sql.releasedMessages, [
+        this.consumer,
+        limit - results.length,
+        tried,
+      ]);
+      if (rows.length === 0) break;
+      for (const r of rows) {
+        tried.push(r.id);
+        const message: InboxMessage = {
+          eventId: r.event_id,
+          type: r.event_type,
+          aggregateType: r.aggregate_type,
+          aggregateId: r.aggregate_id,
+          sequence: Number(r.sequence),
+          schemaVersion: r.schema_version,
+          headers: r.headers,
+          payload: r.payload,
+        };
+        const result = await this.handle(message, handler);
+        if (result.status !== 'deferred' && result.status !== 'quarantined') {
+          await this.o.pool.query(this.sql.doneQuarantine, [r.id]);
+        }
+        results.push(result);
       }
-      results.push(result);
     }
     return results;
   }

@@ -269,6 +269,29 @@ describe('inbox', () => {
     );
   });
 
+  it('strict: an event parked behind another while its release ran is released when that one is replayed', async () => {
+    const consumer = `race-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({ consumer, ordering: 'strict', maxAttempts: 1 });
+    const [r1, r2] = [message('race', 1), message('race', 2)];
+    await ib.handle(r1, async () => {
+      throw new Error('downstream said no');
+    });
+    expect((await ib.handle(r2, (tx) => record(tx, r2))).reason).toMatch(/waiting behind quarantined event/);
+    const [root] = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    await releaseQuarantined(db.pool, { schema: db.schema, ids: [root!.id], reason: 'fixed downstream' });
+    // As if sequence 2 had been parked just after the release ran.
+    await db.pool.query(
+      `UPDATE "${db.schema}".inbox_quarantine SET released_at = NULL, release_reason = NULL WHERE event_id = $1`,
+      [r2.eventId],
+    );
+    expect((await ib.replayReleased((tx, e) => record(tx, e))).map((r) => r.status)).toEqual([
+      'processed',
+      'processed',
+    ]);
+    expect(await listQuarantine(db.pool, { schema: db.schema, consumer })).toEqual([]);
+    expect([await effects(r1.eventId), await effects(r2.eventId)]).toEqual([1, 1]);
+  });
+
   it('skip-stale skips older sequences (counted as seen); none applies everything', async () => {
     const skip = inbox({ ordering: 'skip-stale' });
     const [a1, a3, a2] = [message('k', 1), message('k', 3), message('k', 2)];
