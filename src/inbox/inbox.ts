@@ -51,8 +51,8 @@ export interface Inbox<T = unknown> {
   handle<D extends T = T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult>;
   /**
    * Hands released quarantined messages (`tx-outbox inbox release`) to the handler again, in
-   * aggregate order; a released message skips the accepted-version check once. Returns what
-   * happened to each.
+   * aggregate order; a released message skips the accepted-version check (and a gap) once, the
+   * messages parked behind it follow it and skip nothing. Returns what happened to each.
    */
   replayReleased<D extends T = T>(
     handler: InboxHandler<D>,
