@@ -1,4 +1,5 @@
 /** The inbox's statements; `{{schema}}` is the validated, quoted schema name. */
+import { GAP_NOT_FILLED } from './ordering.js';
 
 /** The dedup record: no row back means this consumer already has the event. */
 export const CLAIM_EVENT_SQL = `
@@ -50,6 +51,7 @@ LIMIT 1`;
 /**
  * Parks a message: $12 the quarantined event it waits behind (or NULL), $13 a release reason when
  * it is parked behind a released one (released with it, so the replay applies it next) or NULL.
+ * Later events of its aggregate parked for a gap of their own are put behind it.
  */
 export const QUARANTINE_SQL = `
 WITH parked AS (
@@ -64,6 +66,14 @@ WITH parked AS (
   RETURNING id
 ), cleared AS (
   DELETE FROM {{schema}}.inbox_attempts WHERE consumer = $1 AND event_id = $2
+), behind AS (
+  -- Later events of the aggregate quarantined for a gap (their budgets ran out about together,
+  -- or this one came late): they wait behind this one now, and are released with it.
+  UPDATE {{schema}}.inbox_quarantine
+  SET behind_event_id = $2,
+      reason = 'waiting behind quarantined event ' || ($2::uuid)::text || ' (sequence ' || ($5::bigint)::text || ')'
+  WHERE consumer = $1 AND aggregate_type = $3 AND aggregate_id = $4 AND sequence > $5
+    AND behind_event_id IS NULL AND released_at IS NULL AND reason LIKE '${GAP_NOT_FILLED}%'
 )
 SELECT id::text AS id FROM parked`;
 

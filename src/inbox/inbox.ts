@@ -64,12 +64,21 @@ export interface Inbox<T = unknown> {
 
 export type InboxStats = Readonly<Record<HandleStatus, number>>;
 
+/** A quarantined event a strict gap waits behind. */
+interface Blocker {
+  readonly event_id: string;
+  readonly sequence: string;
+  readonly released: boolean;
+}
+
 class Rejected extends Error {
   constructor(
     readonly status: 'duplicate' | 'stale' | 'deferred' | 'quarantined',
     readonly reason?: string,
     /** A gap: the sequence the aggregate stands at (0: none applied yet). */
     readonly gapAfter?: number,
+    /** A gap: the first quarantined event between that sequence and this one. */
+    readonly blocker?: Blocker,
   ) {
     super(status);
   }
@@ -146,13 +155,16 @@ class TransactionalInbox<T> implements Inbox<T> {
           const last = seen === 0 ? undefined : seen;
           const start = this.o.startSequence ?? 1;
           const decision = decideOrder(this.ordering, last, message.sequence, start);
-          if (decision === 'gap' && !(await this.isReleased(tx, message))) {
+          // A gap: behind a quarantined event it waits for that one, released or not; otherwise a
+          // released message skips it once (the operator let the aggregate go past the hole).
+          const blocker = decision === 'gap' ? await this.blocker(tx, message, seen) : undefined;
+          if (decision === 'gap' && (blocker || !(await this.isReleased(tx, message)))) {
             const reason =
               last !== undefined
                 ? `waiting for sequence ${last + 1} of this aggregate`
                 : `waiting for sequence ${start} of this aggregate, the first this consumer would apply ` +
                   "(if it joined a stream whose earlier events it will never receive, set startSequence: 'first-seen')";
-            throw new Rejected('deferred', reason, seen);
+            throw new Rejected('deferred', reason, seen, blocker);
           }
           if (decision === 'stale')
             throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
@@ -224,7 +236,8 @@ class TransactionalInbox<T> implements Inbox<T> {
       });
       return { status: 'stale', ...(r.reason ? { reason: r.reason } : {}) };
     }
-    if (r.status === 'deferred') return this.deferred(message, r.reason ?? 'deferred', r.gapAfter ?? 0);
+    if (r.status === 'deferred')
+      return this.deferred(message, r.reason ?? 'deferred', r.gapAfter ?? 0, r.blocker);
     return { status: r.status, ...(r.reason ? { reason: r.reason } : {}) };
   }
 
@@ -233,12 +246,12 @@ class TransactionalInbox<T> implements Inbox<T> {
    * (the release of that one releases it too). Otherwise it waits — its budget counted since the
    * aggregate last advanced — and is parked when the budget is spent.
    */
-  private async deferred(message: InboxMessage, waiting: string, gapAfter: number): Promise<HandleResult> {
-    const { rows } = await this.o.pool.query<{ event_id: string; sequence: string; released: boolean }>(
-      this.sql.blocker,
-      [this.consumer, message.aggregateType, message.aggregateId, gapAfter, message.sequence],
-    );
-    const blocker = rows[0];
+  private async deferred(
+    message: InboxMessage,
+    waiting: string,
+    gapAfter: number,
+    blocker: Blocker | undefined,
+  ): Promise<HandleResult> {
     if (blocker && !blocker.released) {
       const reason = `waiting behind quarantined event ${blocker.event_id} (sequence ${blocker.sequence})`;
       return this.park(message, reason, 0, undefined, { behind: blocker.event_id });
@@ -310,6 +323,22 @@ class TransactionalInbox<T> implements Inbox<T> {
     ]);
     this.logger.error({ consumer: this.consumer, eventId: message.eventId, reason }, 'message quarantined');
     return { status: 'quarantined', reason, ...(error ? { error } : {}) };
+  }
+
+  /** The first quarantined event of the message's aggregate after `gapAfter` and before it. */
+  private async blocker(
+    tx: PoolClient,
+    message: InboxMessage,
+    gapAfter: number,
+  ): Promise<Blocker | undefined> {
+    const { rows } = await tx.query<Blocker>(this.sql.blocker, [
+      this.consumer,
+      message.aggregateType,
+      message.aggregateId,
+      gapAfter,
+      message.sequence,
+    ]);
+    return rows[0];
   }
 
   /** An operator released this message from quarantine: it skips the version check and a gap once. */

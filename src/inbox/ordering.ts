@@ -58,15 +58,18 @@ export interface GapWait {
   readonly deliveries: number;
 }
 
+/** How the reason of an event quarantined for a gap starts. */
+export const GAP_NOT_FILLED = 'gap not filled';
+
 /** Why a gap's budget is exhausted (the start of the quarantine reason), or undefined while it is not. */
 export function gapExhausted(budget: GapBudget, wait: GapWait): string | undefined {
   if (wait.waitedMs >= budget.maxGapMs) {
     const seconds =
       wait.waitedMs < 10_000 ? (wait.waitedMs / 1000).toFixed(1) : Math.round(wait.waitedMs / 1000);
-    return `gap not filled for ${seconds} s (${wait.deliveries} deliveries) without the aggregate advancing`;
+    return `${GAP_NOT_FILLED} for ${seconds} s (${wait.deliveries} deliveries) without the aggregate advancing`;
   }
   if (budget.maxDeferrals !== undefined && wait.deliveries >= budget.maxDeferrals) {
-    return `gap not filled after ${wait.deliveries} deliveries without the aggregate advancing`;
+    return `${GAP_NOT_FILLED} after ${wait.deliveries} deliveries without the aggregate advancing`;
   }
   return undefined;
 }
