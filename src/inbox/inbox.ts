@@ -31,7 +31,10 @@ export interface HandleResult {
   /** Why it was deferred or quarantined. */
   readonly reason?: string;
   readonly error?: Error;
-  /** Failed or deferred deliveries so far, when deferred. */
+  /**
+   * When deferred: the handler's failures so far, or the deferrals on a gap since the aggregate last
+   * advanced (the adapters' redelivery delay doubles with it).
+   */
   readonly attempts?: number;
 }
 
