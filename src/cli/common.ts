@@ -9,6 +9,7 @@ import { type Command, CommanderError, InvalidArgumentError, Option } from 'comm
 import pg from 'pg';
 import { type Logger as PinoLogger, pino } from 'pino';
 import { errorMessage, OutboxValidationError } from '../errors.js';
+import { redactFields, redactText } from '../redact.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 
@@ -117,9 +118,26 @@ export function createPool(url: string, logger: PinoLogger, max: number): pg.Poo
   return pool;
 }
 
-/** Pino JSON lines on stderr, written synchronously so nothing is lost on exit. */
+/**
+ * Pino JSON lines on stderr, written synchronously so nothing is lost on exit. Every URL in
+ * a line (in the message, a field, an error's message or stack) has its password and query
+ * values masked: a client library's error may quote the address it was given.
+ */
 export function createLogger(level: string): PinoLogger {
-  return pino({ name: 'tx-outbox', level }, pino.destination({ dest: 2, sync: true }));
+  return pino(
+    {
+      name: 'tx-outbox',
+      level,
+      formatters: { log: (record) => redactFields(record) },
+      serializers: { err: (error: Error) => redactFields(pino.stdSerializers.err(error), 6) },
+      hooks: {
+        logMethod(args, method) {
+          method.apply(this, args.map((arg) => redactFields(arg)) as Parameters<typeof method>);
+        },
+      },
+    },
+    pino.destination({ dest: 2, sync: true }),
+  );
 }
 
 /** The package version, read from package.json beside dist/ (or src/). */
@@ -142,8 +160,8 @@ export function verboseRequested(argv: readonly string[]): boolean {
  */
 export function reportError(error: unknown, verbose: boolean): number {
   if (error instanceof CommanderError) return reportCommanderError(error);
-  process.stderr.write(`tx-outbox: ${oneLine(describe(error))}\n`);
-  if (verbose) process.stderr.write(`${stackOf(error)}\n`);
+  process.stderr.write(`tx-outbox: ${redactText(oneLine(describe(error)))}\n`);
+  if (verbose) process.stderr.write(`${redactText(stackOf(error))}\n`);
   if (error instanceof CliError) return error.exitCode;
   return error instanceof OutboxValidationError ? EXIT_USAGE : EXIT_FAILURE;
 }

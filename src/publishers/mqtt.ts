@@ -19,6 +19,7 @@ import {
   ReasonCodes,
 } from 'mqtt';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { abortError } from './shared/abort-watch.js';
@@ -28,7 +29,6 @@ import { publisherClosed } from './shared/closed.js';
 import { DeadlineSweep } from './shared/deadline-sweep.js';
 import { permanent } from './shared/outcomes.js';
 import { positiveInteger } from './shared/positive-integer.js';
-import { redactCredentials } from './shared/redact.js';
 
 /** Options of {@link mqttPublisher}. Give `url` or an existing `client`. */
 export interface MqttPublisherOptions {
@@ -668,7 +668,7 @@ class MqttPublisher implements Publisher {
 
   #where(): string {
     const { url } = this.#options;
-    return url === undefined ? 'the given client' : redactCredentials(url);
+    return url === undefined ? 'the given client' : redactUrl(url);
   }
 
   // --- sending -----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import {
   nanos,
 } from '@nats-io/transport-node';
 import { errorMessage, OutboxValidationError, type PublishError } from '../errors.js';
+import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { AckPipeline, type PipelineItem } from './nats-pipeline.js';
@@ -44,7 +45,6 @@ import { connectError, publisherClosed } from './shared/closed.js';
 import { raceDeadline } from './shared/deadline.js';
 import { permanent } from './shared/outcomes.js';
 import { checkPositiveInteger } from './shared/positive-integer.js';
-import { redactCredentials } from './shared/redact.js';
 import { Slots } from './shared/slots.js';
 
 export { defaultSubject, subjectProblem };
@@ -461,10 +461,10 @@ class NatsPublisher implements Publisher {
   }
 }
 
-/** Server URLs for an error message, without any user:password part. */
+/** Server URLs for an error message, without passwords or query values. */
 function redactServers(servers: string | string[]): string {
   const list = typeof servers === 'string' ? [servers] : servers;
-  return list.map(redactCredentials).join(', ');
+  return list.map(redactUrl).join(', ');
 }
 
 function isPrepared(item: Prepared | PublishOutcome): item is Prepared {

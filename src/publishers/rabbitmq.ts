@@ -23,6 +23,7 @@ import {
   type SocketOptions,
 } from 'amqplib';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { asBuffer } from './shared/bytes.js';
@@ -31,7 +32,6 @@ import { raceDeadline } from './shared/deadline.js';
 import { defaultDestination } from './shared/destination.js';
 import { permanent } from './shared/outcomes.js';
 import { checkPositiveInteger } from './shared/positive-integer.js';
-import { redactCredentials } from './shared/redact.js';
 import { Slots } from './shared/slots.js';
 
 /** An amqplib connection: a plain one, or one made with `recovery` (it reconnects on its own). */
@@ -151,7 +151,7 @@ function validateOptions(options: RabbitMqPublisherOptions): void {
   if (typeof url === 'string' && hasUrl && !/^amqps?:\/\//i.test(url)) {
     throw new OutboxValidationError(
       'url',
-      `must start with amqp:// or amqps://, got ${redactUrl(url)}`,
+      `must start with amqp:// or amqps://, got ${describeUrl(url)}`,
       'Fix the URL',
     );
   }
@@ -876,7 +876,7 @@ class RabbitMqPublisher implements Publisher {
   #connectError(error: unknown, run: Run): PublishError {
     if (run.aborted !== undefined) return run.aborted;
     const { url } = this.#options;
-    return connectError('RabbitMQ', url === undefined ? 'the given connection' : redactUrl(url), error);
+    return connectError('RabbitMQ', url === undefined ? 'the given connection' : describeUrl(url), error);
   }
 
   async #close(): Promise<void> {
@@ -973,11 +973,11 @@ function cancelledBeforeSend(item: Item): PublishError {
 }
 
 /** The URL for an error message, without its password. */
-function redactUrl(url: string | Options.Connect): string {
+function describeUrl(url: string | Options.Connect): string {
   if (typeof url !== 'string') {
     return `${url.protocol ?? 'amqp'}://${url.hostname ?? 'localhost'}:${url.port ?? 5672}${url.vhost ? `/${url.vhost}` : ''}`;
   }
-  return redactCredentials(url);
+  return redactUrl(url);
 }
 
 /** Resolves true when `closing` settled in time (resolved or rejected), false after `timeoutMs`. */

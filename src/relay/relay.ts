@@ -7,6 +7,7 @@ import {
 } from '../errors.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
+import { redactText } from '../redact.js';
 import { withSchema } from '../schema/identifiers.js';
 import { fullJitterDelay } from './backoff.js';
 import { CLAIM_SQL } from './claim-sql.js';
@@ -380,7 +381,7 @@ class PollingRelay implements Relay {
         this.inFlightAggregates.clear();
         if (this.halt) break;
         failures += 1;
-        this.lastError = errorMessage(error);
+        this.lastError = redactText(errorMessage(error));
         await Promise.all([this.claimer.release(error), this.recorder.release(error)]);
         const delay = 100 + fullJitterDelay({ baseMs: 200, capMs: 10_000 }, failures, this.o.random);
         this.o.logger.error(
@@ -514,7 +515,7 @@ class PollingRelay implements Relay {
         if (this.abort.signal.aborted) continue;
         if (isBrokerUnavailable(outcome.error)) {
           unavailable += 1;
-          this.lastError = errorMessage(outcome.error);
+          this.lastError = redactText(errorMessage(outcome.error));
           continue;
         }
         failures.push(this.judge(message, outcome));
@@ -568,7 +569,9 @@ class PollingRelay implements Relay {
     const attempt = message.attempts + 1;
     const dead = !outcome.retryable || attempt >= this.o.maxAttempts;
     const reason = outcome.retryable ? '' : 'permanent: ';
-    const error = `${reason}${errorMessage(outcome.error)}`.slice(0, 4000);
+    // A safety net under every publisher: no URL's password or query token goes into
+    // last_error (nor the log line below), whatever a client library put in its message.
+    const error = redactText(`${reason}${errorMessage(outcome.error)}`).slice(0, 4000);
     if (dead) {
       this.o.logger.error(
         { relayId: this.id, eventId: message.eventId, attempts: attempt, error },
@@ -615,7 +618,7 @@ class PollingRelay implements Relay {
       // A call that hangs past the deadline is the broker's trouble (no attempt charged); a
       // publisher that throws is charged like any retryable failure, so a message that makes
       // it throw goes dead in the end instead of blocking its batch forever.
-      const message = `publisher ${this.o.publisher.name} failed: ${errorMessage(error)}`;
+      const message = `publisher ${this.o.publisher.name} failed: ${redactText(errorMessage(error))}`;
       const e = timedOut
         ? brokerUnavailable(message, error)
         : new PublishError(message, { retryable: true, cause: error });

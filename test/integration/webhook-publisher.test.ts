@@ -425,6 +425,57 @@ describe('webhookPublisher — close()', () => {
   });
 });
 
+describe('webhookPublisher — credentials in endpoint URLs', () => {
+  const PASSWORD = 'p:ss@w0rd';
+  const TOKEN = 't0kenValue';
+
+  it('sends user:password as Basic authentication and shows neither it nor query values in errors', async () => {
+    // The error page quotes the request, as many do.
+    const server = await startServer((req, res) =>
+      res.writeHead(500).end(`failed POST ${req.path} authorization=${req.headers.authorization}`),
+    );
+    const { port } = new URL(server.url);
+    const url = `http://us%40er:${encodeURIComponent(PASSWORD)}@127.0.0.1:${port}/hook?token=${TOKEN}`;
+    const basic = Buffer.from(`us@er:${PASSWORD}`).toString('base64');
+    const [outcome] = await publish(publisher({ endpoints: url }), [makeMessage()]);
+
+    const [req] = server.received;
+    expect(req?.headers.authorization).toBe(`Basic ${basic}`);
+    expect(req?.path).toBe(`/hook?token=${TOKEN}`);
+    const message = failure(outcome).error.message;
+    expect(message).toContain(`Webhook POST http://127.0.0.1:${port}/hook?token=*** answered HTTP 500`);
+    for (const secret of [PASSWORD, encodeURIComponent(PASSWORD), TOKEN, basic]) {
+      expect(message).not.toContain(secret);
+    }
+  });
+
+  it('refuses credentials in the URL together with an authorization header, without echoing them', () => {
+    expect(() =>
+      webhookPublisher({
+        endpoints: `https://user:${TOKEN}@example.com/hooks`,
+        secret: SECRET,
+        headers: { Authorization: 'Bearer x' },
+      }),
+    ).toThrow(/^endpoints: 'https:\/\/user:\*\*\*@example\.com\/hooks' has a user name or password/);
+  });
+
+  it('does not echo the secrets of an invalid URL', () => {
+    for (const endpoints of [
+      `http://user:${TOKEN}@[bad/hook`,
+      `ftp://user:${TOKEN}@example.com/?k=${TOKEN}`,
+    ]) {
+      let thrown: unknown;
+      try {
+        webhookPublisher({ endpoints, secret: SECRET });
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).toBeInstanceOf(OutboxValidationError);
+      expect((thrown as Error).message).not.toContain(TOKEN);
+    }
+  });
+});
+
 describe('webhookPublisher — option validation', () => {
   const valid = { endpoints: 'https://example.com/hooks', secret: SECRET };
   const cases: Array<[string, Record<string, unknown>]> = [
