@@ -44,6 +44,8 @@ export function isQuarantineId(id: unknown): id is string {
 
 /** The longest window `pruneInbox` takes (100 years), well inside what `now() - interval` can hold. */
 export const MAX_PRUNE_WINDOW_MS = 36_500 * 86_400_000;
+/** The most dedup records one prune statement deletes. */
+const MAX_PRUNE_BATCH = 1_000_000;
 
 export const LIST_QUARANTINE_SQL = `
 SELECT ${COLUMNS} FROM {{schema}}.inbox_quarantine
@@ -193,11 +195,20 @@ export async function pruneInbox(
       'Keep dedup records at least as long as a broker may redeliver, or a redelivery applies twice.',
     );
   }
+  const batch = options.batch ?? 10_000;
+  // A batch of 0 deletes nothing and so never ends the loop below.
+  if (!(Number.isSafeInteger(batch) && batch >= 1 && batch <= MAX_PRUNE_BATCH)) {
+    throw new OutboxValidationError(
+      'batch',
+      `is ${String(batch)}`,
+      `Pass a whole number of rows from 1 to ${MAX_PRUNE_BATCH} per statement (default 10000).`,
+    );
+  }
   const sql = withSchema(PRUNE_SQL, quoteSchema(options.schema ?? DEFAULT_SCHEMA));
   let total = 0;
   for (;;) {
-    const { rowCount } = await pool.query(sql, [options.olderThanMs, options.batch ?? 10_000]);
+    const { rowCount } = await pool.query(sql, [options.olderThanMs, batch]);
     total += rowCount ?? 0;
-    if ((rowCount ?? 0) < (options.batch ?? 10_000)) return total;
+    if ((rowCount ?? 0) < batch) return total;
   }
 }
