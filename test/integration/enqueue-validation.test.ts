@@ -245,6 +245,38 @@ describe('enqueue refuses what no transport can send, naming the field, and writ
   });
 });
 
+describe('a batch too large in total', () => {
+  it('is refused as soon as its running total passes maxBatchBytes, before anything is sent', async () => {
+    const before = await count();
+    const events = Array.from({ length: 5 }, (_, i) => payload({ i, pad: 'p'.repeat(400) }));
+    const error = await refusal(events, { maxBatchBytes: 1000 });
+    expect(error.field).toBe('events');
+    expect(error.message).toMatch(
+      /at events\[2\], \d+ bytes of payload and headers, over maxBatchBytes \(1000\)/,
+    );
+    expect(await count()).toBe(before);
+    // Under the cap, the same batch goes in.
+    await inTransaction(db.pool, (tx) => enqueue(tx, events, { schema: db.schema, maxBatchBytes: 4000 }));
+    expect(await count()).toBe(before + 5);
+  });
+
+  it('counts headers too, and a single event', async () => {
+    const error = await refusal(event({ headers: { 'x-pad': 'h'.repeat(900) }, payload: 1 }), {
+      maxBatchBytes: 500,
+    });
+    expect(error.field).toBe('event');
+    expect(error.message).toMatch(/over maxBatchBytes \(500\)/);
+  });
+
+  it('refuses a maxBatchBytes that is not an integer from 1 to 128 MiB', async () => {
+    for (const bad of [0, 1.5, 256 * 1024 * 1024, '1000']) {
+      const error = await refusal(base as OutboxEvent, { maxBatchBytes: bad });
+      expect(error.field).toBe('maxBatchBytes');
+      expect(error.message).toMatch(/from 1 to 134217728/);
+    }
+  });
+});
+
 describe('what is accepted is stored exactly', () => {
   it('edge-but-valid names, headers and payloads', async () => {
     const view = new Uint8Array([9, 0, 1, 2, 255, 9]).subarray(1, 5);
