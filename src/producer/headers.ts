@@ -102,6 +102,31 @@ function valueProblem(value: string): string | undefined {
   return `contains U+${code} at index ${index}, a non-ASCII character, which HTTP headers cannot carry`;
 }
 
+function headerField(field: string, name: string): string {
+  return `${field}[${JSON.stringify(name)}]`;
+}
+
+/** Header names already found valid, with their lower case: events repeat a few names. */
+const validNames = new Map<string, string>();
+
+/** The lower case of a valid header name; throws naming the header otherwise. */
+function checkedName(name: string, field: string): string {
+  const known = validNames.get(name);
+  if (known !== undefined) return known;
+  const problem = nameProblem(name);
+  if (problem !== undefined) {
+    throw new OutboxValidationError(
+      headerField(field, name),
+      problem,
+      problem.includes('token') ? 'Use letters, digits and - _ . only.' : RENAME,
+    );
+  }
+  const lower = name.toLowerCase();
+  if (validNames.size >= 1024) validNames.clear();
+  validNames.set(name, lower);
+  return lower;
+}
+
 /**
  * Validates an event's headers and merges the trace-context headers under them (an event's own
  * `traceparent`, in any case, wins). Returns the headers as the JSON the statement takes.
@@ -129,32 +154,25 @@ export function headersJsonOf(
       `${fix} For a Map: Object.fromEntries(map).`,
     );
   }
+  const names = Object.keys(value);
   const own: Record<string, string> = {};
-  const seen = new Map<string, string>();
+  const lowers: string[] = [];
   let bytes = 0;
-  for (const [name, v] of Object.entries(value)) {
-    const at = `${field}[${JSON.stringify(name)}]`;
-    const badName = nameProblem(name);
-    if (badName !== undefined) {
+  for (const name of names) {
+    const lower = checkedName(name, field);
+    const twin = names.length > 1 ? lowers.indexOf(lower) : -1;
+    if (twin !== -1) {
       throw new OutboxValidationError(
-        at,
-        badName,
-        badName.includes('token') ? 'Use letters, digits and - _ . only.' : RENAME,
-      );
-    }
-    const lower = name.toLowerCase();
-    const twin = seen.get(lower);
-    if (twin !== undefined) {
-      throw new OutboxValidationError(
-        at,
-        `repeats the header ${JSON.stringify(twin)} (names are case-insensitive in HTTP, which would join the values)`,
+        headerField(field, name),
+        `repeats the header ${JSON.stringify(names[twin])} (names are case-insensitive in HTTP, which would join the values)`,
         'Keep one of them.',
       );
     }
-    seen.set(lower, name);
+    lowers.push(lower);
+    const v = (value as Record<string, unknown>)[name];
     if (typeof v !== 'string') {
       throw new OutboxValidationError(
-        at,
+        headerField(field, name),
         `is a ${v === null ? 'null' : typeof v}`,
         'Header values are strings.',
       );
@@ -162,7 +180,7 @@ export function headersJsonOf(
     const badValue = valueProblem(v);
     if (badValue !== undefined) {
       throw new OutboxValidationError(
-        at,
+        headerField(field, name),
         badValue,
         'Pass printable ASCII: percent-encode other text (encodeURIComponent), or put it in the payload.',
       );
@@ -177,7 +195,11 @@ export function headersJsonOf(
     }
     own[name] = v;
   }
-  const merged: Record<string, string> = {};
-  for (const name in traceHeaders) if (!seen.has(name.toLowerCase())) merged[name] = traceHeaders[name]!;
-  return JSON.stringify(Object.assign(merged, own));
+  let merged: Record<string, string> | undefined;
+  for (const name in traceHeaders) {
+    if (lowers.includes(name.toLowerCase())) continue;
+    merged ??= {};
+    merged[name] = traceHeaders[name]!;
+  }
+  return JSON.stringify(merged === undefined ? own : Object.assign(merged, own));
 }

@@ -13,6 +13,13 @@ export const MAX_NAME_BYTES = 255;
 
 /** Visible ASCII: what an HTTP header value carries as is. */
 const IDENTIFIER = /^[\x21-\x7e]+$/;
+/** The common id: printable ASCII, no surrounding space. Anything else takes the full checks. */
+const PLAIN_ID = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
+/**
+ * The common topic: dot-separated tokens of visible ASCII other than the wildcards * > + # (and
+ * the dot), not starting with `$`. Anything else takes the full checks.
+ */
+const PLAIN_TOPIC = /^[!"%-),\-/-=?-~][!"$-),\-/-=?-~]*(?:\.[!"$-),\-/-=?-~]+)*$/;
 
 function requiredString(value: unknown, field: string, example: string): string {
   if (typeof value !== 'string' || value.length === 0) {
@@ -67,6 +74,7 @@ export function aggregateIdOf(value: unknown, field: string): string {
     return String(value);
   }
   const id = requiredString(value, field, "'order-42'");
+  if (PLAIN_ID.test(id)) return id;
   const uncarried = uncarriedProblem(id);
   if (uncarried !== undefined) {
     throw new OutboxValidationError(
@@ -90,6 +98,7 @@ export function aggregateIdOf(value: unknown, field: string): string {
  * destination (false for the `type` part of a default topic).
  */
 function topicProblem(topic: string, leading = true): string | undefined {
+  if (PLAIN_TOPIC.test(topic)) return undefined;
   const uncarried = uncarriedProblem(topic);
   if (uncarried !== undefined) return uncarried;
   const space = topic.search(/\s/);
@@ -125,6 +134,8 @@ export function topicOf(value: unknown, field: string): string | null {
  * be a valid topic too.
  */
 export function checkDefaultTopic(aggregateType: string, type: string, field: string): void {
+  if (aggregateType.length + type.length < MAX_NAME_BYTES && PLAIN_TOPIC.test(`${aggregateType}.${type}`))
+    return;
   const fix = 'Change it, or pass a topic.';
   for (const [name, value] of [
     ['aggregateType', aggregateType],

@@ -1,17 +1,21 @@
 /**
  * Payload serialisation. A payload is stored as bytes (a Uint8Array or Buffer) or as JSON, and
  * JSON only when `JSON.stringify` writes it faithfully: a value it would drop, null or empty
- * (NaN, a Map, an ArrayBuffer …) is refused instead of stored with data lost. The check runs in
- * the replacer of the one `JSON.stringify` pass; only a refusal walks the value again, to name
- * the path (`events[3].payload.lines[2].price`).
+ * (NaN, a Map, an ArrayBuffer …) is refused instead of stored with data lost. The producer's hot
+ * path takes a cheap walk over plain data (no messages, no allocation) and then the one plain
+ * `JSON.stringify`; anything else (class instances, `toJSON`, a refusal) takes the exact walk,
+ * which also names the path (`events[3].payload.lines[2].price`).
  */
 import { OutboxValidationError } from '../errors.js';
 import { unstorableProblem } from './text.js';
 
 const FIX = 'Pass plain data (objects, arrays, strings, finite numbers, booleans, null) or bytes.';
 
-/** Thrown by the replacer: caught below, never seen by callers. */
-class Refusal extends Error {}
+/**
+ * In JSON.stringify's output, the escape of a NUL (`\u0000`) or of a lone surrogate (`\udXXX`: a
+ * proper pair is written as is), after an even run of backslashes (`\\u0000` is only text).
+ */
+const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f])/;
 
 /** A constructor name for messages. */
 function kindOf(value: object): string {
@@ -47,7 +51,7 @@ function instanceProblem(value: object): string | undefined {
 
 /**
  * Why `value`, found at `holder[key]` after `toJSON`, would not be stored faithfully, or
- * undefined. `original` is `holder[key]` before `toJSON`.
+ * undefined (`holder[key]` is the value before `toJSON`).
  */
 function problemOf(holder: unknown, key: string, value: unknown): string | undefined {
   switch (typeof value) {
@@ -82,10 +86,52 @@ function problemOf(holder: unknown, key: string, value: unknown): string | undef
   }
 }
 
-function replacer(this: unknown, key: string, value: unknown): unknown {
-  if (problemOf(this, key, value) !== undefined) throw new Refusal();
-  if (key.length !== 0 && unstorableProblem(key) !== undefined) throw new Refusal();
-  return value;
+const OBJECT = Object.prototype;
+const DATE = Date.prototype;
+const DATE_TO_JSON = Date.prototype.toJSON;
+/** Deeper plain data takes the exact walk, which also finds cycles. */
+const MAX_PLAIN_DEPTH = 64;
+
+/**
+ * True when `value` is plain data JSON writes as is: strings, booleans, finite numbers, null,
+ * arrays without holes or undefined, plain objects without `toJSON`, valid Dates. False sends it
+ * to the exact walk, which refuses or accepts it. Strings are not looked at: a NUL or a lone
+ * surrogate leaves a `\u` escape in the output, checked once afterwards.
+ */
+function plain(value: unknown, depth: number): boolean {
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+    case 'undefined': // an object property: left out, as JavaScript means it (arrays check theirs)
+      return true;
+    case 'number':
+      return Number.isFinite(value);
+    case 'object': {
+      if (value === null) return true;
+      if (depth > MAX_PLAIN_DEPTH) return false;
+      const proto = Object.getPrototypeOf(value) as unknown;
+      if (Array.isArray(value)) {
+        if (proto !== Array.prototype || typeof (value as { toJSON?: unknown }).toJSON === 'function')
+          return false;
+        for (let i = 0; i < value.length; i++) {
+          const item: unknown = value[i];
+          if (item === undefined || !plain(item, depth + 1)) return false;
+        }
+        return true;
+      }
+      if (proto === OBJECT || proto === null) {
+        const record = value as Record<string, unknown>;
+        if (typeof record['toJSON'] === 'function') return false;
+        for (const key in record) if (!plain(record[key], depth + 1)) return false;
+        return true;
+      }
+      return (
+        proto === DATE && (value as Date).toJSON === DATE_TO_JSON && !Number.isNaN((value as Date).getTime())
+      );
+    }
+    default:
+      return false;
+  }
 }
 
 /** `.name` or `["na me"]`: a readable path step. */
@@ -98,7 +144,10 @@ interface Found {
   readonly problem: string;
 }
 
-/** The first place `JSON.stringify` would meet a refusal, a cycle or a throwing `toJSON`, in its order. */
+/**
+ * The exact walk: the first place, in `JSON.stringify`'s order, of a value it would not write
+ * faithfully, a NUL or lone surrogate, a cycle or a throwing `toJSON`; undefined when there is none.
+ */
 function locate(holder: object, key: string, path: string, ancestors: object[]): Found | undefined {
   let value = (holder as Record<string, unknown>)[key];
   if ((typeof value === 'object' && value !== null) || typeof value === 'bigint') {
@@ -141,16 +190,15 @@ function locate(holder: object, key: string, path: string, ancestors: object[]):
   return undefined;
 }
 
-function refusal(value: unknown, field: string, error: unknown): OutboxValidationError {
-  let found: Found | undefined;
-  try {
-    found = locate({ '': value }, '', field, []);
-  } catch {
-    found = undefined; // nested too deeply to walk
-  }
+function refusal(found: Found | undefined, field: string, error?: unknown): OutboxValidationError {
   if (found) return new OutboxValidationError(found.path, found.problem, FIX);
   const why = error instanceof Error ? error.message : String(error);
   return new OutboxValidationError(field, `is not JSON-serialisable (${why})`, FIX);
+}
+
+/** The exact walk from the top; a value too deep to walk gives the walk's own RangeError. */
+function exactWalk(value: unknown, field: string): Found | undefined {
+  return locate({ '': value }, '', field, []);
 }
 
 /** The payload as JSON text for jsonb; throws an OutboxValidationError naming the first unfaithful value. */
@@ -169,15 +217,27 @@ export function payloadJsonOf(value: unknown, field: string): string {
       'Pass new Uint8Array(view.buffer, view.byteOffset, view.byteLength) (or new Uint8Array(arrayBuffer)) for its bytes.',
     );
   }
+  if (!plain(value, 0)) {
+    let found: Found | undefined;
+    try {
+      found = exactWalk(value, field);
+    } catch (error) {
+      throw refusal(undefined, field, error); // nested too deeply even to walk
+    }
+    if (found) throw refusal(found, field);
+  }
   let json: string | undefined;
   try {
-    json = JSON.stringify(value, replacer);
+    json = JSON.stringify(value);
   } catch (error) {
-    throw refusal(value, field, error);
+    throw refusal(undefined, field, error);
   }
   if (json === undefined) {
     // A toJSON gave undefined, a function or a symbol.
     throw new OutboxValidationError(field, 'has a toJSON that gives nothing JSON can hold', FIX);
+  }
+  if (json.includes('\\u') && UNSTORABLE_ESCAPE.test(json)) {
+    throw refusal(exactWalk(value, field), field, new Error('a NUL or a lone UTF-16 surrogate'));
   }
   return json;
 }

@@ -9,6 +9,12 @@ class Money {
   ) {}
 }
 
+function deep(levels: number): unknown {
+  let node: unknown = { leaf: 'x' };
+  for (let i = 0; i < levels; i++) node = { child: node, list: [i] };
+  return node;
+}
+
 const at = new Date('2026-12-01T10:00:00.000Z');
 
 describe('payloadJsonOf: what it accepts, it writes exactly as JSON.stringify does', () => {
@@ -26,6 +32,9 @@ describe('payloadJsonOf: what it accepts, it writes exactly as JSON.stringify do
     ['a number', 42],
     ['null', null],
     ['an empty array', []],
+    ['other control characters (escaped by JSON)', { s: 'a\u0001\u001b[0m\n' }],
+    ['plain data nested deeper than the quick walk goes', deep(100)],
+    ['an array with its own toJSON', Object.assign([1, 2], { toJSON: () => 'two' })],
   ];
   for (const [what, value] of accepted) {
     it(what, () => {
@@ -41,6 +50,8 @@ describe('payloadJsonOf names the first value it refuses by its path', () => {
     [[{ ok: 1 }, { bad: 2n }], 'payload[1].bad'],
     [{ first: Number.NaN, second: new Set() }, 'payload.first'],
     [{ at: { toJSON: () => new Map() } }, 'payload.at'],
+    [{ price: new Money(Number.NaN, 'EUR') }, 'payload.price.amount'],
+    [new Array(3).fill(1, 0, 1), 'payload[1]'], // a hole
   ];
   for (const [value, path] of refused) {
     it(path, () => {
