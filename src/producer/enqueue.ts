@@ -119,7 +119,9 @@ export async function enqueue(
     if (bytes > maxBatchBytes) {
       throw new OutboxValidationError(
         single ? 'event' : 'events',
-        `${single ? 'reaches' : `reach, at ${field},`} ${bytes} bytes of payload and headers, over maxBatchBytes (${maxBatchBytes})`,
+        single
+          ? `takes ${bytes} bytes of payload and headers, over maxBatchBytes (${maxBatchBytes})`
+          : `total ${bytes} bytes of payloads and headers by ${field}, over maxBatchBytes (${maxBatchBytes})`,
         'Split the batch into smaller enqueue calls, or raise maxBatchBytes.',
       );
     }

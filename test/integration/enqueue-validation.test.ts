@@ -252,7 +252,7 @@ describe('a batch too large in total', () => {
     const error = await refusal(events, { maxBatchBytes: 1000 });
     expect(error.field).toBe('events');
     expect(error.message).toMatch(
-      /at events\[2\], \d+ bytes of payload and headers, over maxBatchBytes \(1000\)/,
+      /total \d+ bytes of payloads and headers by events\[2\], over maxBatchBytes \(1000\)/,
     );
     expect(await count()).toBe(before);
     // Under the cap, the same batch goes in.
@@ -265,7 +265,7 @@ describe('a batch too large in total', () => {
       maxBatchBytes: 500,
     });
     expect(error.field).toBe('event');
-    expect(error.message).toMatch(/over maxBatchBytes \(500\)/);
+    expect(error.message).toMatch(/takes \d+ bytes of payload and headers, over maxBatchBytes \(500\)/);
   });
 
   it('refuses a maxBatchBytes that is not an integer from 1 to 128 MiB', async () => {
