@@ -5,15 +5,26 @@ import { payloadJsonOf } from './payload.js';
 
 /** An event as the producer writes it. */
 export interface OutboxEvent {
-  /** Kind of aggregate, e.g. `order`. Together with aggregateId it keys ordering and partitioning. */
+  /**
+   * Kind of aggregate, e.g. `order`: visible ASCII, no spaces. Together with aggregateId it keys
+   * ordering and partitioning.
+   */
   readonly aggregateType: string;
+  /** A string (well-formed, no control characters, no surrounding whitespace), bigint or safe integer. */
   readonly aggregateId: string | number | bigint;
-  /** Event type, e.g. `order.created`. */
+  /** Event type, e.g. `order.created`: visible ASCII, no spaces. */
   readonly type: string;
-  /** JSON-serialisable value, or bytes (sent as-is, content type application/octet-stream). */
+  /**
+   * Plain data JSON writes faithfully (no NaN, Map, Set, ArrayBuffer …), or bytes as a
+   * Uint8Array or Buffer (sent as-is, content type application/octet-stream).
+   */
   readonly payload: unknown;
-  /** Destination: NATS subject, webhook endpoint key … Default: decided by the publisher. */
+  /**
+   * Destination: NATS subject, webhook endpoint key … (no wildcards, `$` or empty tokens).
+   * Default: decided by the publisher, usually `<aggregateType>.<type>`.
+   */
   readonly topic?: string;
+  /** RFC 9110 token names (not `ce-*`, `Nats-*` … see docs/guarantees.md), printable-ASCII values. */
   readonly headers?: Readonly<Record<string, string>>;
   /** Default 1. */
   readonly schemaVersion?: number;
