@@ -9,7 +9,7 @@
 import type { Pool, PoolClient } from 'pg';
 import { errorMessage, OutboxValidationError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
-import { inTransaction } from '../producer/transaction.js';
+import { inTransaction, lostItsConnection } from '../producer/transaction.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { namedStatement, type Statement } from '../schema/statement.js';
@@ -245,6 +245,9 @@ class TransactionalInbox implements Inbox {
       return { status: 'processed' };
     } catch (error) {
       if (error instanceof Rejected) return this.rejected(message, error);
+      // The database went away under the transaction: nothing was applied and the handler is not to
+      // blame (no attempt charged); rejecting tells the adapter to redeliver.
+      if (lostItsConnection(error)) throw error;
       return this.failed(message, error);
     }
   }

@@ -29,6 +29,19 @@ export interface QuarantinedMessage {
 const COLUMNS = `id::text AS id, consumer, event_id::text AS event_id, aggregate_type, aggregate_id,
   sequence::text AS sequence, event_type, schema_version, reason, attempts, quarantined_at, released_at, release_reason`;
 
+/** Quarantine ids are bigint identities: a whole number from 1 to this. */
+export const MAX_QUARANTINE_ID = 2n ** 63n - 1n;
+
+/** True for a string that can be a quarantine id (a bigint from 1 up). */
+export function isQuarantineId(id: unknown): id is string {
+  return (
+    typeof id === 'string' && /^\d{1,19}$/.test(id) && BigInt(id) >= 1n && BigInt(id) <= MAX_QUARANTINE_ID
+  );
+}
+
+/** The longest window `pruneInbox` takes (100 years), well inside what `now() - interval` can hold. */
+export const MAX_PRUNE_WINDOW_MS = 36_500 * 86_400_000;
+
 export const LIST_QUARANTINE_SQL = `
 SELECT ${COLUMNS} FROM {{schema}}.inbox_quarantine
 WHERE ($1::text IS NULL OR consumer = $1)
@@ -93,7 +106,7 @@ export async function showQuarantined(
   pool: Pool,
   options: { schema?: string; id: string },
 ): Promise<QuarantinedMessage | undefined> {
-  if (!/^\d+$/.test(options.id))
+  if (!isQuarantineId(options.id))
     throw new OutboxValidationError(
       'id',
       `"${options.id}" is not a quarantine id`,
@@ -116,7 +129,7 @@ export async function releaseQuarantined(
       'Say why the messages are released; it is audited.',
     );
   }
-  if (options.ids.length === 0 || options.ids.some((id) => !/^\d+$/.test(id))) {
+  if (options.ids.length === 0 || !options.ids.every(isQuarantineId)) {
     throw new OutboxValidationError('ids', 'must be quarantine ids', 'Pass ids from inbox list.');
   }
   const sql = withSchema(RELEASE_SQL, quoteSchema(options.schema ?? DEFAULT_SCHEMA));
@@ -142,6 +155,15 @@ export async function pruneInbox(
       'is missing',
       'Say how far back your broker may redeliver.',
     );
+  }
+  for (const field of ['olderThanMs', 'replayHorizonMs'] as const) {
+    if (!(options[field] <= MAX_PRUNE_WINDOW_MS)) {
+      throw new OutboxValidationError(
+        field,
+        `is ${String(options[field])}`,
+        `Pass a number of milliseconds up to ${MAX_PRUNE_WINDOW_MS} (100 years).`,
+      );
+    }
   }
   if (!(options.olderThanMs >= options.replayHorizonMs)) {
     throw new OutboxValidationError(

@@ -1,4 +1,16 @@
 import type { Pool, PoolClient } from 'pg';
+import { Checkout } from '../schema/checkout.js';
+
+/** What `inTransaction` threw when its own connection was lost on the way. */
+const lost = new WeakSet<object>();
+
+/**
+ * True when `inTransaction` threw `error` because the transaction's connection was lost (its
+ * ROLLBACK could not run either) — a database fault, not `fn`'s own failure on a live connection.
+ */
+export function lostItsConnection(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && lost.has(error);
+}
 
 /**
  * Runs `fn` in a transaction on one client of `pool`: BEGIN, `fn(client)`, COMMIT —
@@ -8,22 +20,33 @@ import type { Pool, PoolClient } from 'pg';
  *     await tx.query('INSERT INTO orders …', […]);
  *     await enqueue(tx, { aggregateType: 'order', aggregateId, type: 'order.placed', payload });
  *   });
+ *
+ * A connection lost on the way (a database restart) rejects this call and nothing else: the
+ * client is destroyed, not pooled.
  */
 export async function inTransaction<T>(
   pool: Pool,
   fn: (client: PoolClient) => Promise<T>,
   begin = 'BEGIN',
 ): Promise<T> {
-  const client = await pool.connect();
+  const lease = await Checkout.of(pool);
+  const { client } = lease;
   try {
     await client.query(begin);
     const result = await fn(client);
     await client.query('COMMIT');
+    lease.release();
     return result;
   } catch (error) {
-    await client.query('ROLLBACK').catch(() => undefined);
+    // A client whose ROLLBACK failed is in an unknown state: it must not go back to the pool.
+    const rollback = await client.query('ROLLBACK').then(
+      () => undefined,
+      (e: unknown) => e ?? true,
+    );
+    lease.release(rollback ?? lease.broken);
+    if ((rollback !== undefined || lease.broken) && typeof error === 'object' && error !== null) {
+      lost.add(error);
+    }
     throw error;
-  } finally {
-    client.release();
   }
 }

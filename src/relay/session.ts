@@ -1,5 +1,6 @@
 import type { Pool, PoolClient } from 'pg';
 import type { Logger } from '../logger.js';
+import { Checkout } from '../schema/checkout.js';
 
 /**
  * One pooled connection the relay keeps for a statement family (claims, or
@@ -7,7 +8,7 @@ import type { Logger } from '../logger.js';
  * dropped and the next call opens a new one.
  */
 export class RelaySession {
-  private client: PoolClient | undefined;
+  private lease: Checkout | undefined;
   private readonly onError: (error: Error) => void;
 
   constructor(
@@ -21,35 +22,32 @@ export class RelaySession {
   }
 
   async get(): Promise<PoolClient> {
-    if (this.client) return this.client;
-    const client = await this.pool.connect();
-    client.on('error', this.onError);
+    if (this.lease) return this.lease.client;
+    const lease = await Checkout.of(this.pool, this.onError);
     try {
-      await client.query(this.settings);
+      await lease.client.query(this.settings);
     } catch (error) {
-      client.removeListener('error', this.onError);
-      client.release(error instanceof Error ? error : true);
+      lease.release(error ?? true);
       throw error;
     }
-    this.client = client;
-    return client;
+    this.lease = lease;
+    return lease.client;
   }
 
   /** Gives the connection back: destroyed after an error, reset otherwise. */
   async release(error?: unknown): Promise<void> {
-    const client = this.client;
-    this.client = undefined;
-    if (!client) return;
-    client.removeListener('error', this.onError);
-    if (error !== undefined) {
-      client.release(error instanceof Error ? error : true);
+    const lease = this.lease;
+    this.lease = undefined;
+    if (!lease) return;
+    if (error !== undefined || lease.broken) {
+      lease.release(error);
       return;
     }
     try {
-      await client.query('RESET ALL');
-      client.release();
+      await lease.client.query('RESET ALL');
+      lease.release();
     } catch (e) {
-      client.release(e instanceof Error ? e : true);
+      lease.release(e ?? true);
     }
   }
 }

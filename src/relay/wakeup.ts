@@ -1,5 +1,6 @@
-import type { Pool, PoolClient } from 'pg';
+import type { Pool } from 'pg';
 import type { Logger } from '../logger.js';
+import { Checkout } from '../schema/checkout.js';
 
 /**
  * A sleep the relay can be woken from: by a NOTIFY, by `wake()` from the same
@@ -36,10 +37,11 @@ export class Doorbell {
 
 /** Holds one connection that LISTENs on the wake-up channel; reconnects when it breaks. */
 export class WakeListener {
-  private client: PoolClient | undefined;
+  private lease: Checkout | undefined;
   private stopped = false;
   private retryTimer: NodeJS.Timeout | undefined;
   private failures = 0;
+  private readonly notify = (): void => this.onWake();
 
   constructor(
     private readonly pool: Pool,
@@ -54,51 +56,36 @@ export class WakeListener {
 
   private async connect(): Promise<void> {
     if (this.stopped) return;
-    let client: PoolClient | undefined;
+    let lease: Checkout | undefined;
     try {
-      client = await this.pool.connect();
-      this.attach(client);
-      await client.query(`LISTEN "${this.channel}"`);
+      lease = await Checkout.of(this.pool, (error) => {
+        if (lease) this.broken(lease, error);
+      });
+      lease.client.on('notification', this.notify);
+      await lease.client.query(`LISTEN "${this.channel}"`);
       if (this.stopped) {
-        this.detach(client);
-        client.release(true);
+        this.drop(lease, true);
         return;
       }
-      this.client = client;
+      this.lease = lease;
       this.failures = 0;
       // Events may have committed while we were not listening.
       this.onWake();
     } catch (error) {
-      if (client) this.broken(client, error);
+      if (lease) this.broken(lease, error);
       else this.retry(error);
     }
   }
 
-  private readonly handlers = new WeakMap<PoolClient, { error: (e: Error) => void; notify: () => void }>();
-
-  private attach(client: PoolClient): void {
-    const h = { error: (e: Error) => this.broken(client, e), notify: () => this.onWake() };
-    this.handlers.set(client, h);
-    client.on('error', h.error);
-    client.on('notification', h.notify);
+  /** Stops listening on `lease`'s client and gives it back (destroyed when `error` is given). */
+  private drop(lease: Checkout, error?: unknown): void {
+    if (this.lease === lease) this.lease = undefined;
+    lease.client.removeListener('notification', this.notify);
+    lease.release(error);
   }
 
-  private detach(client: PoolClient): void {
-    const h = this.handlers.get(client);
-    if (!h) return;
-    client.removeListener('error', h.error);
-    client.removeListener('notification', h.notify);
-    this.handlers.delete(client);
-  }
-
-  private broken(client: PoolClient, error: unknown): void {
-    if (this.client === client) this.client = undefined;
-    this.detach(client);
-    try {
-      client.release(error instanceof Error ? error : true);
-    } catch {
-      // already released
-    }
+  private broken(lease: Checkout, error: unknown): void {
+    this.drop(lease, error ?? true);
     this.retry(error);
   }
 
@@ -119,16 +106,13 @@ export class WakeListener {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
-    const client = this.client;
-    this.client = undefined;
-    if (!client) return;
+    const lease = this.lease;
+    if (!lease) return;
     try {
-      await client.query(`UNLISTEN "${this.channel}"`);
-      this.detach(client);
-      client.release();
+      await lease.client.query(`UNLISTEN "${this.channel}"`);
+      this.drop(lease);
     } catch (error) {
-      this.detach(client);
-      client.release(error instanceof Error ? error : true);
+      this.drop(lease, error ?? true);
     }
   }
 }

@@ -1,5 +1,6 @@
 import type { Pool, PoolClient } from 'pg';
 import { OutboxValidationError } from '../errors.js';
+import { Checkout } from './checkout.js';
 import { quoteSchema, withSchema } from './identifiers.js';
 import { MIGRATIONS } from './sql.generated.js';
 
@@ -61,31 +62,24 @@ export async function migrate(pool: Pool, options: MigrateOptions = {}): Promise
   const schemaName = options.schema ?? DEFAULT_SCHEMA;
   const schema = quoteSchema(schemaName);
   const migrations = migrationSql(options);
-  const client = await pool.connect();
-  // A connection lost between statements must fail this call, not crash the process.
-  const onError = (): void => {};
-  client.on('error', onError);
-  let released = false;
+  const lease = await Checkout.of(pool);
+  const { client } = lease;
   try {
     const { rows } = await client.query<{ key: string }>(LOCK_KEY_SQL, [schemaName]);
     const key = rows[0]!.key;
     await client.query('SELECT pg_advisory_lock($1::bigint)', [key]);
+    let result: MigrateResult;
     try {
-      return await applyPending(client, schema, migrations, options.partitions);
+      result = await applyPending(client, schema, migrations, options.partitions);
     } finally {
       await client.query('SELECT pg_advisory_unlock($1::bigint)', [key]);
     }
+    lease.release();
+    return result;
   } catch (error) {
-    // A connection in an unknown state must not go back to the pool.
-    client.removeListener('error', onError);
-    client.release(error instanceof Error ? error : true);
-    released = true;
+    // A connection in an unknown state (a transaction or the session lock still held) must not go back to the pool.
+    lease.release(error ?? true);
     throw error;
-  } finally {
-    if (!released) {
-      client.removeListener('error', onError);
-      client.release();
-    }
   }
 }
 

@@ -249,6 +249,7 @@ export function publisherContract(
         const n = ns();
         const schema = `contract_${n}`;
         const pool = new pg.Pool({ connectionString: relayOptions.databaseUrl, max: 6 });
+        pool.on('error', () => undefined); // an idle connection the server closed: the pool replaces it
         const p = await publisher(n);
         const relay = createRelay({ pool, publisher: p, schema, batchSize: 500, pollIntervalMs: 100 });
         try {

@@ -10,6 +10,7 @@ import type { Logger as PinoLogger } from 'pino';
 import { errorMessage } from '../../errors.js';
 import { enqueue } from '../../producer/enqueue.js';
 import type { Relay } from '../../relay/relay.js';
+import { Checkout } from '../../schema/checkout.js';
 import { sleep } from '../common.js';
 import { withSchemaName } from './database.js';
 
@@ -94,11 +95,9 @@ export class OrderService {
   private async placeOrder(): Promise<void> {
     const customer = `customer-${String(Math.floor(Math.random() * AGGREGATES)).padStart(2, '0')}`;
     const rollBack = Math.random() < ROLLBACK_RATIO;
-    const client = await this.pool.connect().catch((error: unknown) => this.failed(error));
-    if (!client) return;
-    // A connection lost between two statements is reported as an 'error' event: the next query fails anyway.
-    const onError = (): void => undefined;
-    client.on('error', onError);
+    const lease = await Checkout.of(this.pool).catch((error: unknown) => this.failed(error));
+    if (!lease) return;
+    const { client } = lease;
     try {
       await client.query('BEGIN');
       const amount = (Math.random() * 500 + 5).toFixed(2);
@@ -124,12 +123,10 @@ export class OrderService {
         { schema: this.schema, notify: false },
       );
       await this.finish(client, eventId, rollBack);
-      client.off('error', onError);
-      client.release();
+      lease.release();
     } catch (error) {
       await client.query('ROLLBACK').catch(() => undefined);
-      client.off('error', onError);
-      client.release(error instanceof Error ? error : true);
+      lease.release(error ?? true);
       this.failed(error);
     }
   }
