@@ -59,6 +59,13 @@ const RESERVED: ReadonlyMap<string, string> = new Map([
       [name, 'is read by RabbitMQ as extra routing keys, and a string there closes the channel'] as const,
   ),
   ['payload', 'is the Redis stream field that holds the payload'],
+  ...['authorization', 'proxy-authorization'].map(
+    (name) =>
+      [
+        name,
+        "is an HTTP credential, which would override the webhook endpoint's own; a secret has no place in an event row",
+      ] as const,
+  ),
   ['__proto__', 'is not an ordinary property name in JavaScript'],
 ]);
 
@@ -66,6 +73,7 @@ const RESERVED_PREFIXES: ReadonlyArray<readonly [string, string]> = [
   ['ce-', "starts with 'ce-', the CloudEvents envelope's prefix"],
   ['ce_', "starts with 'ce_', the CloudEvents prefix of Kafka headers"],
   ['cloudevents_', "starts with 'cloudEvents_', the CloudEvents prefix of AMQP headers"],
+  ['txo-', "starts with 'txo-', tx-outbox's own headers (the webhook publisher's txo-signature …)"],
   [
     'nats-',
     "starts with 'Nats-': NATS JetStream acts on such headers (Nats-Msg-Id, Nats-Expected-*, Nats-Rollup …)",

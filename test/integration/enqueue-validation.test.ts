@@ -135,6 +135,13 @@ const refused: Array<[string, OutboxEvent, string, RegExp]> = [
   ['header CC', headers({ CC: 'other.key' }), '.headers["CC"]', /RabbitMQ/],
   ['header BCC', headers({ BCC: 'other.key' }), '.headers["BCC"]', /RabbitMQ/],
   ['header payload', headers({ payload: 'v' }), '.headers["payload"]', /Redis/],
+  ['header Authorization', headers({ Authorization: 'Bearer t' }), '.headers["Authorization"]', /credential/],
+  [
+    'header txo-signature',
+    headers({ 'txo-signature': 'v1,x' }),
+    '.headers["txo-signature"]',
+    /tx-outbox's own/,
+  ],
   ['header id', headers({ id: 'v' }), '.headers["id"]', /CloudEvents attribute/],
   ['header __proto__', headers(JSON.parse('{"__proto__":"v"}')), '.headers["__proto__"]', /JavaScript/],
   [
@@ -227,8 +234,8 @@ describe('enqueue refuses what no transport can send, naming the field, and writ
   }
 
   it('never quotes a header value (it may be a secret)', async () => {
-    const error = await refusal(headers({ authorization: 'Bearer s3cr3t-t0ken\n' }));
-    expect(error.field).toBe('event.headers["authorization"]');
+    const error = await refusal(headers({ 'x-api-key': 's3cr3t-t0ken\n' }));
+    expect(error.field).toBe('event.headers["x-api-key"]');
     expect(error.message).not.toContain('s3cr3t');
   });
 
