@@ -44,7 +44,7 @@ const HEADERS = {
 const JSON_PAYLOAD = { text: 'été 😀 "q" \\ \\u0000 as text', clé: [1, -1.5, null, true], deep: { a: [{}] } };
 const BYTES = Uint8Array.from({ length: 256 }, (_, i) => i);
 
-/** Enqueues the events, runs a relay with `publisher` until the outbox is empty, stops it. */
+/** Enqueues the events, runs a relay with `publisher` until each is published, stops it. */
 async function relayThrough(publisher: Publisher, events: OutboxEvent[]): Promise<void> {
   await inTransaction(db.pool, (tx) => enqueue(tx, events, { schema: db.schema }));
   const relay = createRelay({
@@ -62,8 +62,7 @@ async function relayThrough(publisher: Publisher, events: OutboxEvent[]): Promis
     });
     expect(relay.stats()).toMatchObject({ published: events.length, dead: 0 });
   } finally {
-    await relay.stop({ timeout: 2000 });
-    await publisher.close();
+    await relay.stop({ timeout: 2000 }); // closes the publisher too
   }
 }
 
