@@ -59,9 +59,13 @@ const CONNECTIONS_CHECK_MS = 500;
 
 /**
  * A node:http request listener receiving `webhookPublisher` deliveries into the inbox.
+ * It bounds the body (`bodyTimeoutMs`); the headers are the server's job: node's defaults
+ * let a client trickle them for 60 s, so set `headersTimeout` (or use {@link createWebhookServer}).
  *
  * @example
- * http.createServer(webhookReceiver({ inbox, handler, secret: process.env.WEBHOOK_SECRET! })).listen(8080);
+ * http
+ *   .createServer({ headersTimeout: 10_000, requestTimeout: 30_000 }, webhookReceiver({ inbox, handler, secret: process.env.WEBHOOK_SECRET! }))
+ *   .listen(8080);
  */
 export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>): WebhookRequestListener {
   validate(options);
