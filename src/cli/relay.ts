@@ -6,7 +6,6 @@
 
 import type { Command } from 'commander';
 import type { Logger as PinoLogger } from 'pino';
-import { outboxStatus } from '../ops/status.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
 import { createRelay, type Relay } from '../relay/relay.js';
@@ -26,6 +25,7 @@ import {
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
 import { publisherFromConfig, publisherFromSpec } from './publishers.js';
+import { waitForDatabase } from './wait-for-database.js';
 import { WEBHOOK_SECRET_ENV, webhookSecretFromFlags } from './webhook-secret.js';
 
 /** How long the first SIGTERM/SIGINT lets the batch in flight finish. */
@@ -127,11 +127,15 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   );
   const secret = webhookSecretFromFlags(options, logger);
   const signals = watchSignals(logger);
+  const stopped = new AbortController();
+  void signals.first.then(() => stopped.abort());
   const pool = createPool(url, logger, 5);
   let publisher: Publisher | undefined;
   try {
-    // Fails fast, with a hint to migrate, instead of a relay retrying forever against nothing.
-    const status = await outboxStatus(pool, { schema: options.schema });
+    // Waits for a database that is still starting; fails fast, with a hint to migrate, on a
+    // missing schema instead of a relay retrying forever against nothing.
+    const status = await waitForDatabase(pool, options.schema, redactUrl(url), logger, stopped.signal);
+    if (status === undefined) return; // stopped by a signal before the database came up
     publisher =
       source.kind === 'config'
         ? await publisherFromConfig(source.config, secret)

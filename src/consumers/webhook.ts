@@ -25,7 +25,7 @@ import { aggregateKey } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 
 export interface WebhookReceiverOptions<T = unknown> {
-  readonly inbox: Inbox;
+  readonly inbox: Inbox<T>;
   readonly handler: InboxHandler<T>;
   /** The Standard Webhooks secret shared with the publisher. */
   readonly secret: WebhookSecret;

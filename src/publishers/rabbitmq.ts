@@ -30,6 +30,7 @@ import { asBuffer } from './shared/bytes.js';
 import { connectError, publisherClosed } from './shared/closed.js';
 import { raceDeadline } from './shared/deadline.js';
 import { defaultDestination } from './shared/destination.js';
+import { LinkActivity } from './shared/link-activity.js';
 import { permanent } from './shared/outcomes.js';
 import { checkPositiveInteger } from './shared/positive-integer.js';
 import { Slots } from './shared/slots.js';
@@ -214,6 +215,8 @@ interface Entry {
   readonly index: number;
   readonly item: Item;
   readonly deadline: number;
+  /** What was heard from the broker on its channel when it was sent (see LinkActivity). */
+  readonly mark: number;
   /** Set when the broker returned the message (unroutable); its confirm follows. */
   returned: Message['fields'] | undefined;
   /** Still counted against maxInFlight. */
@@ -237,6 +240,9 @@ class Session {
   writable = true;
   readonly #drainWaiters = new Set<(drained: boolean) => void>();
 
+  /** Confirms, nacks and returns heard on this channel. */
+  readonly activity = new LinkActivity();
+
   constructor(link: Link, channel: ConfirmChannel) {
     this.link = link;
     this.channel = channel;
@@ -254,7 +260,10 @@ class Session {
       this.writable = true;
       this.#wakeDrainWaiters(true);
     });
-    channel.on('return', (message: Message) => this.#onReturn(message));
+    channel.on('return', (message: Message) => {
+      this.activity.heard();
+      this.#onReturn(message);
+    });
   }
 
   track(entry: Entry): void {
@@ -646,6 +655,7 @@ class RabbitMqPublisher implements Publisher {
       index,
       item,
       deadline: Date.now() + this.#timeoutMs,
+      mark: session.activity.mark(),
       returned: undefined,
       slot: true,
       next: undefined,
@@ -677,6 +687,7 @@ class RabbitMqPublisher implements Publisher {
 
   /** A confirm (ack or nack) arrived, or the channel closed before it did. */
   #onConfirm(session: Session, entry: Entry, err: unknown): void {
+    if (!session.closed) session.activity.heard();
     session.untrack(entry);
     this.#releaseSlot(entry);
     const { run, index, item, returned } = entry;
@@ -707,12 +718,16 @@ class RabbitMqPublisher implements Publisher {
   #expire(session: Session, entry: Entry): void {
     this.#releaseSlot(entry);
     const { item } = entry;
+    // Nothing heard on the channel since the send: the link is in doubt (a stall, a half-open
+    // connection), the broker's fault, not the event's.
     const why =
       session.link.blocked !== undefined
         ? ` (the broker blocks the connection: ${session.link.blocked})`
         : session.closed
           ? ' (the channel closed)'
-          : '';
+          : session.activity.silentSince(entry.mark)
+            ? ' (nothing heard from RabbitMQ since it was sent: the connection is in doubt)'
+            : '';
     entry.run.settle(
       entry.index,
       failed(

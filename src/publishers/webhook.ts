@@ -13,6 +13,7 @@ import { BROKER_UNAVAILABLE, OutboxValidationError, PublishError } from '../erro
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { publisherClosed } from './shared/closed.js';
+import { LinkActivity } from './shared/link-activity.js';
 import { Slots } from './shared/slots.js';
 import {
   type Endpoint,
@@ -390,6 +391,16 @@ function abortOutcome(cause: AbortCause, endpoint: Endpoint, timeoutMs: number):
   return failed(error, true);
 }
 
+/** A timed-out request's outcome as the endpoint being unreachable (no attempt charged). */
+function silentOrigin(outcome: PublishOutcome, origin: string): PublishOutcome {
+  if (outcome.ok) return outcome;
+  const message = `${outcome.error.message}; no response from ${origin} since it was sent: the connection is in doubt`;
+  return failed(
+    new PublishError(message, { retryable: true, code: BROKER_UNAVAILABLE, cause: outcome.error }),
+    true,
+  );
+}
+
 /** Socket errors that mean the endpoint cannot be reached at all (no attempt is charged). */
 const UNREACHABLE_CODES: ReadonlySet<string> = new Set([
   'ECONNREFUSED',
@@ -427,6 +438,8 @@ class WebhookPublisher implements Publisher {
   readonly #limiter: Slots;
   readonly #closing = new AbortController();
   readonly #inFlight = new Set<Promise<unknown>>();
+  /** Responses heard per origin: tells a slow answer to one request from a silent endpoint. */
+  readonly #heard = new Map<string, LinkActivity>();
 
   constructor(options: ResolvedOptions) {
     this.#options = options;
@@ -530,6 +543,13 @@ class WebhookPublisher implements Publisher {
   }
 
   async #post(request: PreparedRequest, abort: RequestAbort): Promise<PublishOutcome> {
+    const origin = request.endpoint.url.origin;
+    let heard = this.#heard.get(origin);
+    if (heard === undefined) {
+      heard = new LinkActivity();
+      this.#heard.set(origin, heard);
+    }
+    const mark = heard.mark();
     let response: Response;
     try {
       response = await fetch(request.endpoint.url, {
@@ -541,10 +561,14 @@ class WebhookPublisher implements Publisher {
       });
     } catch (error) {
       if (abort.cause !== undefined) {
-        return abortOutcome(abort.cause, request.endpoint, this.#options.timeoutMs);
+        const outcome = abortOutcome(abort.cause, request.endpoint, this.#options.timeoutMs);
+        // No response from the origin since it was sent: the link (or the endpoint) is in doubt, as
+        // with a 504, not this event's fault. One slower than others' answers is charged.
+        return abort.cause === 'timeout' && heard.silentSince(mark) ? silentOrigin(outcome, origin) : outcome;
       }
       return networkOutcome(error, request.endpoint);
     }
+    heard.heard();
     const body = await drain(response);
     return statusOutcome(response, request.endpoint, body);
   }

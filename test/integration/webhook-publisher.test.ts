@@ -233,7 +233,7 @@ describe('webhookPublisher — single mode', () => {
     expect(dateMs).toBeLessThanOrEqual(30_000);
   });
 
-  it('fails retryably on timeout when the server never answers', async () => {
+  it('a timeout while the endpoint answers nothing is BROKER_UNAVAILABLE (the link is in doubt, no attempt)', async () => {
     const server = await startServer(() => {});
     const target = publisher({ endpoints: server.url, timeoutMs: 100 });
     const started = Date.now();
@@ -241,7 +241,25 @@ describe('webhookPublisher — single mode', () => {
 
     expect(failure(outcome).retryable).toBe(true);
     expect(failure(outcome).error.message).toContain('timed out after 100 ms');
+    expect(failure(outcome).error.message).toContain('the connection is in doubt');
+    expect(isBrokerUnavailable(failure(outcome).error)).toBe(true);
     expect(Date.now() - started).toBeLessThan(1_500);
+  });
+
+  it('a timeout while the endpoint answers other requests is retryable and charged', async () => {
+    const server = await startServer((req, res) => {
+      if (req.path !== '/slow') res.writeHead(204).end();
+    });
+    const target = publisher({
+      endpoints: { slow: `${server.url}/slow`, '*': `${server.url}/fast` },
+      timeoutMs: 300,
+    });
+    const [slow, fast] = await publish(target, [makeMessage({ topic: 'slow' }), makeMessage()]);
+
+    expect(fast).toEqual({ ok: true });
+    expect(failure(slow).retryable).toBe(true);
+    expect(failure(slow).error.message).toContain('timed out after 300 ms');
+    expect(isBrokerUnavailable(failure(slow).error)).toBe(false);
   });
 
   it('fails retryably when the connection is refused', async () => {

@@ -36,6 +36,14 @@ describe('operator input beyond what the database takes', () => {
     );
   });
 
+  it('a prune batch that could never end the loop is refused', async () => {
+    for (const batch of [0, -1, 1.5, Number.NaN, 2_000_000]) {
+      await expect(
+        pruneInbox(pool, { olderThanMs: 86_400_000, replayHorizonMs: 86_400_000, batch }),
+      ).rejects.toThrow(/^batch: is .*Pass a whole number of rows from 1 to 1000000/);
+    }
+  });
+
   it('an empty or blank relay id is refused', () => {
     for (const relayId of ['', '   ']) {
       expect(() => createRelay({ pool, publisher: new RecordingPublisher(), relayId })).toThrow(
