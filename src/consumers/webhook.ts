@@ -131,7 +131,10 @@ export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>)
         options.inbox.handle(message, options.handler),
       );
       if (result.status === 'deferred') {
-        return answer(res, 503, { 'retry-after': retryAfter }, `deferred: ${result.reason ?? ''}`);
+        // The sender learns that it must retry, not the receiver's internals: a handler's
+        // error text stays in the receiver's log and inbox.
+        const why = result.error === undefined ? (result.reason ?? '') : 'the handler failed';
+        return answer(res, 503, { 'retry-after': retryAfter }, `deferred: ${why}`);
       }
       return answer(res, 204, { 'x-inbox-status': result.status });
     } catch (error) {

@@ -29,6 +29,9 @@ interface Signed {
 let db: TestDb;
 let receiver: WebhookServer;
 let port: number;
+/** A receiver whose handler fails quoting a URL with a key: none of it may leave the receiver or reach a row. */
+let failing: WebhookServer;
+const API_KEY = 'k3y-of-the-receivers-own-api';
 const applied: Array<{
   eventId: string;
   type: string;
@@ -54,9 +57,17 @@ beforeAll(async () => {
     requestTimeoutMs: 2000,
   });
   port = Number(new URL(receiver.url).port);
+  failing = await createWebhookServer({
+    inbox: createInbox({ pool: db.pool, consumer: 'adversarial-failing', schema: db.schema, maxAttempts: 2 }),
+    handler: async () => {
+      throw new Error(`GET https://api.example.com/v1/stock?api_key=${API_KEY} failed: 500`);
+    },
+    secret: SECRET,
+  });
 });
 
 afterAll(async () => {
+  await failing?.close();
   await receiver?.close();
   await db?.close();
 });
@@ -76,14 +87,26 @@ function signed(aggregateId: string, omit: readonly string[] = []): Signed {
 
 /** Sends one request exactly as written; resolves with the status (0 when the connection closed without one). */
 function raw(lines: HeaderLines, body: Buffer, head = ''): Promise<number> {
+  return rawAnswer(lines, body, head).then((answer) => answer.status);
+}
+
+/** Like {@link raw}, with the whole answer. */
+function rawAnswer(
+  lines: HeaderLines,
+  body: Buffer,
+  head = '',
+  to = port,
+): Promise<{ status: number; text: string }> {
   return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1');
+    const socket = connect(to, '127.0.0.1');
     let received = '';
     socket.on('data', (chunk: Buffer) => {
       received += chunk.toString('latin1');
     });
     socket.on('error', () => {});
-    socket.on('close', () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0)));
+    socket.on('close', () =>
+      resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0), text: received }),
+    );
     const text =
       head +
       `POST /events HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\ncontent-length: ${body.length}\r\n` +
@@ -273,5 +296,25 @@ describe('webhook receiver under attack: raw requests', () => {
       setTimeout(() => socket.destroy(), 8000);
     });
     expect(closedAfter).toBeLessThan(4000);
+  });
+
+  it("a failing handler's error text is not sent back to the sender, nor stored with a URL's key", async () => {
+    const r = signed('adv-handler-error');
+    const first = await rawAnswer(r.lines, r.body, '', Number(new URL(failing.url).port));
+    expect(first.status).toBe(503);
+    expect(first.text).not.toContain(API_KEY);
+    expect(first.text).not.toContain('api.example.com');
+    const second = await rawAnswer(r.lines, r.body, '', Number(new URL(failing.url).port));
+    expect(second.text).not.toContain(API_KEY);
+    const { rows } = await db.pool.query<{ text: string }>(
+      `SELECT last_reason AS text FROM ${db.schema}.inbox_attempts WHERE event_id = $1
+       UNION ALL SELECT reason FROM ${db.schema}.inbox_quarantine WHERE event_id = $1`,
+      [r.eventId],
+    );
+    expect(rows.length).toBeGreaterThan(0);
+    for (const row of rows) {
+      expect(row.text).toContain('api.example.com');
+      expect(row.text).not.toContain(API_KEY);
+    }
   });
 });
