@@ -259,11 +259,20 @@ function singleRequest(
     endpoint,
     webhookId: message.eventId,
     body: message.payload,
-    eventHeaders: new Headers({
-      ...envelopeHeaders(message, options.source),
-      'content-type': message.contentType,
-    }),
+    eventHeaders: eventHeaders(message, options.source),
   };
+}
+
+/**
+ * The envelope, the event's own headers and content-type as HTTP headers. Names are
+ * case-insensitive there: an event header `CE-Type` would join the envelope's `ce-type`
+ * into one value (`x, order.created`); each attribute is set over it instead.
+ */
+function eventHeaders(message: OutboxMessage, source: string): Headers {
+  const headers = new Headers();
+  const fields = { ...envelopeHeaders(message, source), 'content-type': message.contentType };
+  for (const [name, value] of Object.entries(fields)) headers.set(name, value);
+  return headers;
 }
 
 /** Every event's attributes are in the (signed) body; of the headers only content-type says how to read it. */

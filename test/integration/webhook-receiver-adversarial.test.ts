@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer, type WebhookServer } from '../../src/consumers/webhook.js';
 import { createInbox, type InboxHandler } from '../../src/inbox/inbox.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
-import { signWebhookRequest } from '../../src/publishers/webhook.js';
+import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 import { makeMessage } from '../helpers/messages.js';
 
@@ -316,5 +316,24 @@ describe('webhook receiver under attack: raw requests', () => {
       expect(row.text).toContain('api.example.com');
       expect(row.text).not.toContain(API_KEY);
     }
+  });
+
+  it('an event header differing only in case from an envelope attribute cannot change it', async () => {
+    // An application forwarding headers of its own request into the event, say.
+    const message = makeMessage({
+      aggregateId: 'adv-header-case',
+      sequence: 1,
+      headers: { 'CE-Type': 'order.refunded', 'CE-AggregateId': 'victim-order', 'Content-Type': 'text/evil' },
+    });
+    const publisher = webhookPublisher({ endpoints: `${receiver.url}/events`, secret: SECRET });
+    try {
+      expect(await publisher.publish([message], new AbortController().signal)).toEqual([{ ok: true }]);
+    } finally {
+      await publisher.close();
+    }
+    expect(effectsOf(message.eventId)).toHaveLength(1);
+    const [effect] = effectsOf(message.eventId);
+    expect(effect).toMatchObject({ type: message.type, aggregateId: 'adv-header-case' });
+    expect(effect!.headers['content-type']).toBe('application/json');
   });
 });
