@@ -11,6 +11,7 @@ import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer, type WebhookServer } from '../../src/consumers/webhook.js';
 import { createInbox, type InboxHandler } from '../../src/inbox/inbox.js';
+import { listQuarantine } from '../../src/inbox/quarantine.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
@@ -316,6 +317,15 @@ describe('webhook receiver under attack: raw requests', () => {
       expect(row.text).toContain('api.example.com');
       expect(row.text).not.toContain(API_KEY);
     }
+    // A row written before the redaction (or by hand) is shown redacted by `inbox list`.
+    await db.pool.query(`UPDATE ${db.schema}.inbox_quarantine SET reason = $2 WHERE event_id = $1`, [
+      r.eventId,
+      `handler failed: GET https://api.example.com/?api_key=${API_KEY}`,
+    ]);
+    const listed = await listQuarantine(db.pool, { schema: db.schema, consumer: 'adversarial-failing' });
+    const parked = listed.find((m) => m.eventId === r.eventId);
+    expect(parked?.reason).toContain('api.example.com');
+    expect(parked?.reason).not.toContain(API_KEY);
   });
 
   it('an event header differing only in case from an envelope attribute cannot change it', async () => {
