@@ -88,10 +88,7 @@ function resolveOptions(options: WebhookPublisherOptions): ResolvedOptions {
   }
   const headers = staticHeaders(options.headers);
   return {
-    resolve: endpointResolver(
-      options.endpoints,
-      Object.keys(headers).some((name) => name.toLowerCase() === 'authorization'),
-    ),
+    resolve: endpointResolver(options.endpoints, headers),
     key: decodeSecret(options.secret),
     timeoutMs: positiveNumber('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS),
     concurrency: positiveInteger('concurrency', options.concurrency, DEFAULT_CONCURRENCY),
