@@ -9,6 +9,7 @@ import { type Command, CommanderError, InvalidArgumentError, Option } from 'comm
 import pg from 'pg';
 import { type Logger as PinoLogger, pino } from 'pino';
 import { errorMessage, OutboxValidationError } from '../errors.js';
+import { redactFields, redactText } from '../redact.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 
@@ -86,6 +87,12 @@ export function integerOption(min: number, max: number = 2 ** 31 - 1): (value: s
   };
 }
 
+/** A commander parser for a text flag that must not be empty or blank (an id, a name). */
+export function nonEmptyOption(value: string): string {
+  if (value.trim() === '') throw new InvalidArgumentError('Expected a non-empty value.');
+  return value;
+}
+
 /** The database URL from `--database-url`, else env DATABASE_URL; a usage error when neither is set. */
 export function databaseUrl(options: { readonly databaseUrl?: string }): string {
   const url = options.databaseUrl ?? process.env['DATABASE_URL'];
@@ -111,15 +118,42 @@ export function createPool(url: string, logger: PinoLogger, max: number): pg.Poo
   return pool;
 }
 
-/** Pino JSON lines on stderr, written synchronously so nothing is lost on exit. */
+/**
+ * Pino JSON lines on stderr, written synchronously so nothing is lost on exit. Every URL in
+ * a line (in the message, a field, an error's message or stack) has its password and query
+ * values masked: a client library's error may quote the address it was given.
+ */
 export function createLogger(level: string): PinoLogger {
-  return pino({ name: 'tx-outbox', level }, pino.destination({ dest: 2, sync: true }));
+  return pino(
+    {
+      name: 'tx-outbox',
+      level,
+      formatters: { log: (record) => redactFields(record) },
+      serializers: { err: (error: Error) => redactFields(pino.stdSerializers.err(error), 6) },
+      hooks: {
+        logMethod(args, method) {
+          method.apply(this, args.map((arg) => redactFields(arg)) as Parameters<typeof method>);
+        },
+      },
+    },
+    pino.destination({ dest: 2, sync: true }),
+  );
 }
 
-/** The package version, read from package.json beside dist/ (or src/). */
+/** The fields of this package's package.json the CLI reads. */
+export interface PackageManifest {
+  readonly version?: unknown;
+  readonly devDependencies?: Readonly<Record<string, unknown>>;
+}
+
+/** This package's package.json, read from beside dist/ (or src/). */
+export function packageManifest(): PackageManifest {
+  return JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as PackageManifest;
+}
+
+/** The package version, from {@link packageManifest}. */
 export function packageVersion(): string {
-  const text = readFileSync(new URL('../../package.json', import.meta.url), 'utf8');
-  const version = (JSON.parse(text) as { version?: unknown }).version;
+  const version = packageManifest().version;
   return typeof version === 'string' ? version : '0.0.0';
 }
 
@@ -136,8 +170,8 @@ export function verboseRequested(argv: readonly string[]): boolean {
  */
 export function reportError(error: unknown, verbose: boolean): number {
   if (error instanceof CommanderError) return reportCommanderError(error);
-  process.stderr.write(`tx-outbox: ${oneLine(describe(error))}\n`);
-  if (verbose) process.stderr.write(`${stackOf(error)}\n`);
+  process.stderr.write(`tx-outbox: ${redactText(oneLine(describe(error)))}\n`);
+  if (verbose) process.stderr.write(`${redactText(stackOf(error))}\n`);
   if (error instanceof CliError) return error.exitCode;
   return error instanceof OutboxValidationError ? EXIT_USAGE : EXIT_FAILURE;
 }

@@ -13,7 +13,7 @@
  *   }
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { extname, resolve } from 'node:path';
+import { dirname, extname, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { CliError } from './common.js';
@@ -30,7 +30,19 @@ export const publisherSpecSchema = z.discriminatedUnion('kind', [
       streamSubjects: z.array(nonEmpty).min(1).optional(),
     })
     .strict(),
-  z.object({ kind: z.literal('webhook'), url: z.url(), secret: nonEmpty.optional() }).strict(),
+  z
+    .object({
+      kind: z.literal('webhook'),
+      url: z.url(),
+      secret: nonEmpty.optional(),
+      /** A file holding the secret; relative to the config file. */
+      secretFile: nonEmpty.optional(),
+    })
+    .strict()
+    .refine((spec) => spec.secret === undefined || spec.secretFile === undefined, {
+      message: 'give "secret" or "secretFile", not both',
+      path: ['secretFile'],
+    }),
   z.object({ kind: z.literal('kafka'), brokers: list, clientId: nonEmpty.optional() }).strict(),
   z.object({ kind: z.literal('rabbitmq'), url: nonEmpty, exchange: nonEmpty.optional() }).strict(),
   z.object({ kind: z.literal('redis'), url: nonEmpty }).strict(),
@@ -116,6 +128,11 @@ export async function loadConfig(file: string): Promise<RelayConfig> {
     const issue = parsed.error.issues[0]!;
     const where = issue.path.length > 0 ? issue.path.join('.') : '(top level)';
     throw new CliError(`config file ${file}: ${where}: ${issue.message}`, 2);
+  }
+  for (const spec of Object.values(parsed.data.publishers)) {
+    if (spec.kind === 'webhook' && spec.secretFile !== undefined) {
+      spec.secretFile = resolve(dirname(file), spec.secretFile);
+    }
   }
   return parsed.data;
 }

@@ -65,15 +65,17 @@ async function runReplay(ids: string[], options: ReplayCliOptions): Promise<void
   if (!options.reason) throw usageError('replay needs --reason "<why>"; it is kept in the audit table');
   if (options.all && ids.length > 0) throw usageError('give event ids or --all, not both');
   if (!options.all && ids.length === 0) throw usageError('give the event ids to replay, or --all');
+  // An id given twice is one event (UUIDs in any case): counted once, replayed once.
+  const eventIds = [...new Set(ids.map((id) => id.toLowerCase()))];
   const pool = createPool(databaseUrl(options), createLogger(options.logLevel), 1);
   try {
     const replayed = await replayDead(pool, {
       schema: options.schema,
-      eventIds: options.all ? 'all' : ids,
+      eventIds: options.all ? 'all' : eventIds,
       reason: options.reason,
       actor: options.actor,
     });
-    const skipped = options.all ? 0 : ids.length - replayed.length;
+    const skipped = options.all ? 0 : eventIds.length - replayed.length;
     process.stdout.write(
       `Replayed ${replayed.length} dead event${replayed.length === 1 ? '' : 's'}` +
         `${skipped > 0 ? `; ${skipped} given id(s) were not dead` : ''}.\n`,

@@ -2,7 +2,10 @@
 
 import type { Command } from 'commander';
 import {
+  isQuarantineId,
   listQuarantine,
+  MAX_PRUNE_WINDOW_MS,
+  MAX_QUARANTINE_ID,
   pruneInbox,
   type QuarantinedMessage,
   releaseQuarantined,
@@ -31,11 +34,26 @@ interface Options extends DatabaseOptions, LogLevelOptions {
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
-/** `7d`, `12h`, `30m`, `45s`, `500ms` → milliseconds. */
+/** `7d`, `12h`, `30m`, `45s`, `500ms` → milliseconds, from 1 ms to 100 years (what pruning can take). */
 export function parseDuration(flag: string, value: string | undefined): number {
   const m = /^(\d+)(ms|s|m|h|d)$/.exec(value ?? '');
   if (!m) throw usageError(`${flag} needs a duration such as 7d, 12h or 30m`);
-  return Number(m[1]) * UNITS[m[2]!]!;
+  const ms = Number(m[1]) * UNITS[m[2]!]!;
+  if (!(ms >= 1 && ms <= MAX_PRUNE_WINDOW_MS)) {
+    throw usageError(`${flag} ${value} is out of range: give a duration from 1ms to 36500d (100 years)`);
+  }
+  return ms;
+}
+
+/** The quarantine ids given on the command line, each a whole number from 1 to 2^63 − 1 (bigint). */
+function quarantineIds(ids: readonly string[]): string[] {
+  const bad = ids.find((id) => !isQuarantineId(id));
+  if (bad !== undefined) {
+    throw usageError(
+      `"${bad}" is not a quarantine id: ids are whole numbers from 1 to ${MAX_QUARANTINE_ID} (see inbox list)`,
+    );
+  }
+  return [...ids];
 }
 
 async function withPool<T>(
@@ -72,26 +90,28 @@ export function registerInbox(program: Command): void {
 
   command(inbox, 'show <id>', 'one quarantined message, with its headers and payload')
     .option('--json', 'print JSON')
-    .action((id: string, o: Options) =>
-      withPool(o, async (pool) => {
+    .action((id: string, o: Options) => {
+      quarantineIds([id]);
+      return withPool(o, async (pool) => {
         const m = await showQuarantined(pool, { schema: o.schema, id });
         if (!m) throw new CliError(`no quarantined message with id ${id}`, 1);
         const payload = m.payload ? Buffer.from(m.payload).toString('utf8') : '';
         process.stdout.write(
           `${o.json ? JSON.stringify({ ...m, payload }) : `${formatList([m])}\n  headers ${JSON.stringify(m.headers)}\n  payload ${payload}`}\n`,
         );
-      }),
-    );
+      });
+    });
 
   command(inbox, 'release <ids...>', 'release quarantined messages so the consumer handles them again')
     .option('--reason <text>', 'why (required; kept in the audit table)')
     .option('--actor <name>', 'who (default: the database user)')
     .action((ids: string[], o: Options) => {
       if (!o.reason) throw usageError('release needs --reason "<why>"; it is kept in the audit table');
+      const given = quarantineIds(ids);
       return withPool(o, async (pool) => {
         const released = await releaseQuarantined(pool, {
           schema: o.schema,
-          ids,
+          ids: given,
           reason: o.reason!,
           actor: o.actor,
         });

@@ -7,6 +7,7 @@ import type { Publisher } from '../publishers/contract.js';
 import { routerPublisher } from '../publishers/router.js';
 import { CliError, usageError } from './common.js';
 import type { PublisherSpec, RelayConfig } from './config.js';
+import { readSecretFile, WEBHOOK_SECRET_ENV } from './webhook-secret.js';
 
 const INSTALL: Record<PublisherSpec['kind'], string> = {
   nats: 'npm install @nats-io/jetstream@3.3 @nats-io/transport-node@3.3',
@@ -51,10 +52,14 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
     }
     case 'webhook': {
       const { webhookPublisher } = await import('../publishers/webhook.js');
-      const secret = spec.secret ?? webhookSecret;
+      const secret =
+        spec.secret ??
+        (spec.secretFile === undefined ? undefined : readSecretFile(spec.secretFile, 'secretFile')) ??
+        webhookSecret;
       if (!secret) {
         throw usageError(
-          'a webhook publisher needs a signing secret: --webhook-secret, TX_OUTBOX_WEBHOOK_SECRET, or "secret" in the config',
+          `a webhook publisher needs a signing secret: set ${WEBHOOK_SECRET_ENV}, or pass ` +
+            '--webhook-secret-file <path>, or give "secretFile" in the config',
         );
       }
       return webhookPublisher({ endpoints: spec.url, secret });

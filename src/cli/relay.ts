@@ -6,9 +6,10 @@
 
 import type { Command } from 'commander';
 import type { Logger as PinoLogger } from 'pino';
-import { outboxStatus } from '../ops/status.js';
 import type { Publisher } from '../publishers/contract.js';
+import { redactUrl } from '../redact.js';
 import { createRelay, type Relay } from '../relay/relay.js';
+import { warnSecretsOnCommandLine } from './argv-secrets.js';
 import {
   addDatabaseOptions,
   addLogLevelOption,
@@ -19,14 +20,16 @@ import {
   EXIT_INTERRUPTED,
   integerOption,
   type LogLevelOptions,
+  nonEmptyOption,
   usageError,
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
 import { publisherFromConfig, publisherFromSpec } from './publishers.js';
+import { waitForDatabase } from './wait-for-database.js';
+import { WEBHOOK_SECRET_ENV, webhookSecretFromFlags } from './webhook-secret.js';
 
 /** How long the first SIGTERM/SIGINT lets the batch in flight finish. */
 const STOP_TIMEOUT_MS = 30_000;
-const SECRET_ENV = 'TX_OUTBOX_WEBHOOK_SECRET';
 
 interface RelayCliOptions extends DatabaseOptions, LogLevelOptions {
   readonly nats?: string;
@@ -34,6 +37,7 @@ interface RelayCliOptions extends DatabaseOptions, LogLevelOptions {
   readonly natsSubjects?: string[];
   readonly webhook?: string;
   readonly webhookSecret?: string;
+  readonly webhookSecretFile?: string;
   readonly kafka?: string;
   readonly rabbitmq?: string;
   readonly rabbitmqExchange?: string;
@@ -63,7 +67,14 @@ export function registerRelay(program: Command): void {
       commaList,
     )
     .option('--webhook <url>', 'POST each event to this http(s) URL, signed (Standard Webhooks)')
-    .option('--webhook-secret <secret>', `signing secret for --webhook (default: env ${SECRET_ENV})`)
+    .option(
+      '--webhook-secret-file <path>',
+      `file holding the signing secret for --webhook (default: env ${WEBHOOK_SECRET_ENV})`,
+    )
+    .option(
+      '--webhook-secret <secret>',
+      'signing secret on the command line (visible in `ps`: prefer the above)',
+    )
     .option('--kafka <brokers>', 'publish to Kafka: comma-separated bootstrap brokers, e.g. 127.0.0.1:9092')
     .option('--rabbitmq <url>', 'publish to RabbitMQ, e.g. amqp://guest:guest@127.0.0.1:5672')
     .option('--rabbitmq-exchange <name>', 'exchange for --rabbitmq (default tx-outbox)')
@@ -81,7 +92,11 @@ export function registerRelay(program: Command): void {
     )
     .option('--lease <ms>', 'partition lease length, renewed every third (default 15000)', integerOption(300))
     .option('--max-attempts <n>', 'attempts before an event is dead (default 10)', integerOption(1))
-    .option('--relay-id <id>', 'unique id of this relay instance (default <host>-<pid>-<random>)')
+    .option(
+      '--relay-id <id>',
+      'unique id of this relay instance (default <host>-<pid>-<random>)',
+      nonEmptyOption,
+    )
     .option('--no-listen', 'do not LISTEN for NOTIFY wake-ups from producers; rely on polling');
   addDatabaseOptions(command);
   addLogLevelOption(command, 'info');
@@ -99,13 +114,28 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   const source = await publisherSource(options);
   const url = databaseUrl(options);
   const logger = createLogger(options.logLevel);
+  warnSecretsOnCommandLine(
+    {
+      '--database-url': options.databaseUrl,
+      '--nats': options.nats,
+      '--webhook': options.webhook,
+      '--rabbitmq': options.rabbitmq,
+      '--redis': options.redis,
+      '--mqtt': options.mqtt,
+    },
+    logger,
+  );
+  const secret = webhookSecretFromFlags(options, logger);
   const signals = watchSignals(logger);
+  const stopped = new AbortController();
+  void signals.first.then(() => stopped.abort());
   const pool = createPool(url, logger, 5);
   let publisher: Publisher | undefined;
   try {
-    // Fails fast, with a hint to migrate, instead of a relay retrying forever against nothing.
-    const status = await outboxStatus(pool, { schema: options.schema });
-    const secret = options.webhookSecret ?? process.env[SECRET_ENV];
+    // Waits for a database that is still starting; fails fast, with a hint to migrate, on a
+    // missing schema instead of a relay retrying forever against nothing.
+    const status = await waitForDatabase(pool, options.schema, redactUrl(url), logger, stopped.signal);
+    if (status === undefined) return; // stopped by a signal before the database came up
     publisher =
       source.kind === 'config'
         ? await publisherFromConfig(source.config, secret)
@@ -194,8 +224,13 @@ function nonEmptyList(flag: string, value: string): string[] {
 }
 
 function checkPublisherOptions(options: RelayCliOptions): void {
-  if (options.webhook === undefined && options.webhookSecret !== undefined && options.config === undefined) {
-    throw usageError('--webhook-secret needs --webhook <url> (or a webhook in --config)');
+  const secretFlag = options.webhookSecretFile !== undefined ? '--webhook-secret-file' : '--webhook-secret';
+  if (
+    options.webhook === undefined &&
+    (options.webhookSecret !== undefined || options.webhookSecretFile !== undefined) &&
+    options.config === undefined
+  ) {
+    throw usageError(`${secretFlag} needs --webhook <url> (or a webhook in --config)`);
   }
   if (
     options.nats === undefined &&
@@ -218,7 +253,9 @@ function checkedWebhookUrl(endpoint: string): string {
   try {
     url = new URL(endpoint);
   } catch {
-    throw usageError(`--webhook: "${endpoint}" is not a URL; pass e.g. https://example.com/hooks/outbox`);
+    throw usageError(
+      `--webhook: "${redactUrl(endpoint)}" is not a URL; pass e.g. https://example.com/hooks/outbox`,
+    );
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
     throw usageError(`--webhook: "${url.protocol}" URLs are not supported; pass an http: or https: URL`);
@@ -226,15 +263,14 @@ function checkedWebhookUrl(endpoint: string): string {
   return endpoint;
 }
 
-/** Where events go, safe to log: no credentials, no query string. */
+/** Where events go, safe to log: passwords and query values masked. */
 function describe(spec: PublisherSpec): Record<string, string> {
-  const redact = (s: string) => s.replace(/\/\/[^/@]*@/, '//***@').replace(/\?.*$/, '');
   switch (spec.kind) {
     case 'nats':
       return {
         type: 'nats',
         servers: commaList(typeof spec.servers === 'string' ? spec.servers : spec.servers.join(','))
-          .map(redact)
+          .map((server) => redactUrl(server))
           .join(','),
         ...(spec.stream ? { stream: spec.stream } : {}),
       };
@@ -244,7 +280,7 @@ function describe(spec: PublisherSpec): Record<string, string> {
         brokers: typeof spec.brokers === 'string' ? spec.brokers : spec.brokers.join(','),
       };
     default:
-      return { type: spec.kind, url: redact(spec.url) };
+      return { type: spec.kind, url: redactUrl(spec.url) };
   }
 }
 

@@ -5,7 +5,8 @@
  * by aggregate (bounded concurrency, never two records of one aggregate at once), and its offset
  * becomes committable only after `inbox.handle` resolved. Per partition, the adapter commits only
  * the offset below which every record was handled, so a restart redelivers whatever was not.
- * A `deferred` record is handled again in process after `deferMs` until the inbox answers
+ * A `deferred` record is handled again in process after `deferMs` (doubling with each deferral
+ * in a row, up to `deferCapMs`) until the inbox answers
  * otherwise (its offset stays uncommitted meanwhile). A record without a tx-outbox envelope cannot
  * be deduplicated nor quarantined: it is logged and counted as handled.
  *
@@ -26,6 +27,7 @@ import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { aggregateKey, type Consumer } from './consumer.js';
+import { type DeferPolicy, deferDelay, deferPolicy, pause } from './defer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
@@ -35,7 +37,7 @@ type KafkaMessage = Message<Buffer, Buffer, Buffer, Buffer>;
 type KafkaStream = MessagesStream<Buffer, Buffer, Buffer, Buffer>;
 
 export interface KafkaConsumerOptions<T = unknown> {
-  readonly inbox: Inbox;
+  readonly inbox: Inbox<T>;
   readonly handler: InboxHandler<T>;
   /** Bootstrap brokers, `host:port`. The adapter owns (and closes) its client. */
   readonly brokers: readonly string[];
@@ -46,10 +48,12 @@ export interface KafkaConsumerOptions<T = unknown> {
   readonly clientId?: string;
   /** Records handled at once (across aggregates). Default 16. */
   readonly concurrency?: number;
-  /** Delay before a deferred record is handled again, in ms. Default 1000. */
+  /** Delay before a deferred record is handled again, in ms; it doubles with each deferral in a row. Default 1000. */
   readonly deferMs?: number;
+  /** Upper bound of that delay, in ms. Default 10 000. */
+  readonly deferCapMs?: number;
   /**
-   * Deferred records held in process at once, each waiting `deferMs` (they take no handling
+   * Deferred records held in process at once, each waiting its delay (they take no handling
    * slot, so independent aggregates keep flowing); beyond it, reading pauses. Default 1000.
    */
   readonly maxDeferred?: number;
@@ -117,6 +121,7 @@ function validate(options: KafkaConsumerOptions<never>): void {
   checkIntegers(options, {
     concurrency: 1,
     deferMs: 0,
+    deferCapMs: 0,
     maxDeferred: 1,
     sessionTimeoutMs: 1,
     heartbeatIntervalMs: 1,
@@ -165,7 +170,9 @@ class KafkaConsumer<T> implements Consumer {
   readonly #partitions = new Map<number, PartitionState>();
   readonly #logger: Logger;
   readonly #concurrency: number;
-  readonly #deferMs: number;
+  readonly #defer: DeferPolicy;
+  /** Aborted by stop(): deferred records stop waiting. */
+  readonly #halt = new AbortController();
   readonly #maxDeferred: number;
   /** Deferred records waiting for their next attempt. */
   #deferred = 0;
@@ -230,8 +237,6 @@ class KafkaConsumer<T> implements Consumer {
   #retry: NodeJS.Timeout | undefined;
   /** The stream records come from; replaced when it fails (the client gave up fetching). */
   #stream: KafkaStream;
-  /** Wakes the wait before reopening a failed stream (stop()). */
-  #wake: (() => void) | undefined;
 
   constructor(
     private readonly client: KafkaClient<Buffer, Buffer, Buffer, Buffer>,
@@ -241,7 +246,7 @@ class KafkaConsumer<T> implements Consumer {
   ) {
     this.#logger = o.logger ?? silentLogger;
     this.#concurrency = o.concurrency ?? 16;
-    this.#deferMs = o.deferMs ?? 1000;
+    this.#defer = deferPolicy(o);
     this.#maxDeferred = o.maxDeferred ?? 1000;
     this.#queue = new KeyedQueue(this.#concurrency);
     this.#stream = stream;
@@ -264,7 +269,7 @@ class KafkaConsumer<T> implements Consumer {
 
   async #shutdown(): Promise<void> {
     this.o.signal?.removeEventListener('abort', this.#onAbort);
-    this.#wake?.();
+    this.#halt.abort();
     await this.#stream.close().catch(() => undefined);
     await this.#loop;
     await Promise.all(this.#inFlight);
@@ -305,14 +310,7 @@ class KafkaConsumer<T> implements Consumer {
         );
       }
       for (;;) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, delay);
-          this.#wake = () => {
-            clearTimeout(timer);
-            resolve();
-          };
-        });
-        this.#wake = undefined;
+        await pause(delay, this.#halt.signal);
         delay = Math.min(REOPEN_CAP_MS, delay * 2);
         if (this.#stopping) return;
         try {
@@ -491,11 +489,13 @@ class KafkaConsumer<T> implements Consumer {
       return true;
     }
     for (;;) {
+      let delay = this.#defer.deferMs;
       try {
         const result = await this.#queue.run(aggregateKey(message), () =>
           this.o.inbox.handle(message, this.o.handler),
         );
         if (result.status !== 'deferred') return true;
+        delay = deferDelay(this.#defer, result.attempts);
       } catch (error) {
         // The inbox itself failed (database down …): nothing was committed, try again later.
         this.#logger.error({ err: error, eventId: message.eventId }, 'inbox failed; handling again later');
@@ -505,7 +505,7 @@ class KafkaConsumer<T> implements Consumer {
       this.#deferred += 1;
       this.#room();
       try {
-        await new Promise((resolve) => setTimeout(resolve, this.#deferMs));
+        await pause(delay, this.#halt.signal);
       } finally {
         this.#deferred -= 1;
       }

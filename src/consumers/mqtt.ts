@@ -13,8 +13,8 @@
  * waits for. So the packet pump is released at once and only the PUBACK write waits.)
  *
  * MQTT has no negative ack: a `deferred` delivery is not acked, and handled again in-process
- * after `deferMs`, until the inbox answers something else (its own `maxDeferrals` / `maxDeferMs`
- * bound this: past them it quarantines) — then it is acked. The same goes for an inbox failure
+ * after `deferMs` (doubling up to `deferCapMs`), until the inbox answers something else (its
+ * `maxGapMs` bounds this: past it, it quarantines) — then it is acked. The same goes for an inbox failure
  * (database down). When the connection drops, unacked deliveries are redelivered by the broker
  * on the resumed session (the inbox deduplicates them). A message without a tx-outbox envelope
  * cannot be deduplicated nor quarantined: it is acked (dropped) and logged.
@@ -25,13 +25,14 @@ import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { aggregateKey, type Consumer } from './consumer.js';
+import { type DeferPolicy, deferDelay, deferPolicy, pause } from './defer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
 export type { Consumer } from './consumer.js';
 
 export interface MqttConsumerOptions<T = unknown> {
-  readonly inbox: Inbox;
+  readonly inbox: Inbox<T>;
   readonly handler: InboxHandler<T>;
   /** Broker URL, e.g. `mqtt://127.0.0.1:1883`; the adapter owns (and ends) this client. */
   readonly url?: string;
@@ -53,8 +54,10 @@ export interface MqttConsumerOptions<T = unknown> {
   readonly sessionExpirySeconds?: number;
   /** Deliveries handled at once (across aggregates). Default 16. */
   readonly concurrency?: number;
-  /** Delay before a deferred delivery is handled again, in ms. Default 1000. */
+  /** Delay before a deferred delivery is handled again, in ms; it doubles with each deferral in a row. Default 1000. */
   readonly deferMs?: number;
+  /** Upper bound of that delay, in ms. Default 10 000. */
+  readonly deferCapMs?: number;
   /** Aborting it stops the consumer (like `stop()`). */
   readonly signal?: AbortSignal;
   readonly logger?: Logger;
@@ -105,16 +108,16 @@ function validate(options: MqttConsumerOptions<never>): void {
   checkNames(options, ['topic', 'clientId']);
   checkIntegers(
     options,
-    { concurrency: 1, deferMs: 0, sessionExpirySeconds: 0 },
+    { concurrency: 1, deferMs: 0, deferCapMs: 0, sessionExpirySeconds: 0 },
     'Use a non-negative integer.',
   );
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-
 class MqttConsumer<T> implements Consumer {
   readonly #queue: KeyedQueue;
-  readonly #deferMs: number;
+  readonly #defer: DeferPolicy;
+  /** Aborted by stop(): deferred deliveries stop waiting. */
+  readonly #halt = new AbortController();
   readonly #inFlight = new Set<Promise<void>>();
   /** Deliveries being handled, by packet id: their PUBACK waits for them. */
   readonly #handling = new Map<number, Promise<boolean>>();
@@ -137,7 +140,7 @@ class MqttConsumer<T> implements Consumer {
     private readonly logger: Logger,
   ) {
     this.#queue = new KeyedQueue(o.concurrency ?? 16);
-    this.#deferMs = o.deferMs ?? 1000;
+    this.#defer = deferPolicy(o);
   }
 
   async start(): Promise<void> {
@@ -191,6 +194,7 @@ class MqttConsumer<T> implements Consumer {
 
   async #shutdown(): Promise<void> {
     this.o.signal?.removeEventListener('abort', this.#onAbort);
+    this.#halt.abort();
     while (this.#inFlight.size > 0) await Promise.all(this.#inFlight);
     const client = this.client;
     client.off('connect', this.#onConnect);
@@ -232,17 +236,19 @@ class MqttConsumer<T> implements Consumer {
       return true;
     }
     for (;;) {
+      let delay = this.#defer.deferMs;
       try {
         const result = await this.#queue.run(aggregateKey(message), () =>
           this.o.inbox.handle(message, this.o.handler),
         );
         if (result.status !== 'deferred') return true;
+        delay = deferDelay(this.#defer, result.attempts);
       } catch (error) {
         // Nothing was committed: handle it again later.
         this.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; retrying later');
       }
       if (this.#stopping) return false;
-      await sleep(this.#deferMs);
+      await pause(delay, this.#halt.signal);
       if (this.#stopping) return false;
     }
   }

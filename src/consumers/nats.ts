@@ -4,7 +4,8 @@
  * CloudEvents headers, handled through a KeyedQueue keyed by aggregate (bounded
  * concurrency, never two deliveries of one aggregate at once), and acknowledged only
  * after `inbox.handle` resolved — that is, after the inbox transaction committed.
- * `deferred` is answered with `nak(deferMs)` (redelivered later); every other status is
+ * `deferred` is answered with `nak(delay)` (redelivered later: `deferMs`, doubling with each
+ * deferral in a row up to `deferCapMs`, see ./defer.ts); every other status is
  * acked. A message without a tx-outbox envelope cannot be deduplicated nor quarantined
  * (it has no event id): it is terminated (`term`) and logged.
  */
@@ -23,13 +24,14 @@ import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { apiErrorCode } from '../publishers/nats-shared.js';
 import { aggregateKey, type Consumer } from './consumer.js';
+import { type DeferPolicy, deferDelay, deferPolicy } from './defer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
 export type { Consumer } from './consumer.js';
 
 export interface NatsConsumerOptions<T = unknown> {
-  readonly inbox: Inbox;
+  readonly inbox: Inbox<T>;
   readonly handler: InboxHandler<T>;
   /** Server URL(s); the adapter owns (and closes) this connection. */
   readonly servers?: string | string[];
@@ -43,8 +45,10 @@ export interface NatsConsumerOptions<T = unknown> {
   readonly filterSubject?: string;
   /** Deliveries handled at once (across aggregates). Default 16. */
   readonly concurrency?: number;
-  /** Redelivery delay of a deferred delivery, in ms. Default 1000. */
+  /** Redelivery delay of a deferred delivery, in ms; it doubles with each deferral in a row. Default 1000. */
   readonly deferMs?: number;
+  /** Upper bound of that delay, in ms. Default 10 000. */
+  readonly deferCapMs?: number;
   /** Ack wait of the durable consumer, in ms: an unacked delivery is redelivered after it. Default 30 000. */
   readonly ackWaitMs?: number;
   /** Aborting it stops the consumer (like `stop()`). */
@@ -66,7 +70,7 @@ export async function consumeNats<T = unknown>(options: NatsConsumerOptions<T>):
   validate(options);
   const logger = options.logger ?? silentLogger;
   const concurrency = options.concurrency ?? 16;
-  const deferMs = options.deferMs ?? 1000;
+  const defer = deferPolicy(options);
   const owned = options.connection === undefined;
   const nc =
     options.connection ?? (await connect({ ...options.connectionOptions, servers: options.servers! }));
@@ -74,7 +78,7 @@ export async function consumeNats<T = unknown>(options: NatsConsumerOptions<T>):
     await ensureConsumer(nc, options);
     const consumer = await jetstream(nc).consumers.get(options.stream, options.durable);
     const messages = await consumer.consume({ max_messages: concurrency * 2 });
-    const adapter = new NatsConsumer(nc, owned, messages, options, logger, concurrency, deferMs);
+    const adapter = new NatsConsumer(nc, owned, messages, options, logger, concurrency, defer);
     adapter.start();
     return adapter;
   } catch (error) {
@@ -88,7 +92,7 @@ function validate(options: NatsConsumerOptions<never>): void {
   const hasServers = options.servers !== undefined && options.servers.length > 0;
   checkExactlyOne('servers', 'connection', hasServers, options.connection !== undefined);
   checkNames(options, ['stream', 'durable']);
-  checkIntegers(options, { concurrency: 1, deferMs: 0, ackWaitMs: 1 });
+  checkIntegers(options, { concurrency: 1, deferMs: 0, deferCapMs: 0, ackWaitMs: 1 });
 }
 
 async function ensureConsumer(nc: NatsConnection, o: NatsConsumerOptions<never>): Promise<void> {
@@ -127,7 +131,7 @@ class NatsConsumer<T> implements Consumer {
     private readonly o: NatsConsumerOptions<T>,
     private readonly logger: Logger,
     private readonly concurrency: number,
-    private readonly deferMs: number,
+    private readonly defer: DeferPolicy,
   ) {
     this.#queue = new KeyedQueue(concurrency);
   }
@@ -190,12 +194,12 @@ class NatsConsumer<T> implements Consumer {
       const result = await this.#queue.run(aggregateKey(message), () =>
         this.o.inbox.handle(message, this.o.handler),
       );
-      if (result.status === 'deferred') msg.nak(this.deferMs);
+      if (result.status === 'deferred') msg.nak(deferDelay(this.defer, result.attempts));
       else msg.ack();
     } catch (error) {
       // The inbox itself failed (database down …): nothing was committed, redeliver later.
       this.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; redelivering later');
-      msg.nak(this.deferMs);
+      msg.nak(this.defer.deferMs);
     }
   }
 }

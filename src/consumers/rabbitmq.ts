@@ -32,7 +32,7 @@ import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from
 export type { Consumer } from './consumer.js';
 
 export interface RabbitMqConsumerOptions<T = unknown> {
-  readonly inbox: Inbox;
+  readonly inbox: Inbox<T>;
   readonly handler: InboxHandler<T>;
   /** Broker URL or amqplib connect object; the adapter owns (and closes) this connection. */
   readonly url?: string | Options.Connect;

@@ -23,7 +23,7 @@ export type { Consumer } from './consumer.js';
 type Client = ReturnType<typeof createClient>;
 
 export interface RedisConsumerOptions<T = unknown> {
-  readonly inbox: Inbox;
+  readonly inbox: Inbox<T>;
   readonly handler: InboxHandler<T>;
   /** `redis[s]://…`; the adapter owns (and closes) its clients. */
   readonly url?: string;

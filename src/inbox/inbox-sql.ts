@@ -1,4 +1,5 @@
 /** The inbox's statements; `{{schema}}` is the validated, quoted schema name. */
+import { GAP_NOT_FILLED } from './ordering.js';
 
 /** The dedup record: no row back means this consumer already has the event. */
 export const CLAIM_EVENT_SQL = `
@@ -7,43 +8,105 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (consumer, event_id) DO NOTHING
 RETURNING event_id`;
 
-/** Counts a failed or deferred delivery; returns the count and how long ago the first was. */
+/**
+ * Counts a handler failure; returns the count. A count of gap deferrals before (gap_after set)
+ * starts again: deliveries spent waiting for a predecessor are not failures.
+ */
 export const COUNT_ATTEMPT_SQL = `
 INSERT INTO {{schema}}.inbox_attempts AS a (consumer, event_id, attempts, last_reason)
 VALUES ($1, $2, 1, $3)
 ON CONFLICT (consumer, event_id) DO UPDATE
-SET attempts = a.attempts + 1, last_at = now(), last_reason = excluded.last_reason
+SET attempts = CASE WHEN a.gap_after IS NULL THEN a.attempts + 1 ELSE 1 END,
+    first_at = CASE WHEN a.gap_after IS NULL THEN a.first_at ELSE now() END,
+    gap_after = NULL, last_at = now(), last_reason = excluded.last_reason
+RETURNING attempts`;
+
+/**
+ * Counts a deferral on a gap, while the aggregate stands at sequence $4; returns the deliveries
+ * and the time since the count started. The count and its clock restart when the aggregate
+ * stood elsewhere at the previous deferral (it advanced: the gap shrank) or the count was of
+ * handler failures.
+ */
+export const COUNT_DEFERRAL_SQL = `
+INSERT INTO {{schema}}.inbox_attempts AS a (consumer, event_id, attempts, last_reason, gap_after)
+VALUES ($1, $2, 1, $3, $4)
+ON CONFLICT (consumer, event_id) DO UPDATE
+SET attempts = CASE WHEN a.gap_after = excluded.gap_after THEN a.attempts + 1 ELSE 1 END,
+    first_at = CASE WHEN a.gap_after = excluded.gap_after THEN a.first_at ELSE now() END,
+    gap_after = excluded.gap_after, last_at = now(), last_reason = excluded.last_reason
 RETURNING attempts, extract(epoch FROM now() - first_at) * 1000 AS since_first_ms`;
 
+/**
+ * The first quarantined event of the aggregate between the sequence it stands at ($4) and the
+ * deferred one ($5): what a strict gap waits behind, if anything; and whether it was released
+ * (replayReleased will apply it).
+ */
+export const BLOCKER_SQL = `
+SELECT event_id::text AS event_id, sequence::text AS sequence, released_at IS NOT NULL AS released
+FROM {{schema}}.inbox_quarantine
+WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3 AND sequence > $4 AND sequence < $5
+ORDER BY sequence
+LIMIT 1`;
+
+/**
+ * Parks a message: $12 the quarantined event it waits behind (or NULL), $13 a release reason when
+ * it is parked behind a released one (released with it, so the replay applies it next) or NULL.
+ * Later events of its aggregate parked for a gap of their own are put behind it.
+ */
 export const QUARANTINE_SQL = `
 WITH parked AS (
   INSERT INTO {{schema}}.inbox_quarantine (consumer, event_id, aggregate_type, aggregate_id, sequence,
-    event_type, schema_version, headers, payload, reason, attempts)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    event_type, schema_version, headers, payload, reason, attempts, behind_event_id, released_at, release_reason)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+    CASE WHEN $13::text IS NULL THEN NULL ELSE now() END, $13)
   ON CONFLICT (consumer, event_id) DO UPDATE
   SET reason = excluded.reason, attempts = excluded.attempts, quarantined_at = now(),
-      released_at = NULL, release_reason = NULL
+      behind_event_id = excluded.behind_event_id,
+      released_at = excluded.released_at, release_reason = excluded.release_reason
   RETURNING id
 ), cleared AS (
   DELETE FROM {{schema}}.inbox_attempts WHERE consumer = $1 AND event_id = $2
+), behind AS (
+  -- Later events of the aggregate quarantined for a gap (their budgets ran out about together,
+  -- or this one came late): they wait behind this one now, and are released with it.
+  UPDATE {{schema}}.inbox_quarantine
+  SET behind_event_id = $2,
+      reason = 'waiting behind quarantined event ' || ($2::uuid)::text || ' (sequence ' || ($5::bigint)::text || ')'
+  WHERE consumer = $1 AND aggregate_type = $3 AND aggregate_id = $4 AND sequence > $5
+    AND behind_event_id IS NULL AND released_at IS NULL AND reason LIKE '${GAP_NOT_FILLED}%'
 )
 SELECT id::text AS id FROM parked`;
 
-/** A quarantined message that was released is let through the schema check once. */
+/**
+ * A quarantined message that was released is let through the schema check (and a gap) once; one
+ * that was parked behind another is not: it is simply handled again, in order.
+ */
 export const RELEASED_SQL = `
 SELECT 1 FROM {{schema}}.inbox_quarantine
-WHERE consumer = $1 AND event_id = $2 AND released_at IS NOT NULL`;
+WHERE consumer = $1 AND event_id = $2 AND released_at IS NOT NULL AND behind_event_id IS NULL`;
 
 /** Released messages of a consumer, in aggregate order, to hand to the handler again. */
 export const RELEASED_MESSAGES_SQL = `
 SELECT id::text AS id, event_id::text AS event_id, aggregate_type, aggregate_id, sequence::text AS sequence,
        event_type, schema_version, headers, payload
 FROM {{schema}}.inbox_quarantine
-WHERE consumer = $1 AND released_at IS NOT NULL
+WHERE consumer = $1 AND released_at IS NOT NULL AND id <> ALL ($3::bigint[])
 ORDER BY aggregate_type, aggregate_id, sequence
 LIMIT $2`;
 
-export const DONE_QUARANTINE_SQL = `DELETE FROM {{schema}}.inbox_quarantine WHERE id = $1 AND released_at IS NOT NULL`;
+/**
+ * A released message was handled: its quarantine row goes, and what was still parked behind it
+ * unreleased (it was parked while the release ran) is released now, for the replay to apply next.
+ */
+export const DONE_QUARANTINE_SQL = `
+WITH done AS (
+  DELETE FROM {{schema}}.inbox_quarantine WHERE id = $1 AND released_at IS NOT NULL
+  RETURNING consumer, event_id
+)
+UPDATE {{schema}}.inbox_quarantine q
+SET released_at = now(), release_reason = 'behind ' || done.event_id::text || ', replayed'
+FROM done
+WHERE q.consumer = done.consumer AND q.behind_event_id = done.event_id AND q.released_at IS NULL`;
 
 /**
  * Everything the inbox writes for a new event, in one round trip before the handler runs: the

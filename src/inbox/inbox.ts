@@ -7,74 +7,23 @@
  * the reason — never dropped silently, never retried in a hot loop.
  */
 import type { Pool, PoolClient } from 'pg';
-import { errorMessage, OutboxValidationError } from '../errors.js';
+import { errorMessage, isRetryableDatabaseError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { inTransaction, lostItsConnection } from '../producer/transaction.js';
-import { quoteSchema, withSchema } from '../schema/identifiers.js';
-import { DEFAULT_SCHEMA } from '../schema/migrate.js';
-import { namedStatement, type Statement } from '../schema/statement.js';
-import {
-  CLAIM_AND_ADVANCE_SQL,
-  CLAIM_EVENT_SQL,
-  COUNT_ATTEMPT_SQL,
-  DONE_QUARANTINE_SQL,
-  QUARANTINE_SQL,
-  RELEASED_MESSAGES_SQL,
-  RELEASED_SQL,
-} from './inbox-sql.js';
+import { redactText } from '../redact.js';
+import { type AcceptedData, type AcceptedEvent, decode, type InboxEvent } from './decode.js';
+import { type InboxOptions, resolveInboxOptions, type Statements } from './inbox-options.js';
 import type { InboxMessage } from './message.js';
-import { decideOrder, ORDERING_POLICIES, type OrderingPolicy, type StartSequence } from './ordering.js';
+import {
+  DEFAULT_MAX_GAP_MS,
+  decideOrder,
+  type GapBudget,
+  gapExhausted,
+  type OrderingPolicy,
+} from './ordering.js';
 
-/** A Standard Schema validator (zod, valibot, arktype …), typed structurally. */
-export interface StandardSchema<T = unknown> {
-  readonly '~standard': {
-    validate(
-      value: unknown,
-    ):
-      | { value: T; issues?: undefined }
-      | { issues: ReadonlyArray<{ message: string }> }
-      | Promise<{ value: T; issues?: undefined } | { issues: ReadonlyArray<{ message: string }> }>;
-  };
-}
-
-/** An event type this consumer understands, with the schema versions it accepts. */
-export interface AcceptedEvent {
-  readonly type: string;
-  readonly schemaVersion: number | readonly number[];
-  readonly schema?: StandardSchema;
-}
-
-export interface InboxOptions {
-  readonly pool: Pool;
-  /** This consumer's name: dedup records and positions are per consumer. */
-  readonly consumer: string;
-  readonly schema?: string;
-  /** Default `strict`. */
-  readonly ordering?: OrderingPolicy;
-  /** The (type, schema version) pairs this consumer understands; anything else is quarantined. Omit to accept all. */
-  readonly accepts?: readonly AcceptedEvent[];
-  /** Handler failures before the message is quarantined. Default 5. */
-  readonly maxAttempts?: number;
-  /**
-   * `strict`: the sequence an aggregate this consumer has not seen starts at. Default 1 (tx-outbox
-   * sequences start there: a first event with a higher one waits, as a gap, for the ones before
-   * it). `'first-seen'`: whatever sequence is delivered first starts it — for a consumer that
-   * joins a stream with history it will never receive.
-   */
-  readonly startSequence?: StartSequence;
-  /** `strict`: a gap defers the message; after this many deferrals or this long, it is quarantined. Defaults 50 and 10 min. */
-  readonly maxDeferrals?: number;
-  readonly maxDeferMs?: number;
-  /** Run the per-event statement as a named prepared statement (default true). Turn off behind PgBouncer in transaction mode. */
-  readonly prepared?: boolean;
-  readonly logger?: Logger;
-}
-
-/** The event handed to the handler: the message plus its decoded payload. */
-export interface InboxEvent<T = unknown> extends InboxMessage {
-  /** The payload parsed as JSON (and validated, when the accepted event has a schema). */
-  readonly data: T;
-}
+export type { AcceptedData, AcceptedEvent, InboxEvent, SchemaOutput, StandardSchema } from './decode.js';
+export type { InboxOptions } from './inbox-options.js';
 
 export type HandleStatus = 'processed' | 'duplicate' | 'stale' | 'deferred' | 'quarantined';
 
@@ -83,23 +32,34 @@ export interface HandleResult {
   /** Why it was deferred or quarantined. */
   readonly reason?: string;
   readonly error?: Error;
-  /** Failed or deferred deliveries so far, when deferred. */
+  /**
+   * When deferred: the handler's failures so far, or the deferrals on a gap since the aggregate last
+   * advanced (the adapters' redelivery delay doubles with it).
+   */
   readonly attempts?: number;
 }
 
 export type InboxHandler<T = unknown> = (tx: PoolClient, event: InboxEvent<T>) => Promise<unknown>;
 
-export interface Inbox {
+/**
+ * An inbox whose handlers receive `event.data` of type `T` (from the `accepts` schemas). The
+ * methods' type parameter narrows it further, when the caller knows more than the schemas say.
+ */
+export interface Inbox<T = unknown> {
   readonly consumer: string;
-  /** Handles one delivery; acknowledge the broker unless the result is `deferred`. */
-  handle<T = unknown>(message: InboxMessage, handler: InboxHandler<T>): Promise<HandleResult>;
+  /**
+   * Handles one delivery; acknowledge the broker unless the result is `deferred`. Rejects, with
+   * nothing written, when the database is unreachable or the transaction's connection broke
+   * (redeliver later): a transient fault is never counted as a handler failure.
+   */
+  handle<D extends T = T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult>;
   /**
    * Hands released quarantined messages (`tx-outbox inbox release`) to the handler again, in
-   * aggregate order; a released message skips the accepted-version check once. Returns what
-   * happened to each.
+   * aggregate order; a released message skips the accepted-version check (and a gap) once, the
+   * messages parked behind it follow it and skip nothing. Returns what happened to each.
    */
-  replayReleased<T = unknown>(
-    handler: InboxHandler<T>,
+  replayReleased<D extends T = T>(
+    handler: InboxHandler<D>,
     options?: { limit?: number },
   ): Promise<HandleResult[]>;
   /** What `handle` answered since this inbox was created, per status (duplicates received, stale skipped …). */
@@ -108,82 +68,55 @@ export interface Inbox {
 
 export type InboxStats = Readonly<Record<HandleStatus, number>>;
 
-interface Statements {
-  readonly claim: string;
-  readonly claimAndAdvance: Statement;
-  readonly countAttempt: string;
-  readonly quarantine: string;
-  readonly released: string;
-  readonly releasedMessages: string;
-  readonly doneQuarantine: string;
+/** A quarantined event a strict gap waits behind. */
+interface Blocker {
+  readonly event_id: string;
+  readonly sequence: string;
+  readonly released: boolean;
 }
 
 class Rejected extends Error {
   constructor(
     readonly status: 'duplicate' | 'stale' | 'deferred' | 'quarantined',
     readonly reason?: string,
+    /** A gap: the sequence the aggregate stands at (0: none applied yet). */
+    readonly gapAfter?: number,
+    /** A gap: the first quarantined event between that sequence and this one. */
+    readonly blocker?: Blocker,
   ) {
     super(status);
   }
 }
 
-export function createInbox(options: InboxOptions): Inbox {
-  if (!options?.pool || typeof options.pool.connect !== 'function') {
-    throw new OutboxValidationError('pool', 'is missing', 'Pass the pg Pool of the consumer database.');
-  }
-  if (typeof options.consumer !== 'string' || options.consumer.trim() === '') {
-    throw new OutboxValidationError('consumer', 'is missing', "Name the consumer, e.g. 'inventory'.");
-  }
-  const ordering = options.ordering ?? 'strict';
-  if (!ORDERING_POLICIES.includes(ordering)) {
-    throw new OutboxValidationError(
-      'ordering',
-      `is ${String(ordering)}`,
-      `Use one of ${ORDERING_POLICIES.join(', ')}.`,
-    );
-  }
-  const start = options.startSequence;
-  if (start !== undefined && start !== 'first-seen' && !(Number.isSafeInteger(start) && start >= 1)) {
-    throw new OutboxValidationError(
-      'startSequence',
-      `is ${String(start)}`,
-      "Use a positive integer (tx-outbox sequences start at 1) or 'first-seen'.",
-    );
-  }
-  const schema = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
-  const sql: Statements = {
-    claim: withSchema(CLAIM_EVENT_SQL, schema),
-    claimAndAdvance: namedStatement(
-      'txo_inbox',
-      withSchema(CLAIM_AND_ADVANCE_SQL, schema),
-      options.prepared ?? true,
-    ),
-    countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
-    quarantine: withSchema(QUARANTINE_SQL, schema),
-    released: withSchema(RELEASED_SQL, schema),
-    releasedMessages: withSchema(RELEASED_MESSAGES_SQL, schema),
-    doneQuarantine: withSchema(DONE_QUARANTINE_SQL, schema),
-  };
-  return new TransactionalInbox(options, ordering, sql);
+/**
+ * Creates the inbox of one consumer. The handler's `event.data` is typed from the `accepts`
+ * schemas (their outputs' union; `unknown` when one has no schema).
+ */
+export function createInbox<const A extends readonly AcceptedEvent[] = readonly AcceptedEvent[]>(
+  options: InboxOptions<A>,
+): Inbox<AcceptedData<A>> {
+  const { ordering, sql } = resolveInboxOptions(options);
+  return new TransactionalInbox<AcceptedData<A>>(options, ordering, sql);
 }
 
-class TransactionalInbox implements Inbox {
+class TransactionalInbox<T> implements Inbox<T> {
   readonly consumer: string;
   private readonly logger: Logger;
   private readonly maxAttempts: number;
-  private readonly maxDeferrals: number;
-  private readonly maxDeferMs: number;
+  private readonly gapBudget: GapBudget;
 
   constructor(
-    private readonly o: InboxOptions,
+    private readonly o: InboxOptions<readonly AcceptedEvent[]>,
     private readonly ordering: OrderingPolicy,
     private readonly sql: Statements,
   ) {
     this.consumer = o.consumer;
     this.logger = o.logger ?? silentLogger;
     this.maxAttempts = o.maxAttempts ?? 5;
-    this.maxDeferrals = o.maxDeferrals ?? 50;
-    this.maxDeferMs = o.maxDeferMs ?? 600_000;
+    this.gapBudget = {
+      maxGapMs: o.maxGapMs ?? o.maxDeferMs ?? DEFAULT_MAX_GAP_MS,
+      maxDeferrals: o.maxDeferrals,
+    };
   }
 
   readonly #counts: Record<HandleStatus, number> = {
@@ -198,14 +131,14 @@ class TransactionalInbox implements Inbox {
     return { ...this.#counts };
   }
 
-  async handle<T>(message: InboxMessage, handler: InboxHandler<T>): Promise<HandleResult> {
+  async handle<D extends T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
     const result = await this.#handle(message, handler);
     this.#counts[result.status] += 1;
     return result;
   }
 
-  async #handle<T>(message: InboxMessage, handler: InboxHandler<T>): Promise<HandleResult> {
-    const decoded = await this.decode<T>(message);
+  async #handle<D>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
+    const decoded = await decode<D>(this.o.accepts, message, () => this.isReleased(this.o.pool, message));
     if ('reason' in decoded) return this.park(message, decoded.reason, 0);
     try {
       await inTransaction(
@@ -226,13 +159,16 @@ class TransactionalInbox implements Inbox {
           const last = seen === 0 ? undefined : seen;
           const start = this.o.startSequence ?? 1;
           const decision = decideOrder(this.ordering, last, message.sequence, start);
-          if (decision === 'gap' && !(await this.isReleased(tx, message))) {
+          // A gap: behind a quarantined event it waits for that one, released or not; otherwise a
+          // released message skips it once (the operator let the aggregate go past the hole).
+          const blocker = decision === 'gap' ? await this.blocker(tx, message, seen) : undefined;
+          if (decision === 'gap' && (blocker || !(await this.isReleased(tx, message)))) {
             const reason =
               last !== undefined
                 ? `waiting for sequence ${last + 1} of this aggregate`
                 : `waiting for sequence ${start} of this aggregate, the first this consumer would apply ` +
                   "(if it joined a stream whose earlier events it will never receive, set startSequence: 'first-seen')";
-            throw new Rejected('deferred', reason);
+            throw new Rejected('deferred', reason, seen, blocker);
           }
           if (decision === 'stale')
             throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
@@ -252,31 +188,39 @@ class TransactionalInbox implements Inbox {
     }
   }
 
-  async replayReleased<T>(
-    handler: InboxHandler<T>,
+  async replayReleased<D extends T>(
+    handler: InboxHandler<D>,
     options: { limit?: number } = {},
   ): Promise<HandleResult[]> {
-    const { rows } = await this.o.pool.query(this.sql.releasedMessages, [
-      this.consumer,
-      options.limit ?? 100,
-    ]);
+    const limit = options.limit ?? 100;
     const results: HandleResult[] = [];
-    for (const r of rows) {
-      const message: InboxMessage = {
-        eventId: r.event_id,
-        type: r.event_type,
-        aggregateType: r.aggregate_type,
-        aggregateId: r.aggregate_id,
-        sequence: Number(r.sequence),
-        schemaVersion: r.schema_version,
-        headers: r.headers,
-        payload: r.payload,
-      };
-      const result = await this.handle(message, handler);
-      if (result.status !== 'deferred' && result.status !== 'quarantined') {
-        await this.o.pool.query(this.sql.doneQuarantine, [r.id]);
+    // Each released message once per call; what a replayed one releases behind it comes next.
+    const tried: string[] = [];
+    while (results.length < limit) {
+      const { rows } = await this.o.pool.query(this.sql.releasedMessages, [
+        this.consumer,
+        limit - results.length,
+        tried,
+      ]);
+      if (rows.length === 0) break;
+      for (const r of rows) {
+        tried.push(r.id);
+        const message: InboxMessage = {
+          eventId: r.event_id,
+          type: r.event_type,
+          aggregateType: r.aggregate_type,
+          aggregateId: r.aggregate_id,
+          sequence: Number(r.sequence),
+          schemaVersion: r.schema_version,
+          headers: r.headers,
+          payload: r.payload,
+        };
+        const result = await this.handle(message, handler);
+        if (result.status !== 'deferred' && result.status !== 'quarantined') {
+          await this.o.pool.query(this.sql.doneQuarantine, [r.id]);
+        }
+        results.push(result);
       }
-      results.push(result);
     }
     return results;
   }
@@ -296,38 +240,69 @@ class TransactionalInbox implements Inbox {
       });
       return { status: 'stale', ...(r.reason ? { reason: r.reason } : {}) };
     }
-    if (r.status === 'deferred') {
-      const { attempts, sinceFirstMs } = await this.count(message, r.reason ?? 'deferred');
-      if (attempts >= this.maxDeferrals || sinceFirstMs >= this.maxDeferMs) {
-        return this.park(message, `gap not filled after ${attempts} deliveries: ${r.reason}`, attempts);
-      }
-      return { status: 'deferred', reason: r.reason ?? 'deferred', attempts };
-    }
+    if (r.status === 'deferred')
+      return this.deferred(message, r.reason ?? 'deferred', r.gapAfter ?? 0, r.blocker);
     return { status: r.status, ...(r.reason ? { reason: r.reason } : {}) };
   }
 
+  /**
+   * A strict gap. Behind a quarantined event of its aggregate it is parked at once, saying so
+   * (the release of that one releases it too). Otherwise it waits — its budget counted since the
+   * aggregate last advanced — and is parked when the budget is spent.
+   */
+  private async deferred(
+    message: InboxMessage,
+    waiting: string,
+    gapAfter: number,
+    blocker: Blocker | undefined,
+  ): Promise<HandleResult> {
+    if (blocker && !blocker.released) {
+      const reason = `waiting behind quarantined event ${blocker.event_id} (sequence ${blocker.sequence})`;
+      return this.park(message, reason, 0, undefined, { behind: blocker.event_id });
+    }
+    const reason = blocker
+      ? `waiting behind released event ${blocker.event_id} (sequence ${blocker.sequence}), which replayReleased applies first`
+      : waiting;
+    const { rows: counted } = await this.o.pool.query<{ attempts: number; since_first_ms: string }>(
+      this.sql.countDeferral,
+      [this.consumer, message.eventId, reason, gapAfter],
+    );
+    const attempts = counted[0]!.attempts;
+    const exhausted = gapExhausted(this.gapBudget, {
+      waitedMs: Number(counted[0]!.since_first_ms),
+      deliveries: attempts,
+    });
+    if (exhausted === undefined) return { status: 'deferred', reason, attempts };
+    return this.park(
+      message,
+      `${exhausted}: ${reason}`,
+      attempts,
+      undefined,
+      blocker ? { behind: blocker.event_id, released: `behind released event ${blocker.event_id}` } : {},
+    );
+  }
+
   private async failed(message: InboxMessage, error: unknown): Promise<HandleResult> {
+    // A transient database error on a live connection (deadlock, serialization failure, the server
+    // shutting down): not the event's fault either. Nothing was committed; the adapter redelivers.
+    if (isRetryableDatabaseError(error)) throw error;
     const e = error instanceof Error ? error : new Error(String(error));
-    const { attempts } = await this.count(message, `handler failed: ${errorMessage(e)}`.slice(0, 2000));
+    // The handler's error may quote an address it called, key and all: not into a row.
+    const text = redactText(errorMessage(e));
+    const { rows } = await this.o.pool.query<{ attempts: number }>(this.sql.countAttempt, [
+      this.consumer,
+      message.eventId,
+      `handler failed: ${text}`.slice(0, 2000),
+    ]);
+    const attempts = rows[0]!.attempts;
     if (attempts >= this.maxAttempts) {
-      return this.park(message, `handler failed ${attempts} times: ${errorMessage(e)}`, attempts, e);
+      return this.park(message, `handler failed ${attempts} times: ${text}`, attempts, e);
     }
     this.logger.warn(
       { consumer: this.consumer, eventId: message.eventId, attempts, err: e },
       'handler failed',
     );
-    return { status: 'deferred', reason: `handler failed: ${errorMessage(e)}`, error: e, attempts };
-  }
-
-  private async count(
-    message: InboxMessage,
-    reason: string,
-  ): Promise<{ attempts: number; sinceFirstMs: number }> {
-    const { rows } = await this.o.pool.query<{ attempts: number; since_first_ms: string }>(
-      this.sql.countAttempt,
-      [this.consumer, message.eventId, reason],
-    );
-    return { attempts: rows[0]!.attempts, sinceFirstMs: Number(rows[0]!.since_first_ms) };
+    return { status: 'deferred', reason: `handler failed: ${text}`, error: e, attempts };
   }
 
   private async park(
@@ -335,6 +310,7 @@ class TransactionalInbox implements Inbox {
     reason: string,
     attempts: number,
     error?: Error,
+    place: { behind?: string; released?: string } = {},
   ): Promise<HandleResult> {
     await this.o.pool.query(this.sql.quarantine, [
       this.consumer,
@@ -348,56 +324,32 @@ class TransactionalInbox implements Inbox {
       Buffer.from(message.payload),
       reason,
       attempts,
+      place.behind ?? null,
+      place.released ?? null,
     ]);
     this.logger.error({ consumer: this.consumer, eventId: message.eventId, reason }, 'message quarantined');
     return { status: 'quarantined', reason, ...(error ? { error } : {}) };
+  }
+
+  /** The first quarantined event of the message's aggregate after `gapAfter` and before it. */
+  private async blocker(
+    tx: PoolClient,
+    message: InboxMessage,
+    gapAfter: number,
+  ): Promise<Blocker | undefined> {
+    const { rows } = await tx.query<Blocker>(this.sql.blocker, [
+      this.consumer,
+      message.aggregateType,
+      message.aggregateId,
+      gapAfter,
+      message.sequence,
+    ]);
+    return rows[0];
   }
 
   /** An operator released this message from quarantine: it skips the version check and a gap once. */
   private async isReleased(db: Pick<Pool, 'query'> | PoolClient, message: InboxMessage): Promise<boolean> {
     const { rowCount } = await db.query(this.sql.released, [this.consumer, message.eventId]);
     return (rowCount ?? 0) > 0;
-  }
-
-  /** Accepted type and version, JSON payload, schema validation. */
-  private async decode<T>(message: InboxMessage): Promise<{ event: InboxEvent<T> } | { reason: string }> {
-    const accepts = this.o.accepts;
-    const accepted = accepts?.find((a) => a.type === message.type);
-
-    if (accepts !== undefined) {
-      const versions = accepted === undefined ? [] : ([] as number[]).concat(accepted.schemaVersion);
-      if (!versions.includes(message.schemaVersion) && !(await this.isReleased(this.o.pool, message))) {
-        return {
-          reason:
-            accepted === undefined
-              ? `unknown event type "${message.type}" (schema version ${message.schemaVersion}): add it to accepts to handle it`
-              : `schema version ${message.schemaVersion} of "${message.type}" is not accepted (accepts ${versions.join(', ')}): deploy a consumer that understands it, then release`,
-        };
-      }
-    }
-    let data: unknown;
-    const contentType = message.headers['ce-datacontenttype'] ?? 'application/json';
-    if (contentType === 'application/json') {
-      try {
-        data = JSON.parse(Buffer.from(message.payload).toString('utf8'));
-      } catch (error) {
-        return { reason: `payload is not valid JSON: ${errorMessage(error)}` };
-      }
-    } else {
-      data = message.payload;
-    }
-    if (accepted?.schema) {
-      const result = await accepted.schema['~standard'].validate(data);
-      if (result.issues) {
-        return {
-          reason: `payload of "${message.type}" v${message.schemaVersion} fails validation: ${result.issues
-            .map((i) => i.message)
-            .join('; ')
-            .slice(0, 1000)}`,
-        };
-      }
-      data = result.value;
-    }
-    return { event: { ...message, data: data as T } };
   }
 }

@@ -31,3 +31,45 @@ export function decideOrder(
   if (policy === 'strict' && sequence !== last + 1) return 'gap';
   return 'apply';
 }
+
+/**
+ * How long a `strict` gap may stay unfilled. The clock is the time since the aggregate last
+ * advanced, as its deferred successor sees it: it starts at the first deferral and restarts
+ * whenever the aggregate's position has moved since (the gap shrank, so the stream is alive).
+ * An ordinary fault holds a predecessor back for a bounded time — a crashed consumer's
+ * in-flight message until the broker's ack wait runs out (NATS: 30 s), a broker or database
+ * restart for as long as it takes — and the default outlasts several of those in a row. A
+ * sequence that never comes (a real hole) exhausts it and is quarantined.
+ */
+export interface GapBudget {
+  /** Time without the aggregate advancing, in ms. Default {@link DEFAULT_MAX_GAP_MS}. */
+  readonly maxGapMs: number;
+  /** Deprecated: deliveries without the aggregate advancing (unlimited unless set). */
+  readonly maxDeferrals?: number | undefined;
+}
+
+/** Five minutes: ten 30-second ack waits, or a few crashes and a database restart. */
+export const DEFAULT_MAX_GAP_MS = 300_000;
+
+/** What waiting on a gap has cost since the aggregate last advanced. */
+export interface GapWait {
+  readonly waitedMs: number;
+  /** Deliveries of this event since then, this one included. */
+  readonly deliveries: number;
+}
+
+/** How the reason of an event quarantined for a gap starts. */
+export const GAP_NOT_FILLED = 'gap not filled';
+
+/** Why a gap's budget is exhausted (the start of the quarantine reason), or undefined while it is not. */
+export function gapExhausted(budget: GapBudget, wait: GapWait): string | undefined {
+  if (wait.waitedMs >= budget.maxGapMs) {
+    const seconds =
+      wait.waitedMs < 10_000 ? (wait.waitedMs / 1000).toFixed(1) : Math.round(wait.waitedMs / 1000);
+    return `${GAP_NOT_FILLED} for ${seconds} s (${wait.deliveries} deliveries) without the aggregate advancing`;
+  }
+  if (budget.maxDeferrals !== undefined && wait.deliveries >= budget.maxDeferrals) {
+    return `${GAP_NOT_FILLED} after ${wait.deliveries} deliveries without the aggregate advancing`;
+  }
+  return undefined;
+}

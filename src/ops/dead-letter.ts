@@ -8,6 +8,7 @@ import type { Pool } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import { inTransaction } from '../producer/transaction.js';
+import { redactText } from '../redact.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 
@@ -66,7 +67,8 @@ export async function listDead(
     type: r.event_type,
     topic: r.topic,
     attempts: r.attempts,
-    lastError: r.last_error,
+    // The relay records errors redacted; older rows may still quote a URL with its secrets.
+    lastError: r.last_error === null ? null : redactText(r.last_error),
     createdAt: r.created_at,
     deadAt: r.dead_at,
   }));

@@ -786,7 +786,12 @@ function classify(error: unknown, what: string): PublishError {
   let permanentCode: number | undefined;
   visit(error, (node) => {
     const code = (node as { code?: unknown }).code;
-    if (code === 'PLT_KFK_NETWORK' || (typeof code === 'string' && UNREACHABLE_ERRNO.has(code))) {
+    // PLT_KFK_TIMEOUT: a request the broker never answered (see deadline()).
+    if (
+      code === 'PLT_KFK_NETWORK' ||
+      code === 'PLT_KFK_TIMEOUT' ||
+      (typeof code === 'string' && UNREACHABLE_ERRNO.has(code))
+    ) {
       unreachable = true;
     }
     if (code === 'PLT_KFK_AUTHENTICATION') authentication = true;
@@ -874,8 +879,15 @@ function deadline(timeoutMs: number, signal: AbortSignal): Deadline {
   let timer: NodeJS.Timeout | undefined;
   let onAbort = (): void => undefined;
   const promise = new Promise<never>((_, reject) => {
+    // Kafka answers every produce request, refusals and its own timeouts included: no answer at
+    // all leaves the connection in doubt (a stall, a half-open link), the broker's fault.
     timer = setTimeout(() => {
-      reject(new PublishError(`Kafka did not acknowledge within ${timeoutMs} ms`, { retryable: true }));
+      reject(
+        new PublishError(
+          `Kafka did not acknowledge within ${timeoutMs} ms: no answer, the connection is in doubt`,
+          { retryable: true, code: BROKER_UNAVAILABLE },
+        ),
+      );
     }, timeoutMs);
     onAbort = () => {
       reject(

@@ -19,6 +19,7 @@ import {
   ReasonCodes,
 } from 'mqtt';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { abortError } from './shared/abort-watch.js';
@@ -26,9 +27,9 @@ import { BatchRun } from './shared/batch-run.js';
 import { asBuffer } from './shared/bytes.js';
 import { publisherClosed } from './shared/closed.js';
 import { DeadlineSweep } from './shared/deadline-sweep.js';
+import { LinkActivity } from './shared/link-activity.js';
 import { permanent } from './shared/outcomes.js';
 import { positiveInteger } from './shared/positive-integer.js';
-import { redactCredentials } from './shared/redact.js';
 
 /** Options of {@link mqttPublisher}. Give `url` or an existing `client`. */
 export interface MqttPublisherOptions {
@@ -388,6 +389,8 @@ interface Pending {
   readonly index: number;
   readonly topic: string;
   readonly deadline: number;
+  /** What was heard from the broker when it was sent (see LinkActivity). */
+  readonly mark: number;
   readonly client: MqttClient;
   /** MQTT packet identifier, or -1 when MQTT.js queued the publish (id not known yet). */
   messageId: number;
@@ -400,6 +403,7 @@ type Listeners = {
   readonly reconnect: () => void;
   readonly error: (error: Error) => void;
   readonly disconnect: (packet: IDisconnectPacket) => void;
+  readonly packetreceive: () => void;
 };
 
 class MqttPublisher implements Publisher {
@@ -421,14 +425,22 @@ class MqttPublisher implements Publisher {
   readonly #sweep = new DeadlineSweep(
     this.#pending,
     (p) => {
+      const late = `Timed out after ${this.#options.timeoutMs} ms waiting for the PUBACK of ${show(p.topic)}`;
+      // A broker silent since the publish leaves the link in doubt: its fault, not the event's.
       p.run.settle(
         p.index,
-        retryable(`Timed out after ${this.#options.timeoutMs} ms waiting for the PUBACK of ${show(p.topic)}`),
+        this.#activity.silentSince(p.mark)
+          ? unavailable(
+              `${late}; nothing heard from the broker since it was sent: the connection is in doubt`,
+            )
+          : retryable(late),
       );
       forget(p);
     },
     () => this.#released(),
   );
+  /** Every packet the broker sends counts: PUBACKs, PINGRESPs … */
+  readonly #activity = new LinkActivity();
   #counter = 0;
   /** Runs with messages left to send, waiting for room, first come first served. */
   readonly #waiting: Run[] = [];
@@ -606,6 +618,7 @@ class MqttPublisher implements Publisher {
       disconnect: (packet) => {
         this.#serverDisconnect = packet.reasonCode ?? 0;
       },
+      packetreceive: () => this.#activity.heard(),
     };
     this.#listeners = listeners;
     client.on('connect', listeners.connect);
@@ -613,6 +626,7 @@ class MqttPublisher implements Publisher {
     client.on('reconnect', listeners.reconnect);
     client.on('error', listeners.error);
     client.on('disconnect', listeners.disconnect);
+    client.on('packetreceive', listeners.packetreceive);
   }
 
   #connected(): void {
@@ -668,7 +682,7 @@ class MqttPublisher implements Publisher {
 
   #where(): string {
     const { url } = this.#options;
-    return url === undefined ? 'the given client' : redactCredentials(url);
+    return url === undefined ? 'the given client' : redactUrl(url);
   }
 
   // --- sending -----------------------------------------------------------------------------
@@ -766,6 +780,7 @@ class MqttPublisher implements Publisher {
       index,
       topic: item.topic,
       deadline: now + this.#options.timeoutMs,
+      mark: this.#activity.mark(),
       client,
       messageId: -1,
     };
@@ -848,6 +863,7 @@ class MqttPublisher implements Publisher {
     client.off('reconnect', listeners.reconnect);
     client.off('error', listeners.error);
     client.off('disconnect', listeners.disconnect);
+    client.off('packetreceive', listeners.packetreceive);
   }
 }
 

@@ -12,7 +12,9 @@
  *   replies that mention `"error"` (or look unusual) are parsed;
  * - there is no timer per message: every publish has the same deadline offset, so the Map's
  *   insertion order is deadline order and one timer, armed for the oldest entry, expires them;
- * - a batch is one promise, settled when its last message is.
+ * - a batch is one promise, settled when its last message is;
+ * - a PubAck overdue on a link that went silent fails as the broker's fault, not the
+ *   message's (see nats-link.ts).
  */
 import {
   createInbox,
@@ -24,12 +26,14 @@ import {
 } from '@nats-io/transport-node';
 import { errorMessage, PublishError } from '../errors.js';
 import { DELIVERED, failed, type PublishOutcome } from './contract.js';
+import { LinkProbe } from './nats-link.js';
 import {
   abortedBeforeAck,
   apiRefusal,
   cancelledBeforeSend,
   classify,
   connectionLost,
+  linkInDoubt,
   noResponders,
   timedOut,
 } from './nats-shared.js';
@@ -77,6 +81,8 @@ interface Pending {
   readonly index: number;
   readonly subject: string;
   readonly deadline: number;
+  /** The connection's traffic mark when it was sent (see LinkProbe). */
+  readonly mark: number;
 }
 
 export function isItem(item: PipelineItem | PublishOutcome): item is PipelineItem {
@@ -96,9 +102,13 @@ export class AckPipeline {
   /** Fails the publishes past their deadline (no PubAck within timeoutMs). */
   readonly #sweep = new DeadlineSweep(
     this.#pending,
-    (p) => p.run.settle(p.index, failed(timedOut(p.subject, this.#timeoutMs), true)),
+    (p) => this.#overdue(p),
     () => this.#released(),
   );
+  /** Tells an overdue PubAck on a live link (charged) from one on a silent link (unavailable). */
+  readonly #probe: LinkProbe;
+  /** Past their deadline, waiting for the probe's verdict on the link. */
+  readonly #probing = new Set<Pending>();
   /** Runs waiting for room, first come first served. */
   readonly #waiting: Run[] = [];
   /** Slots handed to woken runs that have not sent yet. */
@@ -117,6 +127,7 @@ export class AckPipeline {
     this.#timeoutMs = options.timeoutMs;
     this.#maxInFlight = options.maxInFlight;
     this.#onNoResponders = options.onNoResponders ?? (() => undefined);
+    this.#probe = new LinkProbe(nc, options.timeoutMs);
     this.#subscribe();
   }
 
@@ -147,6 +158,8 @@ export class AckPipeline {
   disconnected(cause?: unknown): void {
     this.#down = true;
     this.#failPending((subject) => failed(connectionLost(subject, cause), true));
+    for (const p of this.#probing) p.run.settle(p.index, failed(connectionLost(p.subject, cause), true));
+    this.#probing.clear();
     this.#wakeAll();
   }
 
@@ -165,7 +178,7 @@ export class AckPipeline {
   async close(): Promise<void> {
     this.#closed = true;
     this.#wakeAll();
-    if (this.#pending.size > 0) {
+    if (this.#pending.size > 0 || this.#probing.size > 0) {
       await new Promise<void>((resolve) => {
         this.#idle = resolve;
       });
@@ -183,6 +196,7 @@ export class AckPipeline {
   async #sendAll(run: Run): Promise<void> {
     const { items } = run;
     let now = performance.now();
+    let mark = this.#probe.mark();
     if (this.#cannotSend(run, 0)) return;
     for (let i = 0; i < items.length; i += 1) {
       if (run.done) return;
@@ -197,9 +211,10 @@ export class AckPipeline {
         }
         if (this.#cannotSend(run, i)) return;
         now = performance.now();
+        mark = this.#probe.mark();
       }
       run.next = i + 1;
-      this.#send(run, i, item, now);
+      this.#send(run, i, item, now, mark);
     }
   }
 
@@ -217,7 +232,7 @@ export class AckPipeline {
     return true;
   }
 
-  #send(run: Run, index: number, item: PipelineItem, now: number): void {
+  #send(run: Run, index: number, item: PipelineItem, now: number, mark: number): void {
     const token = this.#counter;
     this.#counter = token >= 0x3fffffff ? 0 : token + 1;
     this.#headers.bytes = item.headers;
@@ -230,7 +245,13 @@ export class AckPipeline {
       run.settle(index, failed(verdict, verdict.retryable));
       return;
     }
-    this.#pending.set(token, { run, index, subject: item.subject, deadline: now + this.#timeoutMs });
+    this.#pending.set(token, {
+      run,
+      index,
+      subject: item.subject,
+      deadline: now + this.#timeoutMs,
+      mark,
+    });
     this.#sweep.added(this.#timeoutMs);
   }
 
@@ -334,10 +355,26 @@ export class AckPipeline {
     );
   }
 
+  /**
+   * No PubAck within timeoutMs: the message's failure (an attempt) if the server was heard from
+   * since it was sent, the broker's (no attempt) if the link stayed silent through the probe.
+   */
+  #overdue(p: Pending): void {
+    this.#probing.add(p);
+    void this.#probe.alive(p.mark).then((alive) => {
+      if (!this.#probing.delete(p)) return; // settled by a disconnect meanwhile
+      const error = alive
+        ? timedOut(p.subject, this.#timeoutMs)
+        : linkInDoubt(p.subject, this.#timeoutMs, this.#probe.probeMs);
+      p.run.settle(p.index, failed(error, true));
+      this.#released();
+    });
+  }
+
   /** A slot came free: wake a waiting run, or report idleness to close(). */
   #released(): void {
     if (this.#waiting.length > 0) this.#wake();
-    else if (this.#pending.size === 0 && this.#idle !== undefined) this.#idle();
+    else if (this.#pending.size === 0 && this.#probing.size === 0 && this.#idle !== undefined) this.#idle();
   }
 
   #failPending(outcome: (subject: string) => PublishOutcome): void {

@@ -151,6 +151,19 @@ export function timedOut(subject: string, timeoutMs: number, cause?: unknown): P
   });
 }
 
+/**
+ * No PubAck in time, and nothing heard from the server since the publish nor in answer to a
+ * ping: the link is in doubt (a stall, a half-open connection), which is the broker being
+ * unreachable, not the message failing.
+ */
+export function linkInDoubt(subject: string, timeoutMs: number, probeMs: number): PublishError {
+  return new PublishError(
+    `No PubAck for "${subject}" within ${timeoutMs} ms and no answer from NATS to a ping within ` +
+      `${probeMs} ms: the connection is in doubt (it is republished; JetStream dedups by Nats-Msg-Id)`,
+    { retryable: true, code: BROKER_UNAVAILABLE },
+  );
+}
+
 export function abortedBeforeAck(subject: string, cause?: unknown): PublishError {
   return new PublishError(`Publish to "${subject}" aborted before its PubAck arrived`, {
     retryable: true,

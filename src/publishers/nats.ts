@@ -24,8 +24,10 @@ import {
   nanos,
 } from '@nats-io/transport-node';
 import { errorMessage, OutboxValidationError, type PublishError } from '../errors.js';
+import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
+import { LinkProbe } from './nats-link.js';
 import { AckPipeline, type PipelineItem } from './nats-pipeline.js';
 import {
   apiErrorCode,
@@ -36,6 +38,7 @@ import {
   defaultSubject,
   encodeHeaders,
   errorName,
+  linkInDoubt,
   payloadProblem,
   subjectProblem,
 } from './nats-shared.js';
@@ -44,7 +47,6 @@ import { connectError, publisherClosed } from './shared/closed.js';
 import { raceDeadline } from './shared/deadline.js';
 import { permanent } from './shared/outcomes.js';
 import { checkPositiveInteger } from './shared/positive-integer.js';
-import { redactCredentials } from './shared/redact.js';
 import { Slots } from './shared/slots.js';
 
 export { defaultSubject, subjectProblem };
@@ -201,6 +203,8 @@ interface Session {
   readonly nc: NatsConnection;
   /** In `client` mode. */
   readonly js?: JetStreamClient;
+  /** In `client` mode: whether the link is alive when a PubAck is overdue. */
+  readonly probe?: LinkProbe;
   /** In `pipeline` mode. */
   readonly pipeline?: AckPipeline;
 }
@@ -323,12 +327,19 @@ class NatsPublisher implements Publisher {
       timeout: this.#timeoutMs,
     };
     if (this.#options.stream !== undefined) options.expect = { streamName: this.#options.stream };
+    const probe = session.probe!;
+    const mark = probe.mark();
     const attempt = session.js!.publish(item.subject, item.payload, options);
     this.#track(attempt);
     try {
       await Promise.race([attempt, abort.aborted]);
       return DELIVERED; // a PubAck with `duplicate: true` is the dedup working: delivered too
     } catch (error) {
+      if (errorName(error) === 'TimeoutError') {
+        // Charged only if the link is alive: a silent link is the broker's fault (see nats-link.ts).
+        const alive = await Promise.race([probe.alive(mark), abort.aborted.catch(() => true)]);
+        if (!alive) return failed(linkInDoubt(item.subject, this.#timeoutMs, probe.probeMs), true);
+      }
       const published = this.#publishError(error, item.subject);
       return failed(published, published.retryable);
     }
@@ -373,7 +384,7 @@ class NatsPublisher implements Publisher {
               },
             }),
           }
-        : { nc, js: jetstream(nc, { timeout: this.#timeoutMs }) };
+        : { nc, js: jetstream(nc, { timeout: this.#timeoutMs }), probe: new LinkProbe(nc, this.#timeoutMs) };
       this.#watchStatus(session);
       this.#session = session;
       if (this.#closed) {
@@ -461,10 +472,10 @@ class NatsPublisher implements Publisher {
   }
 }
 
-/** Server URLs for an error message, without any user:password part. */
+/** Server URLs for an error message, without passwords or query values. */
 function redactServers(servers: string | string[]): string {
   const list = typeof servers === 'string' ? [servers] : servers;
-  return list.map(redactCredentials).join(', ');
+  return list.map(redactUrl).join(', ');
 }
 
 function isPrepared(item: Prepared | PublishOutcome): item is Prepared {

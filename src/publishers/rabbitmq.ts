@@ -23,15 +23,16 @@ import {
   type SocketOptions,
 } from 'amqplib';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { asBuffer } from './shared/bytes.js';
 import { connectError, publisherClosed } from './shared/closed.js';
 import { raceDeadline } from './shared/deadline.js';
 import { defaultDestination } from './shared/destination.js';
+import { LinkActivity } from './shared/link-activity.js';
 import { permanent } from './shared/outcomes.js';
 import { checkPositiveInteger } from './shared/positive-integer.js';
-import { redactCredentials } from './shared/redact.js';
 import { Slots } from './shared/slots.js';
 
 /** An amqplib connection: a plain one, or one made with `recovery` (it reconnects on its own). */
@@ -151,7 +152,7 @@ function validateOptions(options: RabbitMqPublisherOptions): void {
   if (typeof url === 'string' && hasUrl && !/^amqps?:\/\//i.test(url)) {
     throw new OutboxValidationError(
       'url',
-      `must start with amqp:// or amqps://, got ${redactUrl(url)}`,
+      `must start with amqp:// or amqps://, got ${describeUrl(url)}`,
       'Fix the URL',
     );
   }
@@ -214,6 +215,8 @@ interface Entry {
   readonly index: number;
   readonly item: Item;
   readonly deadline: number;
+  /** What was heard from the broker on its channel when it was sent (see LinkActivity). */
+  readonly mark: number;
   /** Set when the broker returned the message (unroutable); its confirm follows. */
   returned: Message['fields'] | undefined;
   /** Still counted against maxInFlight. */
@@ -237,6 +240,9 @@ class Session {
   writable = true;
   readonly #drainWaiters = new Set<(drained: boolean) => void>();
 
+  /** Confirms, nacks and returns heard on this channel. */
+  readonly activity = new LinkActivity();
+
   constructor(link: Link, channel: ConfirmChannel) {
     this.link = link;
     this.channel = channel;
@@ -254,7 +260,10 @@ class Session {
       this.writable = true;
       this.#wakeDrainWaiters(true);
     });
-    channel.on('return', (message: Message) => this.#onReturn(message));
+    channel.on('return', (message: Message) => {
+      this.activity.heard();
+      this.#onReturn(message);
+    });
   }
 
   track(entry: Entry): void {
@@ -646,6 +655,7 @@ class RabbitMqPublisher implements Publisher {
       index,
       item,
       deadline: Date.now() + this.#timeoutMs,
+      mark: session.activity.mark(),
       returned: undefined,
       slot: true,
       next: undefined,
@@ -677,6 +687,7 @@ class RabbitMqPublisher implements Publisher {
 
   /** A confirm (ack or nack) arrived, or the channel closed before it did. */
   #onConfirm(session: Session, entry: Entry, err: unknown): void {
+    if (!session.closed) session.activity.heard();
     session.untrack(entry);
     this.#releaseSlot(entry);
     const { run, index, item, returned } = entry;
@@ -707,12 +718,16 @@ class RabbitMqPublisher implements Publisher {
   #expire(session: Session, entry: Entry): void {
     this.#releaseSlot(entry);
     const { item } = entry;
+    // Nothing heard on the channel since the send: the link is in doubt (a stall, a half-open
+    // connection), the broker's fault, not the event's.
     const why =
       session.link.blocked !== undefined
         ? ` (the broker blocks the connection: ${session.link.blocked})`
         : session.closed
           ? ' (the channel closed)'
-          : '';
+          : session.activity.silentSince(entry.mark)
+            ? ' (nothing heard from RabbitMQ since it was sent: the connection is in doubt)'
+            : '';
     entry.run.settle(
       entry.index,
       failed(
@@ -876,7 +891,7 @@ class RabbitMqPublisher implements Publisher {
   #connectError(error: unknown, run: Run): PublishError {
     if (run.aborted !== undefined) return run.aborted;
     const { url } = this.#options;
-    return connectError('RabbitMQ', url === undefined ? 'the given connection' : redactUrl(url), error);
+    return connectError('RabbitMQ', url === undefined ? 'the given connection' : describeUrl(url), error);
   }
 
   async #close(): Promise<void> {
@@ -973,11 +988,11 @@ function cancelledBeforeSend(item: Item): PublishError {
 }
 
 /** The URL for an error message, without its password. */
-function redactUrl(url: string | Options.Connect): string {
+function describeUrl(url: string | Options.Connect): string {
   if (typeof url !== 'string') {
     return `${url.protocol ?? 'amqp'}://${url.hostname ?? 'localhost'}:${url.port ?? 5672}${url.vhost ? `/${url.vhost}` : ''}`;
   }
-  return redactCredentials(url);
+  return redactUrl(url);
 }
 
 /** Resolves true when `closing` settled in time (resolved or rejected), false after `timeoutMs`. */

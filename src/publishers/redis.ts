@@ -8,6 +8,7 @@
 import { createHash } from 'node:crypto';
 import { createClient, ErrorReply, type RedisArgument, type RedisClientOptions } from 'redis';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { redactText, redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { asBuffer } from './shared/bytes.js';
@@ -15,7 +16,6 @@ import { publisherClosed } from './shared/closed.js';
 import { defaultDestination } from './shared/destination.js';
 import { permanent } from './shared/outcomes.js';
 import { checkPositiveInteger } from './shared/positive-integer.js';
-import { redactCredentials } from './shared/redact.js';
 
 /** Name of the stream-entry field that carries the payload bytes (the other fields are the envelope). */
 export const PAYLOAD_FIELD = 'payload';
@@ -269,11 +269,15 @@ class RedisPublisher implements Publisher {
           disableOfflineQueue: true,
         }) as unknown as OwnedClient;
       } catch (error) {
-        throw new OutboxValidationError('url', `is not a valid Redis URL (${errorMessage(error)})`, 'Fix it');
+        throw new OutboxValidationError(
+          'url',
+          `is not a valid Redis URL (${redactText(errorMessage(error))})`,
+          'Fix it',
+        );
       }
       this.#client = client;
       this.#owned = client;
-      this.#where = redactCredentials(url);
+      this.#where = redactUrl(url);
     }
     this.#client.on('error', this.#onError);
   }

@@ -8,33 +8,39 @@
  * Uses Node's global fetch (undici); no dependencies.
  */
 
-import { createHmac, timingSafeEqual } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { BROKER_UNAVAILABLE, OutboxValidationError, PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { publisherClosed } from './shared/closed.js';
+import { LinkActivity } from './shared/link-activity.js';
 import { Slots } from './shared/slots.js';
+import {
+  type Endpoint,
+  type EndpointResolver,
+  endpointResolver,
+  type WebhookEndpoints,
+} from './webhook-endpoints.js';
+import { decodeSecret, signatureHeaders, type WebhookSecret } from './webhook-signature.js';
 
-/**
- * Where to POST an event: one URL for everything; a map from the message's
- * `topic` to a URL, where the key `'*'` is the fallback (also used for messages
- * whose topic is null); or a function choosing the URL per message.
- */
-export type WebhookEndpoints =
-  | string
-  | Readonly<Record<string, string>>
-  | ((message: OutboxMessage) => string);
-
-/**
- * A Standard Webhooks signing secret: `whsec_` followed by base64 (the key is
- * the decoded bytes), or any other non-empty string (its UTF-8 bytes are the
- * key), or the raw key bytes.
- */
-export type WebhookSecret = string | Uint8Array;
+export {
+  type SignWebhookInput,
+  type SignWebhookRequestInput,
+  signWebhook,
+  signWebhookRequest,
+  type VerifyWebhookInput,
+  verifyWebhook,
+  verifyWebhookEvent,
+  type WebhookSecret,
+  type WebhookVerification,
+} from './webhook-signature.js';
+export type { WebhookEndpoints };
 
 export interface WebhookPublisherOptions {
-  /** Target URL(s), see {@link WebhookEndpoints}. Only http: and https: URLs are accepted. */
+  /**
+   * Target URL(s), see {@link WebhookEndpoints}. Only http: and https: URLs are accepted; a
+   * user name and password in one are sent as `Authorization: Basic`.
+   */
   readonly endpoints: WebhookEndpoints;
   /** Signing secret shared with the receivers, see {@link WebhookSecret}. */
   readonly secret: WebhookSecret;
@@ -54,133 +60,20 @@ export interface WebhookPublisherOptions {
   readonly source?: string;
 }
 
-/** The signed content and key of one webhook request, see {@link signWebhook}. */
-export interface SignWebhookInput {
-  readonly secret: WebhookSecret;
-  /** The `webhook-id` header value. */
-  readonly id: string;
-  /** The `webhook-timestamp` header value, in unix seconds. */
-  readonly timestamp: number;
-  /** The exact request body. */
-  readonly body: Uint8Array | string;
-}
-
-/** A received request to check, see {@link verifyWebhook}. */
-export interface VerifyWebhookInput {
-  readonly secret: WebhookSecret;
-  /** Request headers: a fetch `Headers`, or a record such as node's `req.headers` (names are case-insensitive). */
-  readonly headers: Headers | Readonly<Record<string, string | readonly string[] | undefined>>;
-  /** The raw request body, exactly as received (do not re-serialize parsed JSON). */
-  readonly body: Uint8Array | string;
-  /** Maximum distance between `webhook-timestamp` and `now`, in seconds. Default 300. */
-  readonly toleranceSeconds?: number;
-  /** The receiver's clock. Default: the current time. */
-  readonly now?: Date;
-}
-
 const DEFAULT_TIMEOUT_MS = 10_000;
 const DEFAULT_CONCURRENCY = 64;
 const DEFAULT_SOURCE = 'tx-outbox';
-const DEFAULT_TOLERANCE_SECONDS = 300;
-const SECRET_PREFIX = 'whsec_';
 const BATCH_CONTENT_TYPE = 'application/cloudevents-batch+json';
 const ERROR_BODY_CHARS = 200;
 /** Bytes of a response body read to let the socket be reused; beyond this the body is cancelled. */
 const MAX_DRAIN_BYTES = 64 * 1024;
-const FALLBACK_KEY = '*';
-
-// ---------------------------------------------------------------------------
-// Signing and verification
-// ---------------------------------------------------------------------------
-
-/**
- * Computes the Standard Webhooks signature of a request: `v1,` followed by
- * the base64 HMAC-SHA256 of `${id}.${timestamp}.${body}` keyed with the
- * decoded secret. This is the `webhook-signature` header value.
- *
- * @throws OutboxValidationError when the secret is missing or malformed.
- */
-export function signWebhook(input: SignWebhookInput): string {
-  return `v1,${hmac(decodeSecret(input.secret), input.id, String(input.timestamp), input.body).toString('base64')}`;
-}
-
-/**
- * Checks a received webhook: `webhook-id`, `webhook-timestamp` and
- * `webhook-signature` must be present, the timestamp must be within
- * `toleranceSeconds` of `now` (either direction), and at least one of the
- * space-separated `v1,<base64>` signatures must match (compared in constant
- * time). Returns false for any unsigned, stale or tampered request.
- *
- * @throws OutboxValidationError when the secret is missing or malformed (a receiver bug, not a bad request).
- */
-export function verifyWebhook(input: VerifyWebhookInput): boolean {
-  const key = decodeSecret(input.secret);
-  const id = readHeader(input.headers, 'webhook-id');
-  const timestamp = readHeader(input.headers, 'webhook-timestamp');
-  const signatures = readHeader(input.headers, 'webhook-signature');
-  if (id === undefined || timestamp === undefined || signatures === undefined) return false;
-  if (!isTimestampFresh(timestamp, input.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS, input.now)) {
-    return false;
-  }
-  const expected = hmac(key, id, timestamp, input.body);
-  let matched = false;
-  for (const candidate of signatures.split(' ')) {
-    if (signatureMatches(candidate, expected)) matched = true;
-  }
-  return matched;
-}
-
-function hmac(key: Buffer, id: string, timestamp: string, body: Uint8Array | string): Buffer {
-  return createHmac('sha256', key).update(`${id}.${timestamp}.`).update(body).digest();
-}
-
-function isTimestampFresh(timestamp: string, toleranceSeconds: number, now: Date | undefined): boolean {
-  if (!/^\d{1,15}$/.test(timestamp)) return false;
-  const nowSeconds = Math.floor((now ?? new Date()).getTime() / 1000);
-  return Math.abs(nowSeconds - Number(timestamp)) <= toleranceSeconds;
-}
-
-function signatureMatches(candidate: string, expected: Buffer): boolean {
-  if (!candidate.startsWith('v1,')) return false;
-  const actual = Buffer.from(candidate.slice(3), 'base64');
-  return actual.length === expected.length && timingSafeEqual(actual, expected);
-}
-
-function readHeader(headers: VerifyWebhookInput['headers'], name: string): string | undefined {
-  if (headers instanceof Headers) return headers.get(name) ?? undefined;
-  for (const [key, value] of Object.entries(headers)) {
-    if (key.toLowerCase() !== name || value === undefined) continue;
-    return typeof value === 'string' ? value : value.join(' ');
-  }
-  return undefined;
-}
-
-function decodeSecret(secret: unknown): Buffer {
-  const fix =
-    "Pass the receiver's signing secret, e.g. `secret: process.env.WEBHOOK_SECRET` " +
-    '("whsec_" + base64, or a raw string / Buffer)';
-  if (secret instanceof Uint8Array) {
-    if (secret.length === 0) throw new OutboxValidationError('secret', 'is an empty buffer', fix);
-    return Buffer.from(secret);
-  }
-  if (typeof secret !== 'string') throw new OutboxValidationError('secret', 'is missing', fix);
-  if (!secret.startsWith(SECRET_PREFIX)) {
-    if (secret.length === 0) throw new OutboxValidationError('secret', 'is an empty string', fix);
-    return Buffer.from(secret, 'utf8');
-  }
-  const encoded = secret.slice(SECRET_PREFIX.length);
-  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(encoded)) {
-    throw new OutboxValidationError('secret', 'starts with "whsec_" but the rest is not base64', fix);
-  }
-  return Buffer.from(encoded, 'base64');
-}
 
 // ---------------------------------------------------------------------------
 // Options
 // ---------------------------------------------------------------------------
 
 interface ResolvedOptions {
-  readonly resolve: (message: OutboxMessage) => URL | PublishError;
+  readonly resolve: EndpointResolver;
   readonly key: Buffer;
   readonly timeoutMs: number;
   readonly concurrency: number;
@@ -193,13 +86,14 @@ function resolveOptions(options: WebhookPublisherOptions): ResolvedOptions {
   if (typeof options !== 'object' || options === null) {
     throw new OutboxValidationError('options', 'is missing', 'Call webhookPublisher({ endpoints, secret })');
   }
+  const headers = staticHeaders(options.headers);
   return {
-    resolve: endpointResolver(options.endpoints),
+    resolve: endpointResolver(options.endpoints, headers),
     key: decodeSecret(options.secret),
     timeoutMs: positiveNumber('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS),
     concurrency: positiveInteger('concurrency', options.concurrency, DEFAULT_CONCURRENCY),
     batchSize: batchSize(options.batch),
-    headers: staticHeaders(options.headers),
+    headers,
     source: sourceOption(options.source),
   };
 }
@@ -274,82 +168,6 @@ function sourceOption(source: unknown): string {
   return source;
 }
 
-function endpointResolver(endpoints: unknown): (message: OutboxMessage) => URL | PublishError {
-  if (typeof endpoints === 'string') {
-    const url = parseEndpoint('endpoints', endpoints);
-    return () => url;
-  }
-  if (typeof endpoints === 'function')
-    return functionResolver(endpoints as (message: OutboxMessage) => unknown);
-  if (typeof endpoints === 'object' && endpoints !== null) return recordResolver(endpoints);
-  throw new OutboxValidationError(
-    'endpoints',
-    'is missing',
-    "Pass a URL, a record from topic to URL (key '*' = fallback), or a function (message) => URL",
-  );
-}
-
-function recordResolver(endpoints: object): (message: OutboxMessage) => URL | PublishError {
-  const routes = new Map<string, URL>();
-  for (const [topic, value] of Object.entries(endpoints)) {
-    routes.set(topic, parseEndpoint(`endpoints['${topic}']`, value));
-  }
-  if (routes.size === 0) {
-    throw new OutboxValidationError(
-      'endpoints',
-      'is an empty record',
-      "Map at least one topic to a URL, or add a fallback: `endpoints: { '*': 'https://…' }`",
-    );
-  }
-  return (message) => {
-    const url = (message.topic === null ? undefined : routes.get(message.topic)) ?? routes.get(FALLBACK_KEY);
-    return url ?? unroutable(message.topic);
-  };
-}
-
-function unroutable(topic: string | null): PublishError {
-  const what = topic === null ? 'a message without a topic' : `topic '${topic}'`;
-  const fix = topic === null ? '' : `endpoints['${topic}'] or `;
-  return new PublishError(
-    `No webhook endpoint for ${what}: the \`endpoints\` option has no entry for it and no '*' fallback. ` +
-      `Add ${fix}endpoints['*'].`,
-    { retryable: false, code: 'TXO_WEBHOOK_NO_ENDPOINT' },
-  );
-}
-
-function functionResolver(
-  choose: (message: OutboxMessage) => unknown,
-): (message: OutboxMessage) => URL | PublishError {
-  return (message) => {
-    try {
-      return parseEndpoint('endpoints', choose(message));
-    } catch (error) {
-      const detail = error instanceof Error ? error.message : String(error);
-      return new PublishError(`The \`endpoints\` function failed for event ${message.eventId}: ${detail}`, {
-        retryable: false,
-        code: 'TXO_WEBHOOK_NO_ENDPOINT',
-        cause: error,
-      });
-    }
-  };
-}
-
-function parseEndpoint(field: string, value: unknown): URL {
-  const fix = "Pass an absolute http(s) URL such as 'https://example.com/webhooks'";
-  if (typeof value !== 'string')
-    throw new OutboxValidationError(field, `must be a URL string, got ${typeof value}`, fix);
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw new OutboxValidationError(field, `'${value}' is not a valid URL`, fix);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new OutboxValidationError(field, `'${value}' uses ${url.protocol} instead of http: or https:`, fix);
-  }
-  return url;
-}
-
 // ---------------------------------------------------------------------------
 // Abort plumbing and concurrency
 // ---------------------------------------------------------------------------
@@ -419,38 +237,53 @@ async function acquireUnlessAborted(slots: Slots, signals: readonly AbortSignal[
 // Requests
 // ---------------------------------------------------------------------------
 
-/** One POST, before signing: the webhook-* headers are added at send time. */
+/** One POST, before signing: the webhook-* and txo-* headers are added at send time. */
 interface PreparedRequest {
-  readonly url: URL;
+  readonly endpoint: Endpoint;
+  /** `webhook-id`: the event id in binary mode, so that it equals `ce-id`. */
   readonly webhookId: string;
   readonly body: Uint8Array;
-  readonly headers: Readonly<Record<string, string>>;
+  /** The headers that carry the event, all signed: ce-* attributes, content-type, the event's own headers. */
+  readonly eventHeaders: Headers;
 }
 
-function singleRequest(message: OutboxMessage, url: URL, options: ResolvedOptions): PreparedRequest {
+function singleRequest(
+  message: OutboxMessage,
+  endpoint: Endpoint,
+  options: ResolvedOptions,
+): PreparedRequest {
   return {
-    url,
+    endpoint,
     webhookId: message.eventId,
     body: message.payload,
-    headers: {
-      ...options.headers,
-      ...envelopeHeaders(message, options.source),
-      'content-type': message.contentType,
-    },
+    eventHeaders: eventHeaders(message, options.source),
   };
 }
 
+/**
+ * The envelope, the event's own headers and content-type as HTTP headers. Names are
+ * case-insensitive there: an event header `CE-Type` would join the envelope's `ce-type`
+ * into one value (`x, order.created`); each attribute is set over it instead.
+ */
+function eventHeaders(message: OutboxMessage, source: string): Headers {
+  const headers = new Headers();
+  const fields = { ...envelopeHeaders(message, source), 'content-type': message.contentType };
+  for (const [name, value] of Object.entries(fields)) headers.set(name, value);
+  return headers;
+}
+
+/** Every event's attributes are in the (signed) body; of the headers only content-type says how to read it. */
 function batchRequest(
   messages: readonly OutboxMessage[],
-  url: URL,
+  endpoint: Endpoint,
   options: ResolvedOptions,
 ): PreparedRequest {
   const events = messages.map((message) => structuredEvent(message, options.source));
   return {
-    url,
+    endpoint,
     webhookId: `batch_${messages[0]!.eventId}`,
     body: Buffer.from(JSON.stringify(events), 'utf8'),
-    headers: { ...options.headers, 'content-type': BATCH_CONTENT_TYPE },
+    eventHeaders: new Headers({ 'content-type': BATCH_CONTENT_TYPE }),
   };
 }
 
@@ -484,18 +317,14 @@ function parseJson(payload: Uint8Array): { value: unknown } | undefined {
   }
 }
 
-/** Only an address's origin and path go into error messages: no credentials or query tokens. */
-function describe(url: URL): string {
-  return `${url.origin}${url.pathname}`;
-}
-
-function signedHeaders(request: PreparedRequest, key: Buffer): Headers {
-  const timestamp = String(Math.floor(Date.now() / 1000));
-  const headers = new Headers(request.headers);
-  headers.set('webhook-id', request.webhookId);
-  headers.set('webhook-timestamp', timestamp);
-  const signature = hmac(key, request.webhookId, timestamp, request.body).toString('base64');
-  headers.set('webhook-signature', `v1,${signature}`);
+/** The request's headers: the static ones, Basic authentication, then the event's and the signatures (these win). */
+function requestHeaders(request: PreparedRequest, options: ResolvedOptions): Headers {
+  const headers = new Headers(options.headers);
+  if (request.endpoint.authorization !== undefined)
+    headers.set('authorization', request.endpoint.authorization);
+  for (const [name, value] of request.eventHeaders) headers.set(name, value);
+  const signatures = signatureHeaders(options.key, request.webhookId, request.body, request.eventHeaders);
+  for (const [name, value] of Object.entries(signatures)) headers.set(name, value);
   return headers;
 }
 
@@ -543,28 +372,39 @@ function isRetryableStatus(status: number): boolean {
   return status === 408 || status === 429 || status >= 500;
 }
 
-function statusOutcome(response: Response, url: URL, body: string): PublishOutcome {
+function statusOutcome(response: Response, endpoint: Endpoint, body: string): PublishOutcome {
   const { status } = response;
   if (status >= 200 && status < 300) return DELIVERED;
   const retryable = isRetryableStatus(status);
   const redirect =
     status >= 300 && status < 400 ? ' (redirects are not followed: point `endpoints` at the final URL)' : '';
-  const text = body === '' ? '' : `: ${body}`;
-  const message = `Webhook POST ${describe(url)} answered HTTP ${status} ${response.statusText}${redirect}${text}`;
+  // A receiver's error page may repeat the request, query token included.
+  const text = body === '' ? '' : `: ${endpoint.scrub(body)}`;
+  const message = `Webhook POST ${endpoint.label} answered HTTP ${status} ${response.statusText}${redirect}${text}`;
   const retryAfterMs = retryable ? parseRetryAfter(response.headers.get('retry-after')) : undefined;
   // 502/503/504 say the receiver is down or overloaded, not that this event is bad.
   const code = status === 502 || status === 503 || status === 504 ? BROKER_UNAVAILABLE : undefined;
   return failed(new PublishError(message, { retryable, retryAfterMs, code }), retryable, retryAfterMs);
 }
 
-function abortOutcome(cause: AbortCause, url: URL, timeoutMs: number): PublishOutcome {
+function abortOutcome(cause: AbortCause, endpoint: Endpoint, timeoutMs: number): PublishOutcome {
   const reasons: Record<AbortCause, string> = {
     caller: "was aborted by the caller's signal",
     closed: 'was aborted because the webhook publisher was closed',
     timeout: `timed out after ${timeoutMs} ms (option \`timeoutMs\`)`,
   };
-  const error = new PublishError(`Webhook POST ${describe(url)} ${reasons[cause]}`, { retryable: true });
+  const error = new PublishError(`Webhook POST ${endpoint.label} ${reasons[cause]}`, { retryable: true });
   return failed(error, true);
+}
+
+/** A timed-out request's outcome as the endpoint being unreachable (no attempt charged). */
+function silentOrigin(outcome: PublishOutcome, origin: string): PublishOutcome {
+  if (outcome.ok) return outcome;
+  const message = `${outcome.error.message}; no response from ${origin} since it was sent: the connection is in doubt`;
+  return failed(
+    new PublishError(message, { retryable: true, code: BROKER_UNAVAILABLE, cause: outcome.error }),
+    true,
+  );
 }
 
 /** Socket errors that mean the endpoint cannot be reached at all (no attempt is charged). */
@@ -579,13 +419,13 @@ const UNREACHABLE_CODES: ReadonlySet<string> = new Set([
   'UND_ERR_CONNECT_TIMEOUT',
 ]);
 
-function networkOutcome(error: unknown, url: URL): PublishOutcome {
+function networkOutcome(error: unknown, endpoint: Endpoint): PublishOutcome {
   const cause = error instanceof Error && error.cause instanceof Error ? error.cause : error;
   const code = (cause as { code?: unknown } | null)?.code;
   const detail = `${cause instanceof Error ? cause.message : String(cause)}${typeof code === 'string' ? ` (${code})` : ''}`;
   const unreachable = typeof code === 'string' && UNREACHABLE_CODES.has(code);
   return failed(
-    new PublishError(`Webhook POST ${describe(url)} failed: ${detail}`, {
+    new PublishError(`Webhook POST ${endpoint.label} failed: ${endpoint.scrub(detail)}`, {
       retryable: true,
       cause: error,
       code: unreachable ? BROKER_UNAVAILABLE : undefined,
@@ -604,6 +444,8 @@ class WebhookPublisher implements Publisher {
   readonly #limiter: Slots;
   readonly #closing = new AbortController();
   readonly #inFlight = new Set<Promise<unknown>>();
+  /** Responses heard per origin: tells a slow answer to one request from a silent endpoint. */
+  readonly #heard = new Map<string, LinkActivity>();
 
   constructor(options: ResolvedOptions) {
     this.#options = options;
@@ -635,16 +477,16 @@ class WebhookPublisher implements Publisher {
 
   async #publishAll(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
     const outcomes = new Array<PublishOutcome>(batch.length);
-    const routed = new Map<string, { url: URL; indexes: number[] }>();
+    const routed = new Map<string, { endpoint: Endpoint; indexes: number[] }>();
     batch.forEach((message, index) => {
-      const url = this.#options.resolve(message);
-      if (url instanceof PublishError) {
-        outcomes[index] = failed(url, false);
+      const endpoint = this.#options.resolve(message);
+      if (endpoint instanceof PublishError) {
+        outcomes[index] = failed(endpoint, false);
         return;
       }
-      const route = routed.get(url.href) ?? { url, indexes: [] };
+      const route = routed.get(endpoint.key) ?? { endpoint, indexes: [] };
       route.indexes.push(index);
-      routed.set(url.href, route);
+      routed.set(endpoint.key, route);
     });
     // One listener on the caller's signal per batch (not one per request, which would trip
     // Node's MaxListenersExceededWarning past 10); the requests listen on the batch's own signal.
@@ -653,10 +495,10 @@ class WebhookPublisher implements Publisher {
     const unsubscribe = onAnyAbort([signal], () => batchAbort.abort(signal.reason));
     try {
       const sends: Promise<void>[] = [];
-      for (const { url, indexes } of routed.values()) {
+      for (const { endpoint, indexes } of routed.values()) {
         for (const group of this.#groups(indexes)) {
           const messages = group.map((index) => batch[index]!);
-          const request = this.#prepare(messages, url);
+          const request = this.#prepare(messages, endpoint);
           sends.push(
             this.#send(request, batchAbort.signal).then((outcome) => {
               for (const index of group) outcomes[index] = outcome;
@@ -679,24 +521,23 @@ class WebhookPublisher implements Publisher {
     return groups;
   }
 
-  #prepare(messages: readonly OutboxMessage[], url: URL): PreparedRequest | PublishOutcome {
+  #prepare(messages: readonly OutboxMessage[], endpoint: Endpoint): PreparedRequest | PublishOutcome {
     try {
-      if (this.#options.batchSize !== undefined) return batchRequest(messages, url, this.#options);
-      const request = singleRequest(messages[0]!, url, this.#options);
-      new Headers(request.headers); // invalid user header values surface here, as a permanent failure
-      return request;
+      // Invalid header values of an event surface here (new Headers), as a permanent failure.
+      if (this.#options.batchSize !== undefined) return batchRequest(messages, endpoint, this.#options);
+      return singleRequest(messages[0]!, endpoint, this.#options);
     } catch (error) {
-      const detail = error instanceof Error ? error.message : String(error);
-      const message = `Webhook POST ${describe(url)} could not be built for event ${messages[0]!.eventId}: ${detail}`;
+      const detail = endpoint.scrub(error instanceof Error ? error.message : String(error));
+      const message = `Webhook POST ${endpoint.label} could not be built for event ${messages[0]!.eventId}: ${detail}`;
       return failed(new PublishError(message, { retryable: false, cause: error }), false);
     }
   }
 
   async #send(request: PreparedRequest | PublishOutcome, signal: AbortSignal): Promise<PublishOutcome> {
-    if (!('url' in request)) return request;
+    if (!('endpoint' in request)) return request;
     const closing = this.#closing.signal;
     if (!(await acquireUnlessAborted(this.#limiter, [signal, closing]))) {
-      return abortOutcome(signal.aborted ? 'caller' : 'closed', request.url, this.#options.timeoutMs);
+      return abortOutcome(signal.aborted ? 'caller' : 'closed', request.endpoint, this.#options.timeoutMs);
     }
     const abort = new RequestAbort(signal, closing, this.#options.timeoutMs);
     try {
@@ -708,21 +549,34 @@ class WebhookPublisher implements Publisher {
   }
 
   async #post(request: PreparedRequest, abort: RequestAbort): Promise<PublishOutcome> {
+    const origin = request.endpoint.url.origin;
+    let heard = this.#heard.get(origin);
+    if (heard === undefined) {
+      heard = new LinkActivity();
+      this.#heard.set(origin, heard);
+    }
+    const mark = heard.mark();
     let response: Response;
     try {
-      response = await fetch(request.url, {
+      response = await fetch(request.endpoint.url, {
         method: 'POST',
-        headers: signedHeaders(request, this.#options.key),
+        headers: requestHeaders(request, this.#options),
         body: request.body,
         redirect: 'manual',
         signal: abort.signal,
       });
     } catch (error) {
-      if (abort.cause !== undefined) return abortOutcome(abort.cause, request.url, this.#options.timeoutMs);
-      return networkOutcome(error, request.url);
+      if (abort.cause !== undefined) {
+        const outcome = abortOutcome(abort.cause, request.endpoint, this.#options.timeoutMs);
+        // No response from the origin since it was sent: the link (or the endpoint) is in doubt, as
+        // with a 504, not this event's fault. One slower than others' answers is charged.
+        return abort.cause === 'timeout' && heard.silentSince(mark) ? silentOrigin(outcome, origin) : outcome;
+      }
+      return networkOutcome(error, request.endpoint);
     }
+    heard.heard();
     const body = await drain(response);
-    return statusOutcome(response, request.url, body);
+    return statusOutcome(response, request.endpoint, body);
   }
 }
 
@@ -735,8 +589,12 @@ class WebhookPublisher implements Publisher {
  * `ce-specversion`, `ce-aggregatetype`, `ce-aggregateid`, `ce-sequence`,
  * `ce-schemaversion`, …, plus the message's own headers such as `traceparent`),
  * and the request is signed with Standard Webhooks: `webhook-id` = the event
- * id (receivers dedup on it), `webhook-timestamp` = unix seconds,
+ * id = `ce-id` (receivers dedup on it), `webhook-timestamp` = unix seconds,
  * `webhook-signature` = `v1,<base64 HMAC-SHA256>` (see {@link signWebhook}).
+ * That signature covers id, timestamp and body only, so the headers carrying
+ * the event are signed too: `txo-signed-headers` names them, `txo-signature`
+ * signs them (see `webhook-signature.ts`); {@link verifyWebhookEvent} checks
+ * both. Static `headers` (an API key …) are not part of the event and not signed.
  *
  * Batch mode (`batch: { maxSize }`): messages bound for the same URL are
  * POSTed together as a JSON array of structured CloudEvents
@@ -744,8 +602,13 @@ class WebhookPublisher implements Publisher {
  * attributes and `data` (the parsed JSON payload) or `data_base64` (bytes).
  * `webhook-id` is `batch_<eventId of the first element>` — deterministic for a
  * given batch, but a retried batch may contain different events, so receivers
- * should dedup on each element's `id`. The request's outcome applies to every
- * message in it.
+ * should dedup on each element's `id`. The body, signed, carries every event's
+ * attributes; `content-type` is signed as in single mode. The request's outcome
+ * applies to every message in it.
+ *
+ * Addresses: a user name and password in an endpoint URL are sent as
+ * `Authorization: Basic` (not in the URL); no error message, and so no log line
+ * or `last_error`, shows them or a query value (`https://user:***@host/path?token=***`).
  *
  * Outcomes: 2xx = delivered; 3xx and 4xx other than 408/429 = permanent;
  * 408, 429, 5xx, network errors, timeouts and aborts = retryable, with

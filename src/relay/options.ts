@@ -15,6 +15,12 @@ export interface RelayOptions {
    */
   readonly pool: Pool;
   readonly publisher: Publisher;
+  /**
+   * `stop()` closes the publisher once the batch in flight is done (default true): the relay
+   * owns it, and a stopped relay leaves nothing that keeps the process alive. Pass false for a
+   * publisher you share (several relays, your own publishes) and close yourself.
+   */
+  readonly closePublisher?: boolean;
   /** Outbox schema. Default `outbox`. */
   readonly schema?: string;
   /** Events claimed per batch. Default 500. */
@@ -29,6 +35,11 @@ export interface RelayOptions {
   readonly backoff?: Partial<BackoffPolicy>;
   /** A publish call not finished by then is aborted (its events retried). Default 60000. */
   readonly publishTimeoutMs?: number;
+  /**
+   * While the broker is unreachable the relay logs the first refused batch at once, then a
+   * reminder at most this often (how long, how many batches), then the recovery. Default 30000.
+   */
+  readonly outageReminderMs?: number;
   /** LISTEN for producers' NOTIFY wake-ups. Default true. */
   readonly listen?: boolean;
   /**
@@ -48,6 +59,7 @@ export interface RelayOptions {
 export interface ResolvedRelayOptions {
   readonly pool: Pool;
   readonly publisher: Publisher;
+  readonly closePublisher: boolean;
   readonly schema: string;
   readonly quotedSchema: string;
   readonly batchSize: number;
@@ -56,6 +68,7 @@ export interface ResolvedRelayOptions {
   readonly maxAttempts: number;
   readonly backoff: BackoffPolicy;
   readonly publishTimeoutMs: number;
+  readonly outageReminderMs: number;
   readonly listen: boolean;
   readonly synchronousCommit: 'on' | 'off';
   readonly relayId: string;
@@ -89,6 +102,14 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     );
   }
   const listen = options.listen ?? true;
+  const closePublisher = options.closePublisher ?? true;
+  if (typeof closePublisher !== 'boolean') {
+    throw new OutboxValidationError(
+      'closePublisher',
+      `is ${String(closePublisher)}`,
+      'Pass true (stop() closes the publisher) or false (you close it).',
+    );
+  }
   const poolMax = (options.pool as { options?: { max?: unknown } }).options?.max;
   const needed = listen ? 4 : 3;
   if (typeof poolMax === 'number' && poolMax < needed) {
@@ -117,9 +138,20 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
       "Pass 'on' or 'off'.",
     );
   }
+  if (
+    options.relayId !== undefined &&
+    (typeof options.relayId !== 'string' || options.relayId.trim() === '')
+  ) {
+    throw new OutboxValidationError(
+      'relayId',
+      `is ${JSON.stringify(options.relayId)}`,
+      'Pass a non-empty id unique to this relay instance, or omit it for <host>-<pid>-<random>.',
+    );
+  }
   return Object.freeze({
     pool: options.pool,
     publisher: options.publisher,
+    closePublisher,
     schema,
     quotedSchema: quoteSchema(schema),
     batchSize: positiveInt(options.batchSize, 500, 'batchSize', 10_000),
@@ -128,6 +160,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     maxAttempts: positiveInt(options.maxAttempts, 10, 'maxAttempts'),
     backoff: Object.freeze({ baseMs, capMs: Math.max(capMs, baseMs) }),
     publishTimeoutMs: positiveInt(options.publishTimeoutMs, 60_000, 'publishTimeoutMs'),
+    outageReminderMs: positiveInt(options.outageReminderMs, 30_000, 'outageReminderMs'),
     listen,
     synchronousCommit,
     relayId: options.relayId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,

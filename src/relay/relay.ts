@@ -7,12 +7,14 @@ import {
 } from '../errors.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
+import { redactText } from '../redact.js';
 import { withSchema } from '../schema/identifiers.js';
 import { fullJitterDelay } from './backoff.js';
 import { CLAIM_SQL } from './claim-sql.js';
 import { PartitionLeases } from './leases.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
 import { aggregateKey, waves } from './ordering-gate.js';
+import { OutageLog } from './outage.js';
 import { RECORD_OUTCOME_SQL } from './outcome-sql.js';
 import { RelaySession } from './session.js';
 import { Doorbell, WakeListener } from './wakeup.js';
@@ -60,7 +62,11 @@ export interface Relay {
   readonly id: string;
   /** Starts the loop; idempotent. Resolves once the relay is running. */
   start(): Promise<void>;
-  /** Finishes the batch in flight (up to `timeout` ms, then aborts it), gives back the leases; idempotent. */
+  /**
+   * Finishes the batch in flight (up to `timeout` ms, then aborts it), gives back the leases,
+   * and closes the publisher (unless `closePublisher: false`); idempotent. Nothing of the
+   * relay's keeps the process alive afterwards (the pool is yours to end).
+   */
   stop(options?: { timeout?: number }): Promise<void>;
   /** Wakes an idle relay at once, e.g. right after a commit in the same process. */
   wake(): void;
@@ -157,6 +163,7 @@ class PollingRelay implements Relay {
   private partitionCount: number | undefined;
   private readonly counters = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
   private outages = 0;
+  private readonly outage: OutageLog;
   private readonly held = new Map<string, number>();
   private readonly heldCount = new Map<string, number>();
   private readonly inFlightAggregates = new Map<string, number>();
@@ -166,6 +173,11 @@ class PollingRelay implements Relay {
 
   constructor(private readonly o: ResolvedRelayOptions) {
     this.id = o.relayId;
+    this.outage = new OutageLog(
+      o.logger,
+      { relayId: o.relayId, publisher: o.publisher.name },
+      o.outageReminderMs,
+    );
     const tag = o.schema.replace(/[^a-z0-9_]/g, '');
     this.sql = {
       claim: { name: `txo_claim_${tag}`, text: withSchema(CLAIM_SQL, o.quotedSchema) },
@@ -271,6 +283,11 @@ class PollingRelay implements Relay {
       this.o.logger.warn({ err: error }, 'could not release leases; they expire on their own');
     }
     await Promise.all([this.claimer.release(), this.recorder.release()]);
+    if (this.o.closePublisher) {
+      await this.o.publisher.close().catch((error: unknown) => {
+        this.o.logger.warn({ err: error, relayId: this.id }, 'closing the publisher failed');
+      });
+    }
     this.o.logger.info({ relayId: this.id, ...this.counters }, 'relay stopped');
   }
 
@@ -367,12 +384,14 @@ class PollingRelay implements Relay {
         if (verdict.unavailable > 0) {
           // The broker is unreachable: wait before claiming again; the events stay as they were.
           this.outages += 1;
+          this.outage.refused(verdict.unavailable, this.lastError);
           await drain();
           await this.doorbell.sleep(
             fullJitterDelay({ baseMs: 200, capMs: 5000 }, this.outages, this.o.random) + 50,
           );
         } else {
           this.outages = 0;
+          this.outage.recovered();
         }
       } catch (error) {
         await drain().catch(() => undefined);
@@ -380,7 +399,7 @@ class PollingRelay implements Relay {
         this.inFlightAggregates.clear();
         if (this.halt) break;
         failures += 1;
-        this.lastError = errorMessage(error);
+        this.lastError = redactText(errorMessage(error));
         await Promise.all([this.claimer.release(error), this.recorder.release(error)]);
         const delay = 100 + fullJitterDelay({ baseMs: 200, capMs: 10_000 }, failures, this.o.random);
         this.o.logger.error(
@@ -514,7 +533,7 @@ class PollingRelay implements Relay {
         if (this.abort.signal.aborted) continue;
         if (isBrokerUnavailable(outcome.error)) {
           unavailable += 1;
-          this.lastError = errorMessage(outcome.error);
+          this.lastError = redactText(errorMessage(outcome.error));
           continue;
         }
         failures.push(this.judge(message, outcome));
@@ -568,7 +587,9 @@ class PollingRelay implements Relay {
     const attempt = message.attempts + 1;
     const dead = !outcome.retryable || attempt >= this.o.maxAttempts;
     const reason = outcome.retryable ? '' : 'permanent: ';
-    const error = `${reason}${errorMessage(outcome.error)}`.slice(0, 4000);
+    // A safety net under every publisher: no URL's password or query token goes into
+    // last_error (nor the log line below), whatever a client library put in its message.
+    const error = redactText(`${reason}${errorMessage(outcome.error)}`).slice(0, 4000);
     if (dead) {
       this.o.logger.error(
         { relayId: this.id, eventId: message.eventId, attempts: attempt, error },
@@ -615,7 +636,7 @@ class PollingRelay implements Relay {
       // A call that hangs past the deadline is the broker's trouble (no attempt charged); a
       // publisher that throws is charged like any retryable failure, so a message that makes
       // it throw goes dead in the end instead of blocking its batch forever.
-      const message = `publisher ${this.o.publisher.name} failed: ${errorMessage(error)}`;
+      const message = `publisher ${this.o.publisher.name} failed: ${redactText(errorMessage(error))}`;
       const e = timedOut
         ? brokerUnavailable(message, error)
         : new PublishError(message, { retryable: true, cause: error });

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer } from '../../src/consumers/webhook.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
-import { signWebhook, webhookPublisher } from '../../src/publishers/webhook.js';
+import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 
@@ -80,16 +80,11 @@ consumerContract(
       const url = pick(ns);
       if (!url) throw new Error('no receiver running');
       const id = randomUUID();
-      const timestamp = Math.floor(Date.now() / 1000);
       const body = '{}';
+      const headers = { 'content-type': 'application/json' };
       const res = await fetch(`${url}/events`, {
         method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'webhook-id': id,
-          'webhook-timestamp': String(timestamp),
-          'webhook-signature': signWebhook({ secret: SECRET, id, timestamp, body }),
-        },
+        headers: { ...headers, ...signWebhookRequest({ secret: SECRET, id, body, headers }) },
         body,
       });
       expect(res.status).toBe(400);

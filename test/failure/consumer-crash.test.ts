@@ -5,7 +5,7 @@
  * fixtures/consumer-process.mjs) that SIGKILLs itself right after `inbox.handle` committed; a
  * second consumer (in process, the same adapter) then gets the redelivery.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -36,7 +36,7 @@ import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 import { KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
 import { makeMessage } from '../helpers/messages.js';
 import { deleteStream } from '../helpers/nats-stream.js';
-import { exited, freePort } from '../helpers/processes.js';
+import { exited, freePort, startFixture } from '../helpers/processes.js';
 
 const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const RABBITMQ_URL = process.env['RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
@@ -354,28 +354,6 @@ const cases: Case[] = [
   },
 ];
 
-/** Runs the fixture process; `lines()` are the JSON lines it printed so far. */
-function startFixture(config: Record<string, unknown>): {
-  child: ChildProcess;
-  lines: () => Array<Record<string, unknown>>;
-} {
-  const child = spawn(process.execPath, [FIXTURE], {
-    env: { ...process.env, TXO_FIXTURE: JSON.stringify(config) },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  let out = '';
-  child.stdout!.on('data', (c: Buffer) => {
-    out += c.toString();
-  });
-  const lines = () =>
-    out
-      .split('\n')
-      .slice(0, -1) // the last one is incomplete (or empty)
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as Record<string, unknown>);
-  return { child, lines };
-}
-
 /** The inbox, recording the status of every delivery it handled. */
 function recording(inbox: Inbox): { inbox: Inbox; statuses: HandleStatus[] } {
   const statuses: HandleStatus[] = [];
@@ -409,7 +387,7 @@ describe('failure: consumer killed after the inbox commit, before the broker ack
         const run = await c.open();
         let child: ChildProcess | undefined;
         try {
-          const fixture = startFixture({
+          const fixture = startFixture(FIXTURE, {
             broker: c.broker,
             databaseUrl: DATABASE_URL,
             schema: db.schema,

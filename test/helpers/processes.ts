@@ -82,3 +82,28 @@ export class PrivateNats {
     rmSync(this.storeDir, { recursive: true, force: true });
   }
 }
+
+/**
+ * Runs a fixture script (Node) with `config` as JSON in TXO_FIXTURE; `lines()` are the JSON lines
+ * it printed on stdout so far.
+ */
+export function startFixture(
+  script: string,
+  config: Record<string, unknown>,
+): { child: ChildProcess; lines: () => Array<Record<string, unknown>> } {
+  const child = spawn(process.execPath, [script], {
+    env: { ...process.env, TXO_FIXTURE: JSON.stringify(config) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout!.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  const lines = () =>
+    out
+      .split('\n')
+      .slice(0, -1) // the last one is incomplete (or empty)
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+  return { child, lines };
+}

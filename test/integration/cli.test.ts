@@ -90,7 +90,7 @@ describe('tx-outbox CLI', () => {
     expect(migrated.stderr).toBe('');
     expect(migrated.code).toBe(0);
     expect(migrated.stdout).toMatch(
-      /Applied 3 migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence\)/,
+      /Applied 4 migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence, 004_inbox_gap_budget\)/,
     );
 
     const again = await run(['migrate', '--schema', SCHEMA]);
@@ -206,6 +206,83 @@ describe('tx-outbox CLI', () => {
     ]);
     expect(ok.code).toBe(0);
     expect(ok.stdout).toMatch(/Pruned 0 dedup record/);
+  });
+
+  it('numbers beyond what the database takes are bad usage naming the argument and the range, not a SQL error', async () => {
+    await run(['migrate', '--schema', SCHEMA, '--partitions', '4']);
+    const huge = '99999999999999999999';
+    const show = await run(['inbox', 'show', huge, '--schema', SCHEMA]);
+    expect(show.code).toBe(2);
+    expect(expectOneErrorLine(show)).toMatch(
+      /"99999999999999999999" is not a quarantine id.*1 to 9223372036854775807/,
+    );
+    const release = await run(['inbox', 'release', '1', huge, '--reason', 'fixed', '--schema', SCHEMA]);
+    expect(release.code).toBe(2);
+    expect(expectOneErrorLine(release)).toMatch(/not a quarantine id/);
+    for (const [flag, value] of [
+      ['--older-than', `${huge}d`],
+      ['--older-than', '9999999999d'],
+      ['--replay-horizon', '9999999999d'],
+      ['--replay-horizon', '0d'],
+    ] as const) {
+      const other = flag === '--older-than' ? ['--replay-horizon', '1d'] : ['--older-than', '30d'];
+      const prune = await run(['inbox', 'prune', flag, value, ...other, '--schema', SCHEMA]);
+      expect(prune.code, `${flag} ${value}`).toBe(2);
+      expect(expectOneErrorLine(prune)).toContain(
+        `${flag} ${value} is out of range: give a duration from 1ms to 36500d`,
+      );
+    }
+  });
+
+  it('relay --relay-id with an empty or blank id is bad usage naming the flag', async () => {
+    for (const id of ['', '  ']) {
+      const started = start(
+        ['relay', '--schema', SCHEMA, '--webhook', 'http://127.0.0.1:1/', '--relay-id', id],
+        cliEnv({ TX_OUTBOX_WEBHOOK_SECRET: SECRET }),
+      );
+      // A relay that accepted the id runs until stopped.
+      const timer = setTimeout(() => started.child.kill('SIGTERM'), 10_000);
+      const result = await started.done;
+      clearTimeout(timer);
+      expect(result.code, result.stderr).toBe(2);
+      expect(expectOneErrorLine(result)).toMatch(/--relay-id.*non-empty/);
+    }
+  });
+
+  it('dead replay of one event id given twice (in either case) replays and counts it once', async () => {
+    await run(['migrate', '--schema', SCHEMA, '--partitions', '4']);
+    const { eventId } = await inTransaction(pool, (tx) =>
+      enqueue(
+        tx,
+        { aggregateType: 'cli', aggregateId: 'dup', type: 'cli.dead', payload: {} },
+        { schema: SCHEMA, notify: false },
+      ),
+    );
+    await pool.query(`UPDATE "${SCHEMA}".events SET status = 'dead', dead_at = now() WHERE event_id = $1`, [
+      eventId,
+    ]);
+    try {
+      const result = await run([
+        'dead',
+        'replay',
+        eventId,
+        eventId.toUpperCase(),
+        '--reason',
+        'fixed',
+        '--schema',
+        SCHEMA,
+      ]);
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stdout).toBe('Replayed 1 dead event.\n');
+      const { rows } = await pool.query(
+        `SELECT event_ids FROM "${SCHEMA}".audit WHERE action = 'replay' AND $1 = ANY (event_ids)`,
+        [eventId],
+      );
+      expect(rows).toEqual([{ event_ids: [eventId] }]);
+    } finally {
+      // Now pending again: the relay tests below count what they deliver from this schema.
+      await pool.query(`DELETE FROM "${SCHEMA}".events WHERE event_id = $1`, [eventId]);
+    }
   });
 
   it('says how to give the database when there is no URL', async () => {

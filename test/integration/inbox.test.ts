@@ -36,7 +36,7 @@ function message(aggregateId: string, sequence: number, extra: Partial<InboxMess
   };
 }
 
-function inbox(extra: Partial<InboxOptions> = {}) {
+function inbox(extra: Partial<InboxOptions> & { consumer?: string } = {}) {
   return createInbox({
     pool: db.pool,
     consumer: `c-${randomUUID().slice(0, 8)}`,
@@ -123,6 +123,240 @@ describe('inbox', () => {
     expect(rows[0].sequence).toBe(5);
   });
 
+  it('strict: the gap budget restarts when the aggregate advances (the gap shrank: the stream is alive)', async () => {
+    // Sequence 5 waits for 2, 3, 4; each arrival of one of them restarts its count and its clock.
+    const ib = inbox({ ordering: 'strict', maxDeferrals: 3 });
+    const [m1, m2, m3, m4, m5] = [1, 2, 3, 4, 5].map((n) => message('adv', n)) as InboxMessage[];
+    await ib.handle(m1!, (tx) => record(tx, m1!));
+    for (const filler of [m2!, m3!, m4!]) {
+      expect(await ib.handle(m5!, (tx) => record(tx, m5!))).toMatchObject({
+        status: 'deferred',
+        attempts: 1,
+      });
+      expect(await ib.handle(m5!, (tx) => record(tx, m5!))).toMatchObject({
+        status: 'deferred',
+        attempts: 2,
+      });
+      expect((await ib.handle(filler, (tx) => record(tx, filler))).status).toBe('processed');
+    }
+    expect((await ib.handle(m5!, (tx) => record(tx, m5!))).status).toBe('processed');
+    expect(ib.stats()).toMatchObject({ processed: 5, deferred: 6, quarantined: 0 });
+
+    // The time budget likewise: 300 ms without the aggregate advancing, counted from the last advance.
+    const timed = inbox({ ordering: 'strict', maxGapMs: 300 });
+    const [t1, t2, , t4] = [1, 2, 3, 4].map((n) => message('adv-t', n)) as InboxMessage[];
+    await timed.handle(t1!, (tx) => record(tx, t1!));
+    expect((await timed.handle(t4!, (tx) => record(tx, t4!))).status).toBe('deferred');
+    await new Promise((r) => setTimeout(r, 200));
+    await timed.handle(t2!, (tx) => record(tx, t2!));
+    await new Promise((r) => setTimeout(r, 200));
+    // 400 ms since its first deferral, but the aggregate advanced meanwhile: the clock restarts.
+    expect((await timed.handle(t4!, (tx) => record(tx, t4!))).status).toBe('deferred');
+    await new Promise((r) => setTimeout(r, 350));
+    const parked = await timed.handle(t4!, (tx) => record(tx, t4!));
+    expect(parked.status).toBe('quarantined');
+    expect(parked.reason).toMatch(
+      /^gap not filled for 0\.\d s \(2 deliveries\) without the aggregate advancing: waiting for sequence 3 of this aggregate$/,
+    );
+  });
+
+  it('strict: a real hole is quarantined with the reason; its successors say at once what they wait behind', async () => {
+    const consumer = `hole-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({ consumer, ordering: 'strict', maxGapMs: 200 });
+    const [h1, h2, h3, h4, h5, h6] = [1, 2, 3, 4, 5, 6].map((n) => message('hole', n)) as InboxMessage[];
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    expect((await apply(h1!)).status).toBe('processed');
+    expect((await apply(h3!)).status).toBe('deferred');
+    await new Promise((r) => setTimeout(r, 250));
+    const root = await apply(h3!);
+    expect(root).toMatchObject({ status: 'quarantined' });
+    expect(root.reason).toMatch(/^gap not filled for 0\.\d s .*: waiting for sequence 2 of this aggregate$/);
+    // The successors: parked on their first delivery, naming the event they wait behind.
+    const behind = `waiting behind quarantined event ${h3!.eventId} (sequence 3)`;
+    expect(await apply(h4!)).toEqual({ status: 'quarantined', reason: behind });
+    expect(await apply(h5!)).toEqual({ status: 'quarantined', reason: behind });
+    const parked = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    expect(parked.map((q) => [q.sequence, q.behindEventId])).toEqual([
+      [3, null],
+      [4, h3!.eventId],
+      [5, h3!.eventId],
+    ]);
+
+    // Released (the operator decided sequence 2 will never come): all three, in order.
+    const released = await releaseQuarantined(db.pool, {
+      schema: db.schema,
+      ids: [parked[0]!.id],
+      reason: 'sequence 2 was never committed',
+      actor: 'ops',
+    });
+    expect(released).toEqual([h3!.eventId, h4!.eventId, h5!.eventId]);
+    expect((await ib.replayReleased((tx, e) => record(tx, e))).map((r) => r.status)).toEqual([
+      'processed',
+      'processed',
+      'processed',
+    ]);
+    expect((await apply(h6!)).status).toBe('processed');
+    const { rows } = await db.pool.query(
+      `SELECT sequence FROM "${db.schema}".effects WHERE aggregate_id = 'hole' ORDER BY ctid`,
+    );
+    expect(rows.map((r) => r.sequence)).toEqual([1, 3, 4, 5, 6]);
+    expect(await listQuarantine(db.pool, { schema: db.schema, consumer })).toEqual([]);
+    // Sequence 2 arriving after all is stale: the operator let the aggregate go past it.
+    expect((await apply(h2!)).status).toBe('stale');
+  });
+
+  it('strict: behind an event quarantined for its version, successors wait; released, they follow it in order', async () => {
+    const consumer = `behind-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({
+      consumer,
+      ordering: 'strict',
+      accepts: [{ type: 'stock.reserved', schemaVersion: 1 }],
+    });
+    const b1 = message('bv', 1);
+    const b2 = message('bv', 2, { schemaVersion: 2 });
+    const [b3, b4, b5] = [3, 4, 5].map((n) => message('bv', n)) as InboxMessage[];
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    expect((await apply(b1)).status).toBe('processed');
+    // The successor can come first (another instance holds sequence 2): it waits, as a gap.
+    expect((await apply(b3!)).status).toBe('deferred');
+    expect((await apply(b2)).reason).toMatch(/schema version 2 of "stock.reserved" is not accepted/);
+    const behind = `waiting behind quarantined event ${b2.eventId} (sequence 2)`;
+    expect(await apply(b3!)).toEqual({ status: 'quarantined', reason: behind });
+    expect(await apply(b4!)).toEqual({ status: 'quarantined', reason: behind });
+    const [root] = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    expect(
+      await releaseQuarantined(db.pool, { schema: db.schema, ids: [root!.id], reason: 'v2 is compatible' }),
+    ).toEqual([b2.eventId, b3!.eventId, b4!.eventId]);
+    // Meanwhile a later event arrives: behind a released event it waits for the replay.
+    const waiting = await apply(b5!);
+    expect(waiting.status).toBe('deferred');
+    expect(waiting.reason).toBe(
+      `waiting behind released event ${b2.eventId} (sequence 2), which replayReleased applies first`,
+    );
+    expect((await ib.replayReleased((tx, e) => record(tx, e))).map((r) => r.status)).toEqual([
+      'processed',
+      'processed',
+      'processed',
+    ]);
+    expect((await apply(b5!)).status).toBe('processed');
+    const { rows } = await db.pool.query(
+      `SELECT sequence FROM "${db.schema}".effects WHERE aggregate_id = 'bv' ORDER BY ctid`,
+    );
+    expect(rows.map((r) => r.sequence)).toEqual([1, 2, 3, 4, 5]);
+  });
+
+  it('strict: when the replay of the blocking event fails again, its successors stay parked behind it', async () => {
+    const consumer = `again-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({ consumer, ordering: 'strict', maxAttempts: 1 });
+    const [a1, a2, a3] = [1, 2, 3].map((n) => message('again', n)) as InboxMessage[];
+    const failing = async () => {
+      throw new Error('downstream said no');
+    };
+    expect((await ib.handle(a1!, failing)).reason).toMatch(/handler failed 1 times: downstream said no/);
+    expect((await ib.handle(a2!, (tx) => record(tx, a2!))).reason).toBe(
+      `waiting behind quarantined event ${a1!.eventId} (sequence 1)`,
+    );
+    const ids = (await listQuarantine(db.pool, { schema: db.schema, consumer })).map((q) => q.id);
+    await releaseQuarantined(db.pool, { schema: db.schema, ids: ids.slice(0, 1), reason: 'try again' });
+    expect((await ib.replayReleased(failing)).map((r) => r.status)).toEqual(['quarantined', 'quarantined']);
+    const parked = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    expect(parked.map((q) => [q.eventId, q.releasedAt])).toEqual([
+      [a1!.eventId, null],
+      [a2!.eventId, null],
+    ]);
+    expect((await ib.handle(a3!, (tx) => record(tx, a3!))).reason).toMatch(
+      /waiting behind quarantined event/,
+    );
+  });
+
+  it('strict: an event parked behind another while its release ran is released when that one is replayed', async () => {
+    const consumer = `race-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({ consumer, ordering: 'strict', maxAttempts: 1 });
+    const [r1, r2] = [message('race', 1), message('race', 2)];
+    await ib.handle(r1, async () => {
+      throw new Error('downstream said no');
+    });
+    expect((await ib.handle(r2, (tx) => record(tx, r2))).reason).toMatch(/waiting behind quarantined event/);
+    const [root] = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    await releaseQuarantined(db.pool, { schema: db.schema, ids: [root!.id], reason: 'fixed downstream' });
+    // As if sequence 2 had been parked just after the release ran.
+    await db.pool.query(
+      `UPDATE "${db.schema}".inbox_quarantine SET released_at = NULL, release_reason = NULL WHERE event_id = $1`,
+      [r2.eventId],
+    );
+    expect((await ib.replayReleased((tx, e) => record(tx, e))).map((r) => r.status)).toEqual([
+      'processed',
+      'processed',
+    ]);
+    expect(await listQuarantine(db.pool, { schema: db.schema, consumer })).toEqual([]);
+    expect([await effects(r1.eventId), await effects(r2.eventId)]).toEqual([1, 1]);
+  });
+
+  it('strict: two gaps quarantined about together end up one behind the other, released together', async () => {
+    const consumer = `twin-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({ consumer, ordering: 'strict', maxGapMs: 200 });
+    const [w1, w3, w4] = [message('twin', 1), message('twin', 3), message('twin', 4)];
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    await apply(w1);
+    expect((await apply(w3)).status).toBe('deferred');
+    expect((await apply(w4)).status).toBe('deferred');
+    await new Promise((r) => setTimeout(r, 250));
+    // Sequence 4 comes back first: its own budget is spent, nothing is quarantined before it yet.
+    expect((await apply(w4)).reason).toMatch(/^gap not filled for .*: waiting for sequence 2/);
+    expect((await apply(w3)).reason).toMatch(/^gap not filled for .*: waiting for sequence 2/);
+    const parked = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    const row = (e: InboxMessage) => parked.find((q) => q.eventId === e.eventId)!;
+    expect(row(w4)).toMatchObject({
+      behindEventId: w3.eventId,
+      reason: `waiting behind quarantined event ${w3.eventId} (sequence 3)`,
+    });
+    expect(
+      await releaseQuarantined(db.pool, { schema: db.schema, ids: [row(w3).id], reason: 'no sequence 2' }),
+    ).toEqual([w3.eventId, w4.eventId]);
+    expect((await ib.replayReleased((tx, e) => record(tx, e))).map((r) => r.status)).toEqual([
+      'processed',
+      'processed',
+    ]);
+  });
+
+  it('strict: a released event never skips a gap over an event quarantined before it', async () => {
+    const consumer = `over-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({
+      consumer,
+      ordering: 'strict',
+      maxGapMs: 100,
+      accepts: [{ type: 'stock.reserved', schemaVersion: 1 }],
+    });
+    const [o1, o3] = [message('over', 1), message('over', 3)];
+    const o2 = message('over', 2, { schemaVersion: 2 });
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    await apply(o1);
+    await apply(o3);
+    await new Promise((r) => setTimeout(r, 150));
+    expect((await apply(o3)).status).toBe('quarantined');
+    const [gap] = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    await releaseQuarantined(db.pool, { schema: db.schema, ids: [gap!.id], reason: 'sequence 2 is lost' });
+    // Before the replay, sequence 2 does arrive, in a version this consumer does not accept.
+    expect((await apply(o2)).reason).toMatch(/schema version 2/);
+    const replay = await ib.replayReleased((tx, e) => record(tx, e));
+    expect(replay).toEqual([
+      { status: 'quarantined', reason: `waiting behind quarantined event ${o2.eventId} (sequence 2)` },
+    ]);
+    expect(await effects(o3.eventId)).toBe(0);
+    const v2 = (await listQuarantine(db.pool, { schema: db.schema, consumer })).find(
+      (q) => q.eventId === o2.eventId,
+    );
+    await releaseQuarantined(db.pool, { schema: db.schema, ids: [v2!.id], reason: 'v2 is compatible' });
+    expect((await ib.replayReleased((tx, e) => record(tx, e))).map((r) => r.status)).toEqual([
+      'processed',
+      'processed',
+    ]);
+    const { rows } = await db.pool.query(
+      `SELECT sequence FROM "${db.schema}".effects WHERE aggregate_id = 'over' ORDER BY ctid`,
+    );
+    expect(rows.map((r) => r.sequence)).toEqual([1, 2, 3]);
+  });
+
   it('skip-stale skips older sequences (counted as seen); none applies everything', async () => {
     const skip = inbox({ ordering: 'skip-stale' });
     const [a1, a3, a2] = [message('k', 1), message('k', 3), message('k', 2)];
@@ -181,6 +415,40 @@ describe('inbox', () => {
     expect(last.status).toBe('quarantined');
     expect(last.reason).toMatch(/handler failed 3 times: downstream said no/);
     expect(await effects(m.eventId)).toBe(0);
+  });
+
+  it('deferrals on a gap are not handler failures: a handler failing after a gap is charged from 1', async () => {
+    const ib = inbox({ ordering: 'strict', maxAttempts: 2 });
+    const [f1, f2] = [message('fg', 1), message('fg', 2)];
+    for (let i = 0; i < 3; i += 1)
+      expect((await ib.handle(f2, (tx) => record(tx, f2))).status).toBe('deferred');
+    await ib.handle(f1, (tx) => record(tx, f1));
+    const failed = await ib.handle(f2, async () => {
+      throw new Error('downstream said no');
+    });
+    expect(failed).toMatchObject({ status: 'deferred', attempts: 1 });
+    expect((await ib.handle(f2, (tx) => record(tx, f2))).status).toBe('processed');
+  });
+
+  it('a transient database error in the handler (serialization failure) is not charged: handle rejects, nothing written', async () => {
+    const ib = inbox({ maxAttempts: 1 });
+    const m = message('tr', 1);
+    const serializationFailure = async (tx: Parameters<typeof record>[0]) => {
+      await record(tx, m);
+      await tx.query(
+        "DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = 'serialization_failure'; END $$",
+        [],
+      );
+    };
+    await expect(ib.handle(m, serializationFailure)).rejects.toMatchObject({ code: '40001' });
+    const { rows } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM "${db.schema}".inbox_attempts WHERE event_id = $1`,
+      [m.eventId],
+    );
+    expect(rows[0].n).toBe(0);
+    expect(await effects(m.eventId)).toBe(0);
+    expect((await ib.handle(m, (tx) => record(tx, m))).status).toBe('processed');
+    expect(await effects(m.eventId)).toBe(1);
   });
 
   it('reads the envelope a tx-outbox publisher sends', () => {

@@ -16,6 +16,7 @@ import {
   topicProblem,
 } from '../../src/publishers/kafka.js';
 import { contractMessage, publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
+import { FaultProxy } from '../helpers/fault-proxy.js';
 import { KAFKA_BROKER, KAFKA_HOST, KAFKA_PORT, kafkaAvailable } from '../helpers/kafka.js';
 
 const BROKER = KAFKA_BROKER;
@@ -392,6 +393,38 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
       expect(outcomes[0]).toMatchObject({ ok: false, retryable: true });
       expect(isBrokerUnavailable(failure(outcomes[0]))).toBe(true);
       expect(outcomes[1]).toMatchObject({ ok: false, retryable: false });
+    });
+
+    it('a stalled link (socket open, nothing answered): BROKER_UNAVAILABLE, not an attempt; it goes on after', async () => {
+      const topic = uniqueTopic('stall');
+      await createTopic(topic, 1);
+      const proxy = await FaultProxy.start(KAFKA_PORT, { targetHost: KAFKA_HOST });
+      try {
+        const address = { host: '127.0.0.1', port: proxy.port };
+        const pub = publisher({
+          brokers: [`${address.host}:${address.port}`],
+          mapBrokerAddress: () => address,
+          timeoutMs: 1_000,
+        });
+        expect(await pub.publish([message(topic, 's1')], never)).toEqual([{ ok: true }]);
+        proxy.stall();
+        const outcomes = await pub.publish([message(topic, 's2'), message(topic, 's3')], never);
+        for (const outcome of outcomes) {
+          const error = failure(outcome);
+          expect(error.retryable).toBe(true);
+          expect(isBrokerUnavailable(error)).toBe(true);
+        }
+        await proxy.resume();
+        let after: PublishOutcome[] = [];
+        for (let i = 0; i < 20; i++) {
+          after = await pub.publish([message(topic, 's2'), message(topic, 's3')], never);
+          if (after.every((o) => o.ok)) break;
+          await sleep(250);
+        }
+        expect(after).toEqual([{ ok: true }, { ok: true }]);
+      } finally {
+        await proxy.close();
+      }
     });
 
     it('works with an existing producer, which it does not close', async () => {

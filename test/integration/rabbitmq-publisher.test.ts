@@ -467,7 +467,7 @@ describe('rabbitmqPublisher', () => {
     expect(await queueDepth(ns)).toBe(0);
   });
 
-  it('a broker that stops answering: confirms time out as retryable, close() does not hang', async () => {
+  it('a broker that stops answering: confirms time out as BROKER_UNAVAILABLE (the link is in doubt, no attempt), close() does not hang', async () => {
     const ns = newNamespace();
     await topology(ns);
     const proxy = await FreezingProxy.start(PORT);
@@ -477,8 +477,11 @@ describe('rabbitmqPublisher', () => {
       proxy.freeze();
       const started = Date.now();
       const outcomes = await p.publish(messages(ns, 3), never());
-      for (const outcome of outcomes)
-        expect(expectFailure(outcome, true).message).toMatch(/Timed out after 500 ms/);
+      for (const outcome of outcomes) {
+        const error = expectFailure(outcome, true);
+        expect(error.message).toMatch(/Timed out after 500 ms.*the connection is in doubt/);
+        expect(isBrokerUnavailable(error)).toBe(true);
+      }
       const inFlight = p.publish(messages(ns, 3), never());
       await p.close();
       expect(await inFlight).toHaveLength(3);

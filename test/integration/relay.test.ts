@@ -237,6 +237,34 @@ describe('polling relay', () => {
     expect(r.stats().dead).toBe(0);
   });
 
+  it('a publish call hanging past publishTimeoutMs charges no attempt, and the outage is logged', async () => {
+    const publisher = new RecordingPublisher();
+    let hang = true;
+    // Hangs until the relay aborts the call (its publishTimeoutMs), like a broker that never answers.
+    publisher.verdict = () => (hang ? new Promise(() => undefined) : { ok: true });
+    const lines: string[] = [];
+    const logger = {
+      debug: () => undefined,
+      info: (_: object, msg?: string) => lines.push(`info ${msg}`),
+      warn: (_: object, msg?: string) => lines.push(`warn ${msg}`),
+      error: (_: object, msg?: string) => lines.push(`error ${msg}`),
+    };
+    await put([{ aggregateType: 'o', aggregateId: 'h1', type: 't', payload: 1 }]);
+    const r = relay(publisher, { maxAttempts: 1, publishTimeoutMs: 100, logger });
+    await r.start();
+    await waitFor(() => r.stats().unavailable >= 3, { what: 'several timed-out publishes' });
+    const { rows } = await db.pool.query(
+      `SELECT max(attempts)::int AS a, count(*)::int AS n FROM "${db.schema}".events`,
+    );
+    expect(rows[0]).toEqual({ a: 0, n: 1 });
+    expect(r.stats().lastError).toMatch(/did not finish within 100 ms/);
+    hang = false;
+    await waitFor(() => publisher.received.length === 1);
+    expect(r.stats().dead).toBe(0);
+    expect(lines.filter((l) => l.startsWith('warn broker unavailable'))).toHaveLength(1);
+    expect(lines).toContain('info broker available again');
+  });
+
   it('a dead event is listed and, replayed with a reason, delivered in order with its aggregate (audited)', async () => {
     const publisher = new RecordingPublisher();
     let broken = true;
@@ -310,10 +338,21 @@ describe('polling relay', () => {
     await put([{ aggregateType: 'o', aggregateId: 'ra', type: 't', payload: 1 }]);
     relay(publisher, { backoff: { baseMs: 1, capMs: 60_000 } }).start();
     await waitFor(() => calls === 1);
-    const { rows } = await db.pool.query(
-      `SELECT extract(epoch FROM next_attempt_at - now()) AS wait FROM "${db.schema}".events`,
+    // The outcome is recorded after the publish returns (pipelined): wait for the attempt's row.
+    let wait = Number.NaN;
+    await waitFor(
+      async () => {
+        const { rows } = await db.pool.query(
+          `SELECT extract(epoch FROM next_attempt_at - now()) AS wait FROM "${db.schema}".events WHERE attempts = 1`,
+        );
+        if (rows.length === 0) return false;
+        wait = Number(rows[0].wait);
+        return true;
+      },
+      { what: 'the retry to be recorded' },
     );
-    expect(Number(rows[0].wait)).toBeGreaterThan(4);
+    expect(wait).toBeGreaterThan(4);
+    expect(calls).toBe(1);
   });
 
   it('deliverAfter holds the event and the later events of its aggregate', async () => {
@@ -380,6 +419,33 @@ describe('polling relay', () => {
     );
     expect(rows[0].n).toBe(0);
     await expect(r.start()).rejects.toThrow(/stopped/);
+  });
+
+  it('stop() closes the publisher once, after the batch in flight; closePublisher: false leaves it open', async () => {
+    const closes: string[] = [];
+    const owned = new RecordingPublisher();
+    owned.delayMs = 300;
+    owned.close = async () => {
+      closes.push(`owned closed with ${owned.received.length} received`);
+    };
+    const shared = new RecordingPublisher();
+    shared.close = async () => {
+      closes.push('shared closed');
+    };
+    const a = relay(owned);
+    const b = relay(shared, { closePublisher: false });
+    await a.start();
+    await waitFor(() => a.stats().partitions.length === 16);
+    await put([{ aggregateType: 'o', aggregateId: 'c1', type: 't', payload: 1 }]);
+    await new Promise((r) => setTimeout(r, 100)); // the batch is in flight (300 ms)
+    await Promise.all([a.stop(), a.stop()]);
+    expect(closes).toEqual(['owned closed with 1 received']);
+    await b.start();
+    await b.stop();
+    expect(closes).toEqual(['owned closed with 1 received']);
+    expect(() => createRelay({ pool: db.pool, publisher: owned, closePublisher: 'yes' as never })).toThrow(
+      /closePublisher/,
+    );
   });
 
   it('two relays share the partitions fairly and deliver everything in order', async () => {

@@ -233,7 +233,7 @@ describe('webhookPublisher — single mode', () => {
     expect(dateMs).toBeLessThanOrEqual(30_000);
   });
 
-  it('fails retryably on timeout when the server never answers', async () => {
+  it('a timeout while the endpoint answers nothing is BROKER_UNAVAILABLE (the link is in doubt, no attempt)', async () => {
     const server = await startServer(() => {});
     const target = publisher({ endpoints: server.url, timeoutMs: 100 });
     const started = Date.now();
@@ -241,7 +241,25 @@ describe('webhookPublisher — single mode', () => {
 
     expect(failure(outcome).retryable).toBe(true);
     expect(failure(outcome).error.message).toContain('timed out after 100 ms');
+    expect(failure(outcome).error.message).toContain('the connection is in doubt');
+    expect(isBrokerUnavailable(failure(outcome).error)).toBe(true);
     expect(Date.now() - started).toBeLessThan(1_500);
+  });
+
+  it('a timeout while the endpoint answers other requests is retryable and charged', async () => {
+    const server = await startServer((req, res) => {
+      if (req.path !== '/slow') res.writeHead(204).end();
+    });
+    const target = publisher({
+      endpoints: { slow: `${server.url}/slow`, '*': `${server.url}/fast` },
+      timeoutMs: 300,
+    });
+    const [slow, fast] = await publish(target, [makeMessage({ topic: 'slow' }), makeMessage()]);
+
+    expect(fast).toEqual({ ok: true });
+    expect(failure(slow).retryable).toBe(true);
+    expect(failure(slow).error.message).toContain('timed out after 300 ms');
+    expect(isBrokerUnavailable(failure(slow).error)).toBe(false);
   });
 
   it('fails retryably when the connection is refused', async () => {
@@ -422,6 +440,71 @@ describe('webhookPublisher — close()', () => {
   it('returns [] for an empty batch', async () => {
     const target = publisher({ endpoints: 'http://127.0.0.1:9/' });
     expect(await publish(target, [])).toEqual([]);
+  });
+});
+
+describe('webhookPublisher — credentials in endpoint URLs', () => {
+  const PASSWORD = 'p:ss@w0rd';
+  const TOKEN = 't0kenValue';
+
+  it('sends user:password as Basic authentication and shows neither it nor query values in errors', async () => {
+    // The error page quotes the request, as many do.
+    const server = await startServer((req, res) =>
+      res.writeHead(500).end(`failed POST ${req.path} authorization=${req.headers.authorization}`),
+    );
+    const { port } = new URL(server.url);
+    const url = `http://us%40er:${encodeURIComponent(PASSWORD)}@127.0.0.1:${port}/hook?token=${TOKEN}`;
+    const basic = Buffer.from(`us@er:${PASSWORD}`).toString('base64');
+    const [outcome] = await publish(publisher({ endpoints: url }), [makeMessage()]);
+
+    const [req] = server.received;
+    expect(req?.headers.authorization).toBe(`Basic ${basic}`);
+    expect(req?.path).toBe(`/hook?token=${TOKEN}`);
+    const message = failure(outcome).error.message;
+    expect(message).toContain(`Webhook POST http://127.0.0.1:${port}/hook?token=*** answered HTTP 500`);
+    for (const secret of [PASSWORD, encodeURIComponent(PASSWORD), TOKEN, basic]) {
+      expect(message).not.toContain(secret);
+    }
+  });
+
+  it('does not show the values of static headers (an API key, a bearer token) quoted by an error page', async () => {
+    const server = await startServer((req, res) =>
+      res
+        .writeHead(401)
+        .end(`denied: x-api-key=${req.headers['x-api-key']} authorization=${req.headers.authorization}`),
+    );
+    const headers = { 'x-api-key': 'k3y-static-api-key', authorization: 'Bearer b3arer-t0ken' };
+    const [outcome] = await publish(publisher({ endpoints: server.url, headers }), [makeMessage()]);
+    expect(server.received[0]?.headers['x-api-key']).toBe(headers['x-api-key']);
+    const message = failure(outcome).error.message;
+    expect(message).toContain('answered HTTP 401');
+    for (const secret of ['k3y-static-api-key', 'b3arer-t0ken']) expect(message).not.toContain(secret);
+  });
+
+  it('refuses credentials in the URL together with an authorization header, without echoing them', () => {
+    expect(() =>
+      webhookPublisher({
+        endpoints: `https://user:${TOKEN}@example.com/hooks`,
+        secret: SECRET,
+        headers: { Authorization: 'Bearer x' },
+      }),
+    ).toThrow(/^endpoints: 'https:\/\/user:\*\*\*@example\.com\/hooks' has a user name or password/);
+  });
+
+  it('does not echo the secrets of an invalid URL', () => {
+    for (const endpoints of [
+      `http://user:${TOKEN}@[bad/hook`,
+      `ftp://user:${TOKEN}@example.com/?k=${TOKEN}`,
+    ]) {
+      let thrown: unknown;
+      try {
+        webhookPublisher({ endpoints, secret: SECRET });
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).toBeInstanceOf(OutboxValidationError);
+      expect((thrown as Error).message).not.toContain(TOKEN);
+    }
   });
 });
 

@@ -104,17 +104,15 @@ describe('webhookReceiver', () => {
 
   it('answers 400 to a signed request without an envelope', async () => {
     const s = await setup();
-    const { signWebhook } = await import('../../src/publishers/webhook.js');
+    const { signWebhookRequest } = await import('../../src/publishers/webhook.js');
     const body = '{}';
-    const timestamp = Math.floor(Date.now() / 1000);
-    const id = 'msg_no_envelope';
+    const headers = { 'content-type': 'application/json' };
     const res = await fetch(`${s.url}/events`, {
       method: 'POST',
       body,
       headers: {
-        'webhook-id': id,
-        'webhook-timestamp': String(timestamp),
-        'webhook-signature': signWebhook({ secret: SECRET, id, timestamp, body }),
+        ...headers,
+        ...signWebhookRequest({ secret: SECRET, id: 'msg_no_envelope', body, headers }),
       },
     });
     expect(res.status).toBe(400);

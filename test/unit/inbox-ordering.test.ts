@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { decideOrder } from '../../src/inbox/ordering.js';
+import { type DeferPolicy, deferDelay, deferPolicy } from '../../src/consumers/defer.js';
+import { DEFAULT_MAX_GAP_MS, decideOrder, type GapBudget, gapExhausted } from '../../src/inbox/ordering.js';
 
 describe('inbox ordering policies', () => {
   it('strict applies only the next sequence', () => {
@@ -23,5 +24,56 @@ describe('inbox ordering policies', () => {
   });
   it('none applies everything', () => {
     expect(decideOrder('none', 9, 1)).toBe('apply');
+  });
+});
+
+describe('strict gap budget and redelivery backoff', () => {
+  /** Deliveries of a deferred event in `ms` of waiting, redelivered with `policy`'s backoff. */
+  const deliveriesWithin = (policy: DeferPolicy, ms: number): number => {
+    let elapsed = 0;
+    let deliveries = 1; // the first one, deferred at once
+    while (elapsed + deferDelay(policy, deliveries) <= ms) {
+      elapsed += deferDelay(policy, deliveries);
+      deliveries += 1;
+    }
+    return deliveries;
+  };
+  const defaults: GapBudget = { maxGapMs: DEFAULT_MAX_GAP_MS };
+
+  it('redelivery doubles from deferMs up to deferCapMs (defaults 1 s and 10 s)', () => {
+    const policy = deferPolicy({});
+    expect(policy).toEqual({ deferMs: 1000, deferCapMs: 10_000 });
+    expect([1, 2, 3, 4, 5, 6, 50].map((n) => deferDelay(policy, n))).toEqual([
+      1000, 2000, 4000, 8000, 10_000, 10_000, 10_000,
+    ]);
+    expect(deferDelay(policy, undefined)).toBe(1000);
+    // A cap below deferMs is deferMs: never faster than asked.
+    expect(deferDelay(deferPolicy({ deferMs: 500, deferCapMs: 100 }), 9)).toBe(500);
+  });
+
+  it('the defaults outlast two consumer crashes (NATS ack wait 30 s each) and a 60 s database restart', () => {
+    // The successor of an event held by a crashed consumer waits until the broker's ack wait runs
+    // out and the event is redelivered: 30 s per crash at the NATS adapter's default; a database
+    // restart adds its downtime. 120 s in all, without the aggregate advancing.
+    const waitedMs = 2 * 30_000 + 60_000;
+    const deliveries = deliveriesWithin(deferPolicy({}), waitedMs);
+    expect(deliveries).toBe(15); // the first, 4 after 1+2+4+8 = 15 s, 10 more at the 10 s cap
+    expect(gapExhausted(defaults, { waitedMs, deliveries })).toBeUndefined();
+    // Even the deprecated count of old (50) is not reached: the backoff makes few round trips.
+    expect(gapExhausted({ ...defaults, maxDeferrals: 50 }, { waitedMs, deliveries })).toBeUndefined();
+    // Before: one delivery per second, and the budget was 50 deliveries in all.
+    expect(waitedMs / 1000).toBeGreaterThan(50);
+  });
+
+  it('a real hole is quarantined after maxGapMs (5 min by default), with the reason', () => {
+    const deliveries = deliveriesWithin(deferPolicy({}), DEFAULT_MAX_GAP_MS);
+    expect(deliveries).toBe(33);
+    expect(gapExhausted(defaults, { waitedMs: DEFAULT_MAX_GAP_MS - 1, deliveries })).toBeUndefined();
+    expect(gapExhausted(defaults, { waitedMs: DEFAULT_MAX_GAP_MS, deliveries })).toBe(
+      'gap not filled for 300 s (33 deliveries) without the aggregate advancing',
+    );
+    expect(gapExhausted({ maxGapMs: 60_000, maxDeferrals: 3 }, { waitedMs: 10, deliveries: 3 })).toBe(
+      'gap not filled after 3 deliveries without the aggregate advancing',
+    );
   });
 });

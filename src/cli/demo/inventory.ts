@@ -80,7 +80,7 @@ export class Inventory {
   /** Event ids whose effect the inbox committed. */
   readonly applied = new Set<string>();
   /** The inventory's inbox, noting what it applied; hand it to a consumer adapter. */
-  readonly inbox: Inbox;
+  readonly inbox: Inbox<OrderPlaced>;
   /** Applies one `order.placed` on the inbox transaction. */
   readonly handler: InboxHandler<OrderPlaced>;
 

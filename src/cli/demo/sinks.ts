@@ -17,6 +17,7 @@ import type { Logger as PinoLogger } from 'pino';
 import { errorMessage } from '../../errors.js';
 import type { Publisher } from '../../publishers/contract.js';
 import { webhookPublisher } from '../../publishers/webhook.js';
+import { redactText } from '../../redact.js';
 import { CliError } from '../common.js';
 import { importNats } from '../publishers.js';
 import { type LostAcks, loseConsumerAcks } from './faults.js';
@@ -129,7 +130,9 @@ async function openNatsSink(
   const prefix = `txo.demo.${suffix}`;
   const nc = await connect({ servers: servers.split(','), name: 'tx-outbox-demo-consumer' }).catch(
     (error: unknown) => {
-      throw new CliError(`cannot connect to NATS at ${servers}: ${errorMessage(error)}`, 1, { cause: error });
+      throw new CliError(`cannot connect to NATS at ${redactText(servers)}: ${errorMessage(error)}`, 1, {
+        cause: error,
+      });
     },
   );
   cleanup.add('close the NATS consumer connection', () => nc.close());
@@ -163,7 +166,7 @@ async function openNatsSink(
   return {
     publisher,
     topic: `${prefix}.order.placed`,
-    label: `NATS JetStream stream ${stream} at ${servers}, read by the verifier through an ordered consumer`,
+    label: `NATS JetStream stream ${stream} at ${redactText(servers)}, read by the verifier through an ordered consumer`,
     consumerLabel: `a durable JetStream pull consumer "${INVENTORY_CONSUMER}" (ack only after the inbox commit)`,
     stopConsumer: () => withTimeout(consumer.stop()),
     storedMessages: async () => (await jsm.streams.info(stream)).state.messages,

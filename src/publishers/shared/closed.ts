@@ -1,4 +1,5 @@
 import { BROKER_UNAVAILABLE, errorMessage, OutboxError, PublishError } from '../../errors.js';
+import { redactText } from '../../redact.js';
 
 export const PUBLISHER_CLOSED = 'TXO_PUBLISHER_CLOSED';
 
@@ -23,7 +24,7 @@ export function connectError(broker: string, where: string, error: unknown): Pub
       cause: error,
     });
   }
-  return new PublishError(`${broker} is not available (${where}): ${errorMessage(error)}`, {
+  return new PublishError(`${broker} is not available (${where}): ${redactText(errorMessage(error))}`, {
     retryable: true,
     code: BROKER_UNAVAILABLE,
     cause: error,

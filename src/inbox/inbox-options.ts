@@ -1,0 +1,125 @@
+/**
+ * The inbox's options, checked once where it is created (each error names the option and the
+ * fix), and its statements in the consumer's schema.
+ */
+import type { Pool } from 'pg';
+import { OutboxValidationError } from '../errors.js';
+import type { Logger } from '../logger.js';
+import { quoteSchema, withSchema } from '../schema/identifiers.js';
+import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+import { namedStatement, type Statement } from '../schema/statement.js';
+import type { AcceptedEvent } from './decode.js';
+import {
+  BLOCKER_SQL,
+  CLAIM_AND_ADVANCE_SQL,
+  CLAIM_EVENT_SQL,
+  COUNT_ATTEMPT_SQL,
+  COUNT_DEFERRAL_SQL,
+  DONE_QUARANTINE_SQL,
+  QUARANTINE_SQL,
+  RELEASED_MESSAGES_SQL,
+  RELEASED_SQL,
+} from './inbox-sql.js';
+import { ORDERING_POLICIES, type OrderingPolicy, type StartSequence } from './ordering.js';
+
+export interface InboxOptions<A extends readonly AcceptedEvent[] = readonly AcceptedEvent[]> {
+  readonly pool: Pool;
+  /** This consumer's name: dedup records and positions are per consumer. */
+  readonly consumer: string;
+  readonly schema?: string;
+  /** Default `strict`. */
+  readonly ordering?: OrderingPolicy;
+  /**
+   * The (type, schema version) pairs this consumer understands; anything else is quarantined. Omit
+   * to accept all. With a `schema` on each, the handler's `event.data` is typed from their outputs.
+   */
+  readonly accepts?: A;
+  /** Handler failures before the message is quarantined. Default 5. */
+  readonly maxAttempts?: number;
+  /**
+   * `strict`: the sequence an aggregate this consumer has not seen starts at. Default 1 (tx-outbox
+   * sequences start there: a first event with a higher one waits, as a gap, for the ones before
+   * it). `'first-seen'`: whatever sequence is delivered first starts it — for a consumer that
+   * joins a stream with history it will never receive.
+   */
+  readonly startSequence?: StartSequence;
+  /**
+   * `strict`: how long a gap may stay unfilled without the aggregate advancing, in ms, before the
+   * waiting event is quarantined. The clock restarts whenever the aggregate advances. Default
+   * 300 000 (5 min: several consumer crashes, broker or database restarts in a row).
+   */
+  readonly maxGapMs?: number;
+  /** @deprecated Use `maxGapMs` (the same limit; it now restarts when the aggregate advances). */
+  readonly maxDeferMs?: number;
+  /**
+   * @deprecated Deliveries counted depend on the adapter's redelivery rate; use `maxGapMs`. If set,
+   * a gap is also quarantined after this many deliveries without the aggregate advancing.
+   */
+  readonly maxDeferrals?: number;
+  /** Run the per-event statement as a named prepared statement (default true). Turn off behind PgBouncer in transaction mode. */
+  readonly prepared?: boolean;
+  readonly logger?: Logger;
+}
+
+export interface Statements {
+  readonly claim: string;
+  readonly claimAndAdvance: Statement;
+  readonly countAttempt: string;
+  readonly countDeferral: string;
+  readonly blocker: string;
+  readonly quarantine: string;
+  readonly released: string;
+  readonly releasedMessages: string;
+  readonly doneQuarantine: string;
+}
+
+/** Checks the options (nothing is connected yet); the ordering policy and the statements. */
+export function resolveInboxOptions(options: InboxOptions<readonly AcceptedEvent[]>): {
+  ordering: OrderingPolicy;
+  sql: Statements;
+} {
+  if (!options?.pool || typeof options.pool.connect !== 'function') {
+    throw new OutboxValidationError('pool', 'is missing', 'Pass the pg Pool of the consumer database.');
+  }
+  if (typeof options.consumer !== 'string' || options.consumer.trim() === '') {
+    throw new OutboxValidationError('consumer', 'is missing', "Name the consumer, e.g. 'inventory'.");
+  }
+  const ordering = options.ordering ?? 'strict';
+  if (!ORDERING_POLICIES.includes(ordering)) {
+    throw new OutboxValidationError(
+      'ordering',
+      `is ${String(ordering)}`,
+      `Use one of ${ORDERING_POLICIES.join(', ')}.`,
+    );
+  }
+  const start = options.startSequence;
+  if (start !== undefined && start !== 'first-seen' && !(Number.isSafeInteger(start) && start >= 1)) {
+    throw new OutboxValidationError(
+      'startSequence',
+      `is ${String(start)}`,
+      "Use a positive integer (tx-outbox sequences start at 1) or 'first-seen'.",
+    );
+  }
+  for (const name of ['maxGapMs', 'maxDeferMs', 'maxDeferrals', 'maxAttempts'] as const) {
+    const v = options[name];
+    if (v !== undefined && !(Number.isSafeInteger(v) && v >= 1))
+      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a positive integer.');
+  }
+  const schema = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
+  const sql: Statements = {
+    claim: withSchema(CLAIM_EVENT_SQL, schema),
+    claimAndAdvance: namedStatement(
+      'txo_inbox',
+      withSchema(CLAIM_AND_ADVANCE_SQL, schema),
+      options.prepared ?? true,
+    ),
+    countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
+    countDeferral: withSchema(COUNT_DEFERRAL_SQL, schema),
+    blocker: withSchema(BLOCKER_SQL, schema),
+    quarantine: withSchema(QUARANTINE_SQL, schema),
+    released: withSchema(RELEASED_SQL, schema),
+    releasedMessages: withSchema(RELEASED_MESSAGES_SQL, schema),
+    doneQuarantine: withSchema(DONE_QUARANTINE_SQL, schema),
+  };
+  return { ordering, sql };
+}

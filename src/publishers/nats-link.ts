@@ -1,0 +1,53 @@
+/**
+ * Is the connection to NATS alive? Asked when a PubAck is overdue: a timeout on a link that
+ * still carries traffic is the message's (or the stream's) trouble and costs the event an
+ * attempt; a timeout on a link that went silent (a network stall, a half-open TCP connection
+ * the client has not noticed yet: its own pings come every two minutes) is the broker being
+ * unreachable, and must not burn the event's attempts.
+ *
+ * Evidence of life, cheapest first: a message received on the connection since the publish
+ * was sent (NATS keeps a connection's traffic in order, so a later PubAck means the server
+ * read ours); else a PING answered within the probe deadline. One probe is shared by every
+ * publish that asks while it is under way.
+ */
+import type { NatsConnection } from '@nats-io/transport-node';
+import { raceDeadline } from './shared/deadline.js';
+
+/** Longest wait for the PONG of a probe, in ms (shorter when the publish timeout is). */
+const MAX_PROBE_MS = 5_000;
+
+export class LinkProbe {
+  readonly #nc: NatsConnection;
+  readonly #probeMs: number;
+  #probe: Promise<boolean> | undefined;
+
+  constructor(nc: NatsConnection, timeoutMs: number) {
+    this.#nc = nc;
+    this.#probeMs = Math.min(timeoutMs, MAX_PROBE_MS);
+  }
+
+  /** How long a probe may wait for its PONG. */
+  get probeMs(): number {
+    return this.#probeMs;
+  }
+
+  /** A mark of the traffic received so far, to compare with later. */
+  mark(): number {
+    return this.#nc.stats().inMsgs;
+  }
+
+  /** True when the server was heard from since `mark`, now or within the probe deadline. */
+  alive(mark: number): Promise<boolean> {
+    if (this.#nc.isClosed()) return Promise.resolve(false);
+    if (this.mark() > mark) return Promise.resolve(true);
+    this.#probe ??= raceDeadline(this.#nc.flush(), this.#probeMs)
+      .then(
+        () => true,
+        () => false,
+      )
+      .finally(() => {
+        this.#probe = undefined;
+      });
+    return this.#probe;
+  }
+}

@@ -1,4 +1,0 @@
-/** A URL for error messages, without any user:password part. */
-export function redactCredentials(url: string): string {
-  return url.replace(/\/\/[^/@]*@/, '//***@');
-}

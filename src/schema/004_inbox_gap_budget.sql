@@ -1,0 +1,11 @@
+-- tx-outbox inbox, version 4: a strict gap's budget restarts when its aggregate advances, and a
+-- quarantined event holds back the rest of its aggregate visibly.
+-- inbox_attempts.gap_after: for a deferral on a gap, the sequence the aggregate stood at when the
+-- count started (NULL: the count is of handler failures). Another position restarts the count.
+ALTER TABLE {{schema}}.inbox_attempts ADD COLUMN IF NOT EXISTS gap_after bigint;
+-- inbox_quarantine.behind_event_id: the quarantined event of the same aggregate this one waits
+-- behind (NULL: quarantined for its own reason). Releasing that one releases these too.
+ALTER TABLE {{schema}}.inbox_quarantine ADD COLUMN IF NOT EXISTS behind_event_id uuid;
+-- Which events of an aggregate are quarantined: read on a strict gap (never on the hot path).
+CREATE INDEX IF NOT EXISTS inbox_quarantine_aggregate
+  ON {{schema}}.inbox_quarantine (consumer, aggregate_type, aggregate_id, sequence);

@@ -1,0 +1,56 @@
+import { describe, expect, it } from 'vitest';
+import { OutageLog } from '../../src/relay/outage.js';
+
+function recorder() {
+  const lines: Array<{ level: string; msg: string; obj: Record<string, unknown> }> = [];
+  const at =
+    (level: string) =>
+    (obj: object, msg = '') => {
+      lines.push({ level, msg, obj: obj as Record<string, unknown> });
+    };
+  return { lines, logger: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') } };
+}
+
+describe('OutageLog', () => {
+  it('says the first refusal at once, reminds at most every reminderMs, and says the recovery', () => {
+    let now = 1_000;
+    const { lines, logger } = recorder();
+    const log = new OutageLog(logger, { relayId: 'r1', publisher: 'nats' }, 30_000, () => now);
+    log.recovered(); // nothing to recover from: silent
+    expect(lines).toEqual([]);
+
+    log.refused(5, 'NATS is not available (nats://***@h:4222): CONNECTION_REFUSED');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({
+      level: 'warn',
+      obj: {
+        relayId: 'r1',
+        publisher: 'nats',
+        refused: 5,
+        error: expect.stringMatching(/CONNECTION_REFUSED/),
+      },
+    });
+    for (let i = 0; i < 100; i++) {
+      now += 500; // a refused batch every half second: 50 s in all
+      log.refused(5, 'still down');
+    }
+    const reminders = lines.filter((l) => l.msg === 'broker still unavailable');
+    expect(reminders).toHaveLength(1); // at 31 s; the next one would be due at 61 s
+    expect(reminders[0]!.obj).toMatchObject({ downForMs: 30_000, refusedBatches: 61, refusedEvents: 305 });
+    expect(log.since).toBe(1_000);
+
+    now += 2_000;
+    log.recovered();
+    expect(lines.at(-1)).toMatchObject({
+      level: 'info',
+      msg: 'broker available again',
+      obj: { downForMs: 52_000, refusedBatches: 101, refusedEvents: 505 },
+    });
+    expect(log.since).toBeUndefined();
+    log.recovered();
+    expect(lines.filter((l) => l.msg === 'broker available again')).toHaveLength(1);
+
+    log.refused(1, 'down again'); // a new outage is told at once again
+    expect(lines.at(-1)?.msg).toMatch(/^broker unavailable/);
+  });
+});
