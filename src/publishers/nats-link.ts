@@ -51,3 +51,47 @@ export class LinkProbe {
     return this.#probe;
   }
 }
+
+/**
+ * Does JetStream answer on this connection? Asked when a publish got 503 "no responders": with
+ * JetStream answering, no stream captures the subject, which is the event's (or the
+ * configuration's) failure and costs an attempt, so it goes dead after maxAttempts instead of
+ * holding the relay in outage backoff forever; with JetStream silent (disabled, not enabled
+ * for the account, or the server still starting) the broker is unavailable. One request to
+ * `$JS.API.INFO` is shared by every publish that asks while it is under way.
+ */
+export class JetStreamProbe {
+  readonly #nc: NatsConnection;
+  readonly #probeMs: number;
+  #probe: Promise<boolean> | undefined;
+
+  constructor(nc: NatsConnection, timeoutMs: number) {
+    this.#nc = nc;
+    this.#probeMs = Math.min(timeoutMs, MAX_PROBE_MS);
+  }
+
+  /** True when JetStream answered its account info request without an error. */
+  up(): Promise<boolean> {
+    if (this.#nc.isClosed()) return Promise.resolve(false);
+    this.#probe ??= this.#nc
+      .request('$JS.API.INFO', undefined, { timeout: this.#probeMs })
+      .then(
+        (reply) => {
+          if (reply.data.length === 0) return false;
+          try {
+            const info = JSON.parse(decoder.decode(reply.data)) as { error?: unknown };
+            return info.error === undefined || info.error === null;
+          } catch {
+            return false;
+          }
+        },
+        () => false,
+      )
+      .finally(() => {
+        this.#probe = undefined;
+      });
+    return this.#probe;
+  }
+}
+
+const decoder = new TextDecoder();

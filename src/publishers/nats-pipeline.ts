@@ -26,7 +26,7 @@ import {
 } from '@nats-io/transport-node';
 import { errorMessage, PublishError } from '../errors.js';
 import { DELIVERED, failed, type PublishOutcome } from './contract.js';
-import { LinkProbe } from './nats-link.js';
+import { JetStreamProbe, LinkProbe } from './nats-link.js';
 import {
   abortedBeforeAck,
   apiRefusal,
@@ -35,6 +35,7 @@ import {
   connectionLost,
   linkInDoubt,
   noResponders,
+  noStreamCaptures,
   timedOut,
 } from './nats-shared.js';
 import { abortError } from './shared/abort-watch.js';
@@ -107,6 +108,8 @@ export class AckPipeline {
   );
   /** Tells an overdue PubAck on a live link (charged) from one on a silent link (unavailable). */
   readonly #probe: LinkProbe;
+  /** Tells a subject no stream captures (charged) from JetStream not answering (unavailable). */
+  readonly #jetStream: JetStreamProbe;
   /** Past their deadline, waiting for the probe's verdict on the link. */
   readonly #probing = new Set<Pending>();
   /** Runs waiting for room, first come first served. */
@@ -128,6 +131,7 @@ export class AckPipeline {
     this.#maxInFlight = options.maxInFlight;
     this.#onNoResponders = options.onNoResponders ?? (() => undefined);
     this.#probe = new LinkProbe(nc, options.timeoutMs);
+    this.#jetStream = new JetStreamProbe(nc, options.timeoutMs);
     this.#subscribe();
   }
 
@@ -310,18 +314,29 @@ export class AckPipeline {
     const pending = this.#pending.get(token);
     if (pending === undefined) return; // late: it timed out or the connection dropped meanwhile
     this.#pending.delete(token);
+    if (msg.data.length === 0 && msg.headers?.code === 503) {
+      this.#noResponders(pending);
+      return;
+    }
     pending.run.settle(pending.index, this.#outcome(msg, pending.subject));
     this.#released();
   };
+
+  /** 503 no responders: no stream for the subject (charged) if JetStream answers, else unavailable. */
+  #noResponders(p: Pending): void {
+    this.#onNoResponders();
+    this.#probing.add(p);
+    void this.#jetStream.up().then((up) => {
+      if (!this.#probing.delete(p)) return; // settled by a disconnect meanwhile
+      p.run.settle(p.index, failed(up ? noStreamCaptures(p.subject) : noResponders(p.subject), true));
+      this.#released();
+    });
+  }
 
   #outcome(msg: Msg, subject: string): PublishOutcome {
     const data = msg.data;
     if (data.length === 0) {
       const status = msg.headers;
-      if (status?.code === 503) {
-        this.#onNoResponders();
-        return failed(noResponders(subject), true);
-      }
       return failed(
         new PublishError(`Publish to "${subject}" got an empty reply (${status?.status ?? 'no status'})`, {
           retryable: true,
