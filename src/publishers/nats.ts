@@ -333,7 +333,6 @@ class NatsPublisher implements Publisher {
     };
     if (this.#options.stream !== undefined) options.expect = { streamName: this.#options.stream };
     const probe = session.probe!;
-    const mark = probe.mark();
     const attempt = session.js!.publish(item.subject, item.payload, options);
     this.#track(attempt);
     try {
@@ -342,7 +341,7 @@ class NatsPublisher implements Publisher {
     } catch (error) {
       if (errorName(error) === 'TimeoutError') {
         // Charged only if the link is alive: a silent link is the broker's fault (see nats-link.ts).
-        const alive = await Promise.race([probe.alive(mark), abort.aborted.catch(() => true)]);
+        const alive = await Promise.race([probe.alive(), abort.aborted.catch(() => true)]);
         if (!alive) return failed(linkInDoubt(item.subject, this.#timeoutMs, probe.probeMs), true);
       }
       const published = this.#publishError(error, item.subject);
