@@ -430,6 +430,23 @@ describe('inbox', () => {
     expect((await ib.handle(f2, (tx) => record(tx, f2))).status).toBe('processed');
   });
 
+  it('a handler that swallows a failed statement and returns is not answered processed: nothing was committed', async () => {
+    const ib = inbox({ maxAttempts: 3 });
+    const m = message('swallow', 1);
+    const swallowing = async (tx: Parameters<typeof record>[0]) => {
+      await record(tx, m);
+      // The statement fails and the transaction is aborted; COMMIT then only rolls back.
+      await tx.query('SELECT 1/0', []).catch(() => undefined);
+    };
+    const result = await ib.handle(m, swallowing);
+    expect(result).toMatchObject({ status: 'deferred', attempts: 1 });
+    expect(result.error?.message).toMatch(/aborted .*nothing was committed/);
+    expect(await effects(m.eventId)).toBe(0);
+    // Not acknowledged as done: the redelivery applies it.
+    expect((await ib.handle(m, (tx) => record(tx, m))).status).toBe('processed');
+    expect(await effects(m.eventId)).toBe(1);
+  });
+
   it('a transient database error in the handler (serialization failure) is not charged: handle rejects, nothing written', async () => {
     const ib = inbox({ maxAttempts: 1 });
     const m = message('tr', 1);
