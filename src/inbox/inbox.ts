@@ -139,6 +139,9 @@ class TransactionalInbox<T> implements Inbox<T> {
   async #handle<D>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
     const decoded = await decode<D>(this.o.accepts, message, () => this.isReleased(this.o.pool, message));
     if ('reason' in decoded) return this.park(message, decoded.reason, 0);
+    // Only what fails from the handler's call on is charged to it: before, the inbox's own
+    // statements ran (a lock or statement timeout behind another instance, a pool timeout).
+    let handlerRan = false;
     try {
       await inTransaction(
         this.o.pool,
@@ -171,6 +174,7 @@ class TransactionalInbox<T> implements Inbox<T> {
           }
           if (decision === 'stale')
             throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
+          handlerRan = true;
           await handler(tx, decoded.event);
         },
         // The ordering decision reads the position row it just locked: READ COMMITTED sees the
@@ -182,7 +186,7 @@ class TransactionalInbox<T> implements Inbox<T> {
       if (error instanceof Rejected) return this.rejected(message, error);
       // The database went away under the transaction: nothing was applied and the handler is not to
       // blame (no attempt charged); rejecting tells the adapter to redeliver.
-      if (lostItsConnection(error)) throw error;
+      if (lostItsConnection(error) || !handlerRan) throw error;
       return this.failed(message, error);
     }
   }

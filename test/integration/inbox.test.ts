@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
@@ -11,6 +12,7 @@ import {
 } from '../../src/inbox/quarantine.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
+import { DATABASE_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';
 
 let db: TestDb;
@@ -445,6 +447,52 @@ describe('inbox', () => {
     // Not acknowledged as done: the redelivery applies it.
     expect((await ib.handle(m, (tx) => record(tx, m))).status).toBe('processed');
     expect(await effects(m.eventId)).toBe(1);
+  });
+
+  it("the inbox's own statement timing out (a second instance holds the aggregate) is not charged to the handler", async () => {
+    const consumer = `lock-${randomUUID().slice(0, 8)}`;
+    const timed = new pg.Pool({ connectionString: DATABASE_URL, max: 2, statement_timeout: 300 });
+    try {
+      const a = createInbox({ pool: db.pool, consumer, schema: db.schema });
+      const b = createInbox({ pool: timed, consumer, schema: db.schema, maxAttempts: 1 });
+      const [m1, m2] = [message('lk', 1), message('lk', 2)];
+      let holding!: () => void;
+      const held = new Promise<void>((r) => {
+        holding = r;
+      });
+      let finish!: () => void;
+      const finished = new Promise<void>((r) => {
+        finish = r;
+      });
+      // Instance a applies sequence 1 slowly: the aggregate's position row stays locked meanwhile.
+      const first = a.handle(m1, async (tx) => {
+        await record(tx, m1);
+        holding();
+        await finished;
+      });
+      await held;
+      // Instance b's claim of sequence 2 waits for that lock past its statement_timeout: its
+      // handler never ran, so it is no handler failure (maxAttempts 1 would quarantine it).
+      const second = await b
+        .handle(m2, (tx) => record(tx, m2))
+        .then(
+          (r) => r,
+          (e: unknown) => e,
+        );
+      finish();
+      expect(second).toMatchObject({ code: '57014' });
+      expect((await first).status).toBe('processed');
+      const { rows } = await db.pool.query(
+        `SELECT (SELECT count(*)::int FROM "${db.schema}".inbox_attempts WHERE event_id = $1) AS attempts,
+                (SELECT count(*)::int FROM "${db.schema}".inbox_quarantine WHERE event_id = $1) AS parked`,
+        [m2.eventId],
+      );
+      expect(rows[0]).toEqual({ attempts: 0, parked: 0 });
+      expect((await b.handle(m2, (tx) => record(tx, m2))).status).toBe('processed');
+      expect(await effects(m2.eventId)).toBe(1);
+    } finally {
+      await timed.end();
+    }
   });
 
   it('a transient database error in the handler (serialization failure) is not charged: handle rejects, nothing written', async () => {
