@@ -163,7 +163,10 @@ class TransactionalInbox<T> implements Inbox<T> {
           const decision = decideOrder(this.ordering, last, message.sequence, start);
           // A gap: behind a quarantined event it waits for that one, released or not; otherwise a
           // released message skips it once (the operator let the aggregate go past the hole).
-          const blocker = decision === 'gap' ? await this.blocker(tx, message, seen) : undefined;
+          // Where the aggregate stands for this consumer: an unseen one just before its start
+          // (what is quarantined before that would be stale, it holds nothing back).
+          const stands = last ?? (start === 'first-seen' ? 0 : start - 1);
+          const blocker = decision === 'gap' ? await this.blocker(tx, message, stands) : undefined;
           if (decision === 'gap' && (blocker || !(await this.isReleased(tx, message)))) {
             const reason =
               last !== undefined

@@ -207,6 +207,27 @@ describe('inbox', () => {
     expect((await apply(h2!)).status).toBe('stale');
   });
 
+  it('strict with startSequence: an event quarantined before the start does not hold back the gap at the start', async () => {
+    const ib = inbox({
+      ordering: 'strict',
+      startSequence: 100,
+      accepts: [{ type: 'stock.reserved', schemaVersion: 2 }],
+    });
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    // History the consumer joined after: an old version, quarantined (it is never applied).
+    expect((await apply(message('start', 1, { schemaVersion: 1 }))).status).toBe('quarantined');
+    const [m100, m101] = [
+      message('start', 100, { schemaVersion: 2 }),
+      message('start', 101, { schemaVersion: 2 }),
+    ];
+    // 101 before 100 (100's first delivery failed, say): it waits for 100, not behind sequence 1.
+    const early = await apply(m101);
+    expect(early).toMatchObject({ status: 'deferred' });
+    expect(early.reason).toMatch(/waiting for sequence 100/);
+    expect((await apply(m100)).status).toBe('processed');
+    expect((await apply(m101)).status).toBe('processed');
+  });
+
   it('strict: behind an event quarantined for its version, successors wait; released, they follow it in order', async () => {
     const consumer = `behind-${randomUUID().slice(0, 8)}`;
     const ib = inbox({
