@@ -163,10 +163,7 @@ class TransactionalInbox<T> implements Inbox<T> {
           const decision = decideOrder(this.ordering, last, message.sequence, start);
           // A gap: behind a quarantined event it waits for that one, released or not; otherwise a
           // released message skips it once (the operator let the aggregate go past the hole).
-          // Where the aggregate stands for this consumer: an unseen one just before its start
-          // (what is quarantined before that would be stale, it holds nothing back).
-          const stands = last ?? (start === 'first-seen' ? 0 : start - 1);
-          const blocker = decision === 'gap' ? await this.blocker(tx, message, stands) : undefined;
+          const blocker = decision === 'gap' ? await this.blocker(tx, message, seen) : undefined;
           if (decision === 'gap' && (blocker || !(await this.isReleased(tx, message)))) {
             const reason =
               last !== undefined
@@ -262,10 +259,7 @@ class TransactionalInbox<T> implements Inbox<T> {
     gapAfter: number,
     blocker: Blocker | undefined,
   ): Promise<HandleResult> {
-    if (blocker && !blocker.released) {
-      const reason = `waiting behind quarantined event ${blocker.event_id} (sequence ${blocker.sequence})`;
-      return this.park(message, reason, 0, undefined, { behind: blocker.event_id });
-    }
+    if (blocker && !blocker.released) return this.parkOnGap(message, gapAfter, waiting);
     const reason = blocker
       ? `waiting behind released event ${blocker.event_id} (sequence ${blocker.sequence}), which replayReleased applies first`
       : waiting;
@@ -279,13 +273,44 @@ class TransactionalInbox<T> implements Inbox<T> {
       deliveries: attempts,
     });
     if (exhausted === undefined) return { status: 'deferred', reason, attempts };
-    return this.park(
-      message,
-      `${exhausted}: ${reason}`,
-      attempts,
-      undefined,
-      blocker ? { behind: blocker.event_id, released: `behind released event ${blocker.event_id}` } : {},
-    );
+    if (!blocker)
+      return this.parkOnGap(message, gapAfter, waiting, { reason: `${exhausted}: ${reason}`, attempts });
+    return this.park(message, `${exhausted}: ${reason}`, attempts, undefined, {
+      behind: blocker.event_id,
+      released: `behind released event ${blocker.event_id}`,
+    });
+  }
+
+  /**
+   * Parks a strict gap's event under its aggregate's position lock, after looking again at what it
+   * waits for: since its own transaction read them, a replay may have applied its blocker (the
+   * aggregate moved: it is deferred instead, and comes back as the next one) or another instance
+   * quarantined an event before it (it is parked behind that one, released with it).
+   */
+  private async parkOnGap(
+    message: InboxMessage,
+    gapAfter: number,
+    waiting: string,
+    exhausted?: { reason: string; attempts: number },
+  ): Promise<HandleResult> {
+    const parked = await inTransaction(this.o.pool, async (tx) => {
+      const { rows } = await tx.query<{ last_sequence: string }>(this.sql.lockPosition, [
+        this.consumer,
+        message.aggregateType,
+        message.aggregateId,
+      ]);
+      if (Number(rows[0]!.last_sequence) !== gapAfter) return undefined;
+      const blocker = await this.blocker(tx, message, gapAfter);
+      if (blocker?.released) return undefined;
+      if (blocker) {
+        const reason = `waiting behind quarantined event ${blocker.event_id} (sequence ${blocker.sequence})`;
+        return this.park(message, reason, 0, undefined, { behind: blocker.event_id }, tx);
+      }
+      return exhausted
+        ? this.park(message, exhausted.reason, exhausted.attempts, undefined, {}, tx)
+        : undefined;
+    });
+    return parked ?? { status: 'deferred', reason: waiting };
   }
 
   private async failed(message: InboxMessage, error: unknown): Promise<HandleResult> {
@@ -315,8 +340,9 @@ class TransactionalInbox<T> implements Inbox<T> {
     attempts: number,
     error?: Error,
     place: { behind?: string; released?: string } = {},
+    db: Pick<Pool, 'query'> | PoolClient = this.o.pool,
   ): Promise<HandleResult> {
-    await this.o.pool.query(this.sql.quarantine, [
+    await db.query(this.sql.quarantine, [
       this.consumer,
       message.eventId,
       message.aggregateType,
@@ -335,17 +361,23 @@ class TransactionalInbox<T> implements Inbox<T> {
     return { status: 'quarantined', reason, ...(error ? { error } : {}) };
   }
 
-  /** The first quarantined event of the message's aggregate after `gapAfter` and before it. */
+  /**
+   * The first quarantined event of the message's aggregate between where the aggregate stands
+   * (`gapAfter`; an unseen one just before its start: what is quarantined before that would be
+   * stale, it holds nothing back) and the message.
+   */
   private async blocker(
     tx: PoolClient,
     message: InboxMessage,
     gapAfter: number,
   ): Promise<Blocker | undefined> {
+    const start = this.o.startSequence ?? 1;
+    const stands = gapAfter !== 0 || start === 'first-seen' ? gapAfter : start - 1;
     const { rows } = await tx.query<Blocker>(this.sql.blocker, [
       this.consumer,
       message.aggregateType,
       message.aggregateId,
-      gapAfter,
+      stands,
       message.sequence,
     ]);
     return rows[0];

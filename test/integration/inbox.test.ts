@@ -11,7 +11,7 @@ import {
   showQuarantined,
 } from '../../src/inbox/quarantine.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
-import { createTestDb, type TestDb } from '../helpers/db.js';
+import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';
 
@@ -340,6 +340,105 @@ describe('inbox', () => {
       'processed',
       'processed',
     ]);
+  });
+
+  it('strict: a successor parked while its blocker is released and replayed is not left behind a vanished event', async () => {
+    const consumer = `race-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({ consumer, ordering: 'strict', maxGapMs: 200 });
+    const [x1, x3, x4, x5] = [1, 3, 4, 5].map((n) => message('race', n)) as InboxMessage[];
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    await apply(x1!);
+    await apply(x3!);
+    await new Promise((r) => setTimeout(r, 250));
+    expect((await apply(x3!)).status).toBe('quarantined');
+    const [root] = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    // Sequence 4's park is held up just after its handling saw 3 quarantined: another
+    // transaction holds (uncommitted) a quarantine row with its key.
+    const holder = await db.pool.connect();
+    let parked: string | undefined;
+    try {
+      await holder.query('BEGIN');
+      await holder.query(
+        `INSERT INTO "${db.schema}".inbox_quarantine (consumer, event_id, aggregate_type, aggregate_id, sequence,
+           event_type, schema_version, headers, payload, reason) VALUES ($1, $2, 'order', 'race', 4, 'x', 1, '{}', '', 'hold')`,
+        [consumer, x4!.eventId],
+      );
+      const parking = apply(x4!);
+      void parking.then((r) => {
+        parked = r.status;
+      });
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+              [`%${db.schema}".inbox_quarantine%`],
+            )
+          ).rows[0].n > 0,
+        { what: "sequence 4's park waiting" },
+      );
+      // Meanwhile the operator releases 3 and the replay applies it.
+      await releaseQuarantined(db.pool, { schema: db.schema, ids: [root!.id], reason: 'no sequence 2' });
+      const replaying = ib.replayReleased((tx, e) => record(tx, e));
+      await Promise.race([replaying, new Promise((r) => setTimeout(r, 500))]);
+      await holder.query('ROLLBACK');
+      await parking;
+      await replaying;
+    } finally {
+      holder.release();
+    }
+    // Sequence 4 (acknowledged: quarantined, or deferred and redelivered) is applied, never
+    // left parked behind an event that is gone: the aggregate flows on.
+    await ib.replayReleased((tx, e) => record(tx, e));
+    if (parked === 'deferred') expect((await apply(x4!)).status).toBe('processed');
+    expect((await apply(x5!)).status).toBe('processed');
+    expect(await listQuarantine(db.pool, { schema: db.schema, consumer })).toEqual([]);
+  });
+
+  it('strict: two gaps whose budgets run out at the same moment still end up one behind the other', async () => {
+    const consumer = `tie-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({ consumer, ordering: 'strict', maxGapMs: 200 });
+    const [t1, t3, t4] = [message('tie', 1), message('tie', 3), message('tie', 4)];
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    await apply(t1);
+    await apply(t3);
+    await apply(t4);
+    await new Promise((r) => setTimeout(r, 250));
+    // Sequence 4's park is held up after its handling found nothing quarantined before it …
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(
+        `INSERT INTO "${db.schema}".inbox_quarantine (consumer, event_id, aggregate_type, aggregate_id, sequence,
+           event_type, schema_version, headers, payload, reason) VALUES ($1, $2, 'order', 'tie', 4, 'x', 1, '{}', '', 'hold')`,
+        [consumer, t4.eventId],
+      );
+      const four = apply(t4);
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+              [`%${db.schema}".inbox_quarantine%`],
+            )
+          ).rows[0].n > 0,
+        { what: "sequence 4's park waiting" },
+      );
+      // … while another instance parks sequence 3, whose budget ran out too.
+      const three = apply(t3);
+      await Promise.race([three, new Promise((r) => setTimeout(r, 500))]);
+      await holder.query('ROLLBACK');
+      expect((await three).status).toBe('quarantined');
+      expect((await four).status).toBe('quarantined');
+    } finally {
+      holder.release();
+    }
+    const parked = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    const row = (e: InboxMessage) => parked.find((q) => q.eventId === e.eventId)!;
+    expect(row(t4).behindEventId).toBe(t3.eventId);
+    expect(
+      await releaseQuarantined(db.pool, { schema: db.schema, ids: [row(t3).id], reason: 'no sequence 2' }),
+    ).toEqual([t3.eventId, t4.eventId]);
   });
 
   it('strict: a released event never skips a gap over an event quarantined before it', async () => {
