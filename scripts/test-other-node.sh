@@ -14,5 +14,5 @@ for v in $versions; do
   echo "== core tests on Node $("$bin/node" --version)"
   PATH="$bin:$PATH" node node_modules/vitest/vitest.mjs run test/unit test/integration/enqueue.test.ts \
     test/integration/relay.test.ts test/integration/nats-publisher.test.ts test/integration/webhook-publisher.test.ts \
-    test/integration/kafka-publisher.test.ts test/contract
+    test/integration/kafka-publisher.test.ts test/integration/package.test.ts test/contract
 done

@@ -42,3 +42,11 @@ export {
   migrate,
   migrationSql,
 } from './schema/migrate.js';
+export {
+  ROLE_KINDS,
+  type RoleKind,
+  type RoleNames,
+  type RolesSql,
+  type RolesSqlOptions,
+  rolesSql,
+} from './schema/roles.js';

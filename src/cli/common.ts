@@ -140,10 +140,20 @@ export function createLogger(level: string): PinoLogger {
   );
 }
 
-/** The package version, read from package.json beside dist/ (or src/). */
+/** The fields of this package's package.json the CLI reads. */
+export interface PackageManifest {
+  readonly version?: unknown;
+  readonly devDependencies?: Readonly<Record<string, unknown>>;
+}
+
+/** This package's package.json, read from beside dist/ (or src/). */
+export function packageManifest(): PackageManifest {
+  return JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as PackageManifest;
+}
+
+/** The package version, from {@link packageManifest}. */
 export function packageVersion(): string {
-  const text = readFileSync(new URL('../../package.json', import.meta.url), 'utf8');
-  const version = (JSON.parse(text) as { version?: unknown }).version;
+  const version = packageManifest().version;
   return typeof version === 'string' ? version : '0.0.0';
 }
 

@@ -11,11 +11,12 @@ import { registerDemo } from './demo/index.js';
 import { registerInbox } from './inbox.js';
 import { registerMigrate } from './migrate.js';
 import { registerRelay } from './relay.js';
+import { registerRoles } from './roles.js';
 import { registerStatus } from './status.js';
 
 function buildProgram(): Command {
   const program = new Command('tx-outbox')
-    .description('Transactional outbox for PostgreSQL: migrate, relay, status, dead, inbox, demo.')
+    .description('Transactional outbox for PostgreSQL: migrate, relay, status, dead, inbox, roles, demo.')
     .version(packageVersion(), '-V, --version', 'print the version')
     .option('--verbose', 'print stack traces with errors')
     .showSuggestionAfterError()
@@ -27,6 +28,7 @@ function buildProgram(): Command {
   registerStatus(program);
   registerDead(program);
   registerInbox(program);
+  registerRoles(program);
   registerDemo(program);
   return program;
 }

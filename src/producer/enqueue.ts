@@ -15,6 +15,11 @@ export interface EnqueueOptions {
   readonly notify?: boolean;
   /** Largest payload accepted, in bytes (serialised JSON or raw bytes). Default 1 MiB. */
   readonly maxPayloadBytes?: number;
+  /**
+   * Largest total of one call's payloads and headers, in bytes. Default 64 MiB, at most 128 MiB:
+   * the statement carries a batch as text arrays of about twice its size.
+   */
+  readonly maxBatchBytes?: number;
   /** Use a named prepared statement (default true). Turn off behind PgBouncer in transaction mode. */
   readonly prepared?: boolean;
 }
@@ -46,6 +51,16 @@ function statementsFor(schema: string, notify: boolean, prepared: boolean): Stat
 }
 
 export const MAX_BATCH = 10_000;
+export const DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024;
+const MAX_BATCH_BYTES_LIMIT = 128 * 1024 * 1024;
+
+function positiveInteger(value: unknown, field: string, max = Number.MAX_SAFE_INTEGER): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? 'a positive integer' : `an integer from 1 to ${max}`;
+    throw new OutboxValidationError(field, `is ${String(value)}`, `Pass ${range}.`);
+  }
+  return value;
+}
 
 /**
  * Writes events into the outbox on the caller's transaction handle, in one
@@ -69,14 +84,15 @@ export async function enqueue(
 ): Promise<EnqueueResult | EnqueueResult[]> {
   const single = !Array.isArray(input);
   const events = single ? [input as OutboxEvent] : (input as readonly OutboxEvent[]);
-  const maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
-  if (!Number.isInteger(maxPayloadBytes) || maxPayloadBytes < 1) {
-    throw new OutboxValidationError(
-      'maxPayloadBytes',
-      `is ${String(maxPayloadBytes)}`,
-      'Pass a positive integer.',
-    );
-  }
+  const maxPayloadBytes = positiveInteger(
+    options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES,
+    'maxPayloadBytes',
+  );
+  const maxBatchBytes = positiveInteger(
+    options.maxBatchBytes ?? DEFAULT_MAX_BATCH_BYTES,
+    'maxBatchBytes',
+    MAX_BATCH_BYTES_LIMIT,
+  );
   if (events.length > MAX_BATCH) {
     throw new OutboxValidationError(
       'events',
@@ -95,9 +111,20 @@ export async function enqueue(
   const traceHeaders = await activeTraceHeaders();
   const prepared: PreparedEvent[] = [];
   const seen = new Set<string>();
+  let bytes = 0;
   for (let i = 0; i < events.length; i++) {
     const field = single ? 'event' : `events[${i}]`;
     const p = prepareEvent(events[i]!, field, { maxPayloadBytes, newEventId: uuidv7, traceHeaders });
+    bytes += p.bytes;
+    if (bytes > maxBatchBytes) {
+      throw new OutboxValidationError(
+        single ? 'event' : 'events',
+        single
+          ? `takes ${bytes} bytes of payload and headers, over maxBatchBytes (${maxBatchBytes})`
+          : `total ${bytes} bytes of payloads and headers by ${field}, over maxBatchBytes (${maxBatchBytes})`,
+        'Split the batch into smaller enqueue calls, or raise maxBatchBytes.',
+      );
+    }
     if (seen.has(p.eventId)) {
       throw new OutboxValidationError(
         `${field}.eventId`,

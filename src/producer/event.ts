@@ -1,16 +1,30 @@
 import { OutboxValidationError } from '../errors.js';
+import { headersJsonOf } from './headers.js';
+import { aggregateIdOf, checkDefaultTopic, identifierOf, topicOf } from './names.js';
+import { payloadJsonOf } from './payload.js';
 
 /** An event as the producer writes it. */
 export interface OutboxEvent {
-  /** Kind of aggregate, e.g. `order`. Together with aggregateId it keys ordering and partitioning. */
+  /**
+   * Kind of aggregate, e.g. `order`: visible ASCII, no spaces. Together with aggregateId it keys
+   * ordering and partitioning.
+   */
   readonly aggregateType: string;
+  /** A string (well-formed, no control characters, no surrounding whitespace), bigint or safe integer. */
   readonly aggregateId: string | number | bigint;
-  /** Event type, e.g. `order.created`. */
+  /** Event type, e.g. `order.created`: visible ASCII, no spaces. */
   readonly type: string;
-  /** JSON-serialisable value, or bytes (sent as-is, content type application/octet-stream). */
+  /**
+   * Plain data JSON writes faithfully (no NaN, Map, Set, ArrayBuffer …), or bytes as a
+   * Uint8Array or Buffer (sent as-is, content type application/octet-stream).
+   */
   readonly payload: unknown;
-  /** Destination: NATS subject, webhook endpoint key … Default: decided by the publisher. */
+  /**
+   * Destination: NATS subject, webhook endpoint key … (no wildcards, `$` or empty tokens).
+   * Default: decided by the publisher, usually `<aggregateType>.<type>`.
+   */
   readonly topic?: string;
+  /** RFC 9110 token names (not `ce-*`, `Nats-*` … see docs/guarantees.md), printable-ASCII values. */
   readonly headers?: Readonly<Record<string, string>>;
   /** Default 1. */
   readonly schemaVersion?: number;
@@ -32,127 +46,13 @@ export interface PreparedEvent {
   readonly payloadBytes: Buffer | null;
   readonly headers: string;
   readonly deliverAfter: Date | null;
+  /** Payload and headers, in bytes: what counts towards `maxBatchBytes`. */
+  readonly bytes: number;
 }
 
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-// Whitespace and control characters are rejected by every broker we publish to.
-const TOPIC_FORBIDDEN = /[\s\p{Cc}]/u;
-const MAX_NAME = 255;
-const LONE_SURROGATE_TEXT = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-// JSON.stringify writes a lone surrogate as an escape, which jsonb refuses.
-const LONE_SURROGATE =
-  /\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}/i;
-
-function nonEmptyName(value: unknown, field: string, example: string): string {
-  if (typeof value !== 'string' || value.length === 0) {
-    throw new OutboxValidationError(
-      field,
-      'is missing or empty',
-      `Pass a non-empty string, e.g. ${example}.`,
-    );
-  }
-  if (value.length > MAX_NAME) {
-    throw new OutboxValidationError(field, `is ${value.length} characters long`, `Keep it to ${MAX_NAME}.`);
-  }
-  if (value.includes('\u0000')) {
-    throw new OutboxValidationError(
-      field,
-      'contains a NUL character',
-      'Remove it; PostgreSQL text cannot hold NUL.',
-    );
-  }
-  if (LONE_SURROGATE_TEXT.test(value)) {
-    throw new OutboxValidationError(
-      field,
-      'contains a lone UTF-16 surrogate',
-      'Pass well-formed Unicode text.',
-    );
-  }
-  return value;
-}
-
-function aggregateIdOf(value: unknown, field: string): string {
-  if (typeof value === 'number' || typeof value === 'bigint') {
-    if (typeof value === 'number' && !Number.isFinite(value)) {
-      throw new OutboxValidationError(field, `is ${value}`, 'Pass a string or a finite number.');
-    }
-    return String(value);
-  }
-  return nonEmptyName(value, field, "'order-42'");
-}
-
-function topicOf(value: unknown, field: string): string | null {
-  if (value === undefined || value === null) return null;
-  const topic = nonEmptyName(value, field, "'orders.created'");
-  if (TOPIC_FORBIDDEN.test(topic)) {
-    throw new OutboxValidationError(
-      field,
-      `${JSON.stringify(topic)} contains whitespace or control characters, which brokers reject`,
-      'Use letters, digits and separators such as . - _ / :',
-    );
-  }
-  return topic;
-}
-
-function headersOf(value: unknown, field: string): Record<string, string> {
-  if (value === undefined || value === null) return {};
-  if (typeof value !== 'object' || Array.isArray(value)) {
-    throw new OutboxValidationError(field, 'is not an object', 'Pass a { name: value } object of strings.');
-  }
-  const out: Record<string, string> = {};
-  for (const [key, v] of Object.entries(value)) {
-    if (key.length === 0 || TOPIC_FORBIDDEN.test(key)) {
-      throw new OutboxValidationError(
-        `${field}.${key}`,
-        'is not a valid header name',
-        'Use a token without spaces.',
-      );
-    }
-    if (typeof v !== 'string') {
-      throw new OutboxValidationError(
-        `${field}.${key}`,
-        `is a ${typeof v}`,
-        'Header values must be strings.',
-      );
-    }
-    out[key] = v;
-  }
-  return out;
-}
-
-function serialisePayload(value: unknown, field: string): string {
-  let json: string | undefined;
-  try {
-    json = JSON.stringify(value);
-  } catch (error) {
-    const why = error instanceof Error ? error.message : String(error);
-    throw new OutboxValidationError(field, `is not JSON-serialisable (${why})`, 'Pass plain data or bytes.');
-  }
-  if (json === undefined) {
-    throw new OutboxValidationError(
-      field,
-      `is ${typeof value}, which JSON cannot hold`,
-      'Pass plain data or bytes.',
-    );
-  }
-  if (LONE_SURROGATE.test(json)) {
-    throw new OutboxValidationError(
-      field,
-      'contains a lone UTF-16 surrogate',
-      'PostgreSQL jsonb rejects it: pass well-formed text.',
-    );
-  }
-  if (json.includes('\\u0000')) {
-    throw new OutboxValidationError(
-      field,
-      'contains a NUL character',
-      'PostgreSQL jsonb cannot store \\u0000.',
-    );
-  }
-  return json;
-}
 
 /** Validates one event and turns it into statement parameters. Throws OutboxValidationError. */
 export function prepareEvent(
@@ -167,10 +67,11 @@ export function prepareEvent(
       'Pass { aggregateType, aggregateId, type, payload }.',
     );
   }
-  const aggregateType = nonEmptyName(event.aggregateType, `${field}.aggregateType`, "'order'");
+  const aggregateType = identifierOf(event.aggregateType, `${field}.aggregateType`, "'order'");
   const aggregateId = aggregateIdOf(event.aggregateId, `${field}.aggregateId`);
-  const type = nonEmptyName(event.type, `${field}.type`, "'order.created'");
+  const type = identifierOf(event.type, `${field}.type`, "'order.created'");
   const topic = topicOf(event.topic, `${field}.topic`);
+  if (topic === null) checkDefaultTopic(aggregateType, type, field);
   const schemaVersion = event.schemaVersion ?? 1;
   if (!Number.isInteger(schemaVersion) || schemaVersion < 1 || schemaVersion > 2_147_483_647) {
     throw new OutboxValidationError(
@@ -201,7 +102,7 @@ export function prepareEvent(
       'Omit it for a UUID v7.',
     );
   }
-  const headers = { ...options.traceHeaders, ...headersOf(event.headers, `${field}.headers`) };
+  const headers = headersJsonOf(event.headers, `${field}.headers`, options.traceHeaders);
 
   let payloadJson: string | null = null;
   let payloadBytes: Buffer | null = null;
@@ -210,7 +111,7 @@ export function prepareEvent(
     payloadBytes = Buffer.from(event.payload.buffer, event.payload.byteOffset, event.payload.byteLength);
     size = payloadBytes.byteLength;
   } else {
-    payloadJson = serialisePayload(event.payload, `${field}.payload`);
+    payloadJson = payloadJsonOf(event.payload, `${field}.payload`);
     size = Buffer.byteLength(payloadJson);
   }
   if (size > options.maxPayloadBytes) {
@@ -229,7 +130,8 @@ export function prepareEvent(
     topic,
     payloadJson,
     payloadBytes,
-    headers: JSON.stringify(headers),
+    headers,
     deliverAfter,
+    bytes: size + headers.length,
   };
 }

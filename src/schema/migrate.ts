@@ -52,11 +52,16 @@ export function migrationSql(options: MigrateOptions = {}): MigrationSql[] {
 }
 
 const LOCK_KEY_SQL = `SELECT hashtextextended('tx-outbox:migrate:' || $1::text, 0) AS key`;
+const SCHEMA_EXISTS_SQL = 'SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS present';
+/** Whether the migrations table exists (reading its name needs USAGE on the schema). */
+const MIGRATIONS_TABLE_SQL = 'SELECT to_regclass($1) IS NOT NULL AS present';
 
 /**
  * Creates or upgrades the outbox schema. Each numbered migration runs once, in
  * its own transaction, recorded in `<schema>.migrations`. Safe to call from
- * several processes at once (advisory lock) and idempotent.
+ * several processes at once (advisory lock) and idempotent. On an up-to-date
+ * schema it only reads the applied versions (and the partition count): a role
+ * without DDL rights may call it at startup (docs/operations.md, Least privilege).
  */
 export async function migrate(pool: Pool, options: MigrateOptions = {}): Promise<MigrateResult> {
   const schemaName = options.schema ?? DEFAULT_SCHEMA;
@@ -65,14 +70,19 @@ export async function migrate(pool: Pool, options: MigrateOptions = {}): Promise
   const lease = await Checkout.of(pool);
   const { client } = lease;
   try {
-    const { rows } = await client.query<{ key: string }>(LOCK_KEY_SQL, [schemaName]);
-    const key = rows[0]!.key;
-    await client.query('SELECT pg_advisory_lock($1::bigint)', [key]);
     let result: MigrateResult;
-    try {
-      result = await applyPending(client, schema, migrations, options.partitions);
-    } finally {
-      await client.query('SELECT pg_advisory_unlock($1::bigint)', [key]);
+    if (isUpToDate(await appliedVersions(client, schemaName), migrations)) {
+      if (options.partitions !== undefined) await checkPartitions(client, schema, options.partitions);
+      result = { applied: [], current: currentVersion(migrations) };
+    } else {
+      const { rows } = await client.query<{ key: string }>(LOCK_KEY_SQL, [schemaName]);
+      const key = rows[0]!.key;
+      await client.query('SELECT pg_advisory_lock($1::bigint)', [key]);
+      try {
+        result = await applyPending(client, schemaName, migrations, options.partitions);
+      } finally {
+        await client.query('SELECT pg_advisory_unlock($1::bigint)', [key]);
+      }
     }
     lease.release();
     return result;
@@ -83,19 +93,39 @@ export async function migrate(pool: Pool, options: MigrateOptions = {}): Promise
   }
 }
 
+/** The versions applied so far; none before the migrations table exists. */
+async function appliedVersions(client: PoolClient, schemaName: string): Promise<Set<number>> {
+  const table = `${quoteSchema(schemaName)}.migrations`;
+  const { rows } = await client.query<{ present: boolean }>(MIGRATIONS_TABLE_SQL, [table]);
+  if (!rows[0]?.present) return new Set();
+  const done = await client.query<{ version: number }>(`SELECT version FROM ${table}`);
+  return new Set(done.rows.map((r) => r.version));
+}
+
+function isUpToDate(applied: ReadonlySet<number>, migrations: readonly MigrationSql[]): boolean {
+  return migrations.every((m) => applied.has(m.version));
+}
+
+function currentVersion(migrations: readonly MigrationSql[]): number {
+  return Math.max(0, ...migrations.map((m) => m.version));
+}
+
 async function applyPending(
   client: PoolClient,
-  schema: string,
+  schemaName: string,
   migrations: readonly MigrationSql[],
   partitions: number | undefined,
 ): Promise<MigrateResult> {
-  await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+  const schema = quoteSchema(schemaName);
+  // CREATE SCHEMA checks the database's CREATE privilege even when the schema exists: only
+  // when it is missing, so a migrator that owns the schema needs no right on the database.
+  const exists = await client.query<{ present: boolean }>(SCHEMA_EXISTS_SQL, [schemaName]);
+  if (!exists.rows[0]?.present) await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
   await client.query(
     `CREATE TABLE IF NOT EXISTS ${schema}.migrations (
        version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
   );
-  const done = await client.query<{ version: number }>(`SELECT version FROM ${schema}.migrations`);
-  const have = new Set(done.rows.map((r) => r.version));
+  const have = await appliedVersions(client, schemaName);
   const applied: number[] = [];
   for (const m of migrations) {
     if (have.has(m.version)) continue;
@@ -114,7 +144,7 @@ async function applyPending(
     applied.push(m.version);
   }
   if (partitions !== undefined) await checkPartitions(client, schema, partitions);
-  return { applied, current: Math.max(0, ...migrations.map((m) => m.version)) };
+  return { applied, current: currentVersion(migrations) };
 }
 
 async function checkPartitions(client: PoolClient, schema: string, wanted: number): Promise<void> {

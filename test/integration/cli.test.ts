@@ -90,7 +90,7 @@ describe('tx-outbox CLI', () => {
     expect(migrated.stderr).toBe('');
     expect(migrated.code).toBe(0);
     expect(migrated.stdout).toMatch(
-      /Applied 3 migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence\)/,
+      /Applied 4 migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence, 004_inbox_gap_budget\)/,
     );
 
     const again = await run(['migrate', '--schema', SCHEMA]);

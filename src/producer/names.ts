@@ -1,0 +1,161 @@
+/**
+ * The rules for an event's names: `aggregateType` and `type` (CloudEvents header values, and
+ * the default topic `<aggregateType>.<type>`), `aggregateId` (a Kafka key, the `ce-subject`
+ * header, an MQTT user property, a Redis field) and `topic` (a NATS subject, an MQTT topic, a
+ * RabbitMQ routing key, a Redis stream key, a webhook endpoint key). Anything accepted here can
+ * travel on every transport; anything refused names the field and the fix.
+ */
+import { OutboxValidationError } from '../errors.js';
+import { EDGE_WHITESPACE, uncarriedProblem } from './text.js';
+
+/** Longest aggregate type, type, aggregate id or topic, in UTF-8 bytes: an AMQP routing key's limit. */
+export const MAX_NAME_BYTES = 255;
+
+/** Visible ASCII: what an HTTP header value carries as is. */
+const IDENTIFIER = /^[\x21-\x7e]+$/;
+/** The common id: printable ASCII, no surrounding space. Anything else takes the full checks. */
+const PLAIN_ID = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
+/**
+ * The common topic: dot-separated tokens of visible ASCII other than the wildcards * > + # (and
+ * the dot), not starting with `$`. Anything else takes the full checks.
+ */
+const PLAIN_TOPIC = /^[!"%-),\-/-=?-~][!"$-),\-/-=?-~]*(?:\.[!"$-),\-/-=?-~]+)*$/;
+
+function requiredString(value: unknown, field: string, example: string): string {
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new OutboxValidationError(
+      field,
+      value === undefined || value === null || value === '' ? 'is missing or empty' : `is a ${typeof value}`,
+      `Pass a non-empty string, e.g. ${example}.`,
+    );
+  }
+  // UTF-8 takes at most 3 bytes per UTF-16 code unit: count the bytes only when it can matter.
+  const bytes = value.length * 3 > MAX_NAME_BYTES ? Buffer.byteLength(value) : value.length;
+  if (bytes > MAX_NAME_BYTES) {
+    throw new OutboxValidationError(
+      field,
+      `is ${bytes} bytes long in UTF-8`,
+      `Keep it to ${MAX_NAME_BYTES}.`,
+    );
+  }
+  return value;
+}
+
+function at(value: string, index: number): string {
+  const code = value.codePointAt(index)!;
+  return `${JSON.stringify(String.fromCodePoint(code))} (U+${code.toString(16).toUpperCase().padStart(4, '0')}) at index ${index}`;
+}
+
+/** `aggregateType` or `type`: visible ASCII, no spaces (they travel as `ce-aggregatetype` and `ce-type`). */
+export function identifierOf(value: unknown, field: string, example: string): string {
+  const name = requiredString(value, field, example);
+  if (IDENTIFIER.test(name)) return name;
+  const fix = `Use ASCII letters, digits and punctuation without spaces, e.g. ${example}.`;
+  const uncarried = uncarriedProblem(name);
+  if (uncarried !== undefined) throw new OutboxValidationError(field, uncarried, fix);
+  const index = name.search(/[^\x21-\x7e]/);
+  const what = /\s/.test(name[index]!)
+    ? 'whitespace'
+    : 'a non-ASCII character, which an HTTP header (ce-type, ce-aggregatetype) cannot carry';
+  throw new OutboxValidationError(field, `contains ${at(name, index)}: ${what}`, fix);
+}
+
+/** A number, bigint or string id; a string keeps to what every transport carries unchanged. */
+export function aggregateIdOf(value: unknown, field: string): string {
+  if (typeof value === 'bigint') return String(value);
+  if (typeof value === 'number') {
+    if (!Number.isSafeInteger(value)) {
+      throw new OutboxValidationError(
+        field,
+        `is ${value}, not a safe integer (its text would not be the id you meant)`,
+        'Pass a string, a bigint, or an integer within ±2^53.',
+      );
+    }
+    return String(value);
+  }
+  const id = requiredString(value, field, "'order-42'");
+  if (PLAIN_ID.test(id)) return id;
+  const uncarried = uncarriedProblem(id);
+  if (uncarried !== undefined) {
+    throw new OutboxValidationError(
+      field,
+      uncarried,
+      'Pass well-formed text without control characters (it becomes a key and a header).',
+    );
+  }
+  if (EDGE_WHITESPACE.test(id)) {
+    throw new OutboxValidationError(
+      field,
+      'starts or ends with whitespace, which NATS and HTTP headers strip',
+      'Pass the id without surrounding whitespace.',
+    );
+  }
+  return id;
+}
+
+/**
+ * Why `topic` cannot be a destination on every transport, or undefined. `leading`: it starts the
+ * destination (false for the `type` part of a default topic).
+ */
+function topicProblem(topic: string, leading = true): string | undefined {
+  if (PLAIN_TOPIC.test(topic)) return undefined;
+  const uncarried = uncarriedProblem(topic);
+  if (uncarried !== undefined) return uncarried;
+  const space = topic.search(/\s/);
+  if (space !== -1) return `contains whitespace (${at(topic, space)}), which brokers refuse`;
+  const wildcard = topic.search(/[*>+#]/);
+  if (wildcard !== -1) {
+    return `contains ${at(topic, wildcard)}: a wildcard of NATS (* >) or MQTT (+ #) subscriptions`;
+  }
+  if (leading && topic.startsWith('$'))
+    return "starts with '$', which NATS ($JS, $SYS) and MQTT ($SYS) keep for the system";
+  if (topic.startsWith('.') || topic.endsWith('.') || topic.includes('..')) {
+    return 'has an empty token (a leading, trailing or double dot), which NATS refuses';
+  }
+  return undefined;
+}
+
+export function topicOf(value: unknown, field: string): string | null {
+  if (value === undefined || value === null) return null;
+  const topic = requiredString(value, field, "'orders.created'");
+  const problem = topicProblem(topic);
+  if (problem !== undefined) {
+    throw new OutboxValidationError(
+      field,
+      `${JSON.stringify(topic.slice(0, 100))} ${problem}`,
+      'Use letters, digits and separators such as . - _ / :',
+    );
+  }
+  return topic;
+}
+
+/**
+ * Without a topic, publishers send to `<aggregateType>.<type>` (MQTT: with `/` for `.`): it must
+ * be a valid topic too.
+ */
+export function checkDefaultTopic(aggregateType: string, type: string, field: string): void {
+  if (aggregateType.length + type.length < MAX_NAME_BYTES && PLAIN_TOPIC.test(`${aggregateType}.${type}`))
+    return;
+  const fix = 'Change it, or pass a topic.';
+  for (const [name, value] of [
+    ['aggregateType', aggregateType],
+    ['type', type],
+  ] as const) {
+    const problem = topicProblem(value, name === 'aggregateType');
+    if (problem !== undefined) {
+      throw new OutboxValidationError(
+        `${field}.${name}`,
+        `${JSON.stringify(value)} ${problem} (with no topic, the default topic is <aggregateType>.<type>)`,
+        fix,
+      );
+    }
+  }
+  const bytes = aggregateType.length + 1 + type.length; // both ASCII
+  if (bytes > MAX_NAME_BYTES) {
+    throw new OutboxValidationError(
+      `${field}.topic`,
+      `is missing, and the default topic <aggregateType>.<type> would be ${bytes} bytes long`,
+      `Pass a topic of at most ${MAX_NAME_BYTES} bytes, or shorten aggregateType and type.`,
+    );
+  }
+}

@@ -1,0 +1,170 @@
+/**
+ * Least privilege: the PostgreSQL roles of an outbox schema and the exact grants
+ * each needs, derived from the statements the code runs (src/producer,
+ * src/relay, src/inbox, src/ops, src/schema/migrate.ts). Five NOLOGIN group
+ * roles; login roles become their members (docs/operations.md, Least privilege).
+ *
+ * - migrator: owns the schema and its tables (DDL); runs `migrate`.
+ * - producer: `enqueue` — inserts events, hands out aggregate sequences, reads
+ *   whether a partition's relay sleeps (NOTIFY). It cannot read payloads.
+ * - relay: claims, publishes and records outcomes; leases and heartbeats.
+ * - consumer: the inbox — dedup records, positions, attempts, quarantine.
+ * - operator: `status`, `dead list|replay`, `inbox list|show|release|prune`.
+ *
+ * Every runtime role may read `migrations` and `config`, so that `migrate(pool)`
+ * on an up-to-date schema succeeds under it. No role needs a sequence grant
+ * (identity columns), nor anything for LISTEN, NOTIFY or advisory locks.
+ */
+
+import { OutboxValidationError } from '../errors.js';
+import { quoteSchema } from './identifiers.js';
+import { DEFAULT_SCHEMA } from './migrate.js';
+
+export const ROLE_KINDS = ['migrator', 'producer', 'relay', 'consumer', 'operator'] as const;
+export type RoleKind = (typeof ROLE_KINDS)[number];
+type RuntimeRole = Exclude<RoleKind, 'migrator'>;
+const RUNTIME_ROLES: readonly RuntimeRole[] = ['producer', 'relay', 'consumer', 'operator'];
+
+export type RoleNames = Readonly<Record<RoleKind, string>>;
+
+export interface RolesSqlOptions {
+  /** Schema that holds the outbox tables. Default `outbox`. */
+  readonly schema?: string;
+  /** Role names; each defaults to `<schema>_<kind>`, e.g. `outbox_producer`. */
+  readonly roles?: Partial<RoleNames>;
+}
+
+export interface RolesSql {
+  readonly schema: string;
+  readonly roles: RoleNames;
+  /**
+   * Once, before the first migrate, as a superuser (or a CREATEROLE role that is a member of
+   * the migrator role): creates the
+   * group roles (if missing) and the schema owned by the migrator (tables of an existing
+   * schema are handed to it). Idempotent.
+   */
+  readonly setup: readonly string[];
+  /**
+   * After every migrate, as the migrator or a superuser, in one transaction: revokes what
+   * the runtime roles had on the schema's tables and grants exactly what they need.
+   */
+  readonly grants: readonly string[];
+}
+
+/** What one role may do on one table: PostgreSQL privilege list, column lists included. */
+type TableGrants = Readonly<Record<string, string>>;
+
+const SCHEMA_METADATA: TableGrants = {
+  migrations: 'SELECT',
+  config: 'SELECT',
+};
+
+/** The grants, statement by statement; keep them in step with the SQL they allow. */
+const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
+  // src/producer/enqueue-sql.ts: INSERT … RETURNING sequence (one) / event_id, sequence (batch);
+  // the sequence upsert; the partition count; the sleeping flag of the event's partition.
+  producer: {
+    ...SCHEMA_METADATA,
+    events:
+      'INSERT (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, schema_version, ' +
+      'topic, payload, payload_bytes, headers, deliver_after, next_attempt_at), SELECT (event_id, sequence)',
+    aggregate_sequences: 'SELECT, INSERT, UPDATE (last_sequence)',
+    partitions: 'SELECT (partition, sleeping)',
+  },
+  // src/relay/{claim,outcome,lease}-sql.ts, relay.ts (partition count); `tx-outbox relay` reads
+  // outboxStatus at start. Row locks (FOR UPDATE / FOR SHARE) need the UPDATE grant on partitions.
+  relay: {
+    ...SCHEMA_METADATA,
+    events: 'SELECT, UPDATE (attempts, status, next_attempt_at, last_error, dead_at), DELETE',
+    aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until)',
+    partitions: 'SELECT, UPDATE (owner, epoch, lease_until, sleeping)',
+    relays: 'SELECT, INSERT, UPDATE (heartbeat_at, lease_ms), DELETE',
+  },
+  // src/inbox/inbox-sql.ts.
+  consumer: {
+    ...SCHEMA_METADATA,
+    inbox: 'SELECT, INSERT',
+    inbox_positions: 'SELECT, INSERT, UPDATE (last_sequence, previous_sequence)',
+    inbox_attempts: 'SELECT, INSERT, UPDATE (attempts, first_at, last_at, last_reason, gap_after), DELETE',
+    inbox_quarantine:
+      'SELECT, INSERT, UPDATE (reason, attempts, quarantined_at, behind_event_id, released_at, release_reason), DELETE',
+  },
+  // src/ops/status.ts, src/ops/dead-letter.ts, src/inbox/quarantine.ts.
+  operator: {
+    ...SCHEMA_METADATA,
+    events: 'SELECT, UPDATE (status, attempts, next_attempt_at, dead_at)',
+    aggregate_progress: 'SELECT, UPDATE (blocked_until)',
+    partitions: 'SELECT',
+    relays: 'SELECT',
+    audit: 'INSERT',
+    inbox: 'SELECT, DELETE',
+    inbox_quarantine: 'SELECT, UPDATE (released_at, release_reason)',
+  },
+};
+
+// PostgreSQL identifiers are 63 bytes at most; lowercase, so they need no case-folding rules.
+const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+function roleName(kind: RoleKind, given: string | undefined, schema: string): string {
+  const name = given ?? `${schema}_${kind}`;
+  if (typeof name !== 'string' || !ROLE_NAME.test(name)) {
+    throw new OutboxValidationError(
+      `roles.${kind}`,
+      `${JSON.stringify(name)} is not a valid role name`,
+      `Pass 1-63 characters: lowercase letters, digits, underscores, not starting with a digit${
+        given === undefined ? ` (the default <schema>_${kind} is too long for this schema)` : ''
+      }.`,
+    );
+  }
+  return name;
+}
+
+function ident(name: string): string {
+  return `"${name}"`;
+}
+
+/** The group roles of an outbox schema and the SQL that creates them and grants their rights. */
+export function rolesSql(options: RolesSqlOptions = {}): RolesSql {
+  const schemaName = options.schema ?? DEFAULT_SCHEMA;
+  const schema = quoteSchema(schemaName);
+  const roles = Object.fromEntries(
+    ROLE_KINDS.map((kind) => [kind, roleName(kind, options.roles?.[kind], schemaName)]),
+  ) as Record<RoleKind, string>;
+  const names = ROLE_KINDS.map((kind) => roles[kind]);
+  const duplicate = names.find((name, i) => names.indexOf(name) !== i);
+  if (duplicate !== undefined) {
+    throw new OutboxValidationError(
+      'roles',
+      `"${duplicate}" is given to two roles`,
+      'Give each of migrator, producer, relay, consumer and operator a name of its own.',
+    );
+  }
+  const migrator = ident(roles.migrator);
+  const setup = [
+    ...names.map(
+      (name) =>
+        `DO $$ BEGIN CREATE ROLE ${ident(name)} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;`,
+    ),
+    `CREATE SCHEMA IF NOT EXISTS ${schema} AUTHORIZATION ${migrator};`,
+    `ALTER SCHEMA ${schema} OWNER TO ${migrator};`,
+    `DO $$ DECLARE t text; BEGIN
+  FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = '${schemaName}' LOOP
+    EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', '${schemaName}', t, '${roles.migrator}');
+  END LOOP;
+END $$;`,
+  ];
+  const grants = ['BEGIN;'];
+  for (const kind of RUNTIME_ROLES) {
+    const role = ident(roles[kind]);
+    grants.push(
+      `REVOKE ALL ON ALL TABLES IN SCHEMA ${schema} FROM ${role};`,
+      `REVOKE ALL ON ALL SEQUENCES IN SCHEMA ${schema} FROM ${role};`,
+      `GRANT USAGE ON SCHEMA ${schema} TO ${role};`,
+      ...Object.entries(GRANTS[kind]).map(
+        ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
+      ),
+    );
+  }
+  grants.push('COMMIT;');
+  return { schema: schemaName, roles, setup, grants };
+}

@@ -1,0 +1,155 @@
+/**
+ * What `enqueue` accepts is deliverable: edge-but-valid names, headers and payloads go
+ * through the relay and the real NATS and webhook publishers and are read back unchanged.
+ */
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { enqueue } from '../../src/producer/enqueue.js';
+import type { OutboxEvent } from '../../src/producer/event.js';
+import type { Publisher } from '../../src/publishers/contract.js';
+import { ensureStream, natsPublisher } from '../../src/publishers/nats.js';
+import { webhookPublisher } from '../../src/publishers/webhook.js';
+import { createRelay } from '../../src/relay/relay.js';
+import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
+import { NATS_URL } from '../helpers/env.js';
+
+const suffix = randomUUID().slice(0, 8);
+const ROOT = `txo-delivery-${suffix}`;
+const STREAM = `TXO_DELIVERY_${suffix}`;
+
+let db: TestDb;
+let nc: NatsConnection;
+beforeAll(async () => {
+  db = await createTestDb('enqueue_delivery');
+  nc = await connect({ servers: NATS_URL });
+  await ensureStream(nc, { name: STREAM, subjects: [`${ROOT}.>`] });
+});
+afterAll(async () => {
+  await (await jetstreamManager(nc)).streams.delete(STREAM).catch(() => false);
+  await nc?.close();
+  await db?.close();
+});
+
+/** Header values every transport carries unchanged: inner spaces, quotes, %, punctuation, empty. */
+const HEADERS = {
+  'x-note': 'a "quoted" value; with, commas % and  two spaces',
+  'x-empty': '',
+  'x-encoded': '%E2%82%AC 100%',
+  "x-token!#$%&'*+.^_`|~": '(){}[]<>@\\/?=:',
+};
+const JSON_PAYLOAD = { text: 'été 😀 "q" \\ \\u0000 as text', clé: [1, -1.5, null, true], deep: { a: [{}] } };
+const BYTES = Uint8Array.from({ length: 256 }, (_, i) => i);
+
+/** Enqueues the events, runs a relay with `publisher` until each is published, stops it. */
+async function relayThrough(publisher: Publisher, events: OutboxEvent[]): Promise<void> {
+  await inTransaction(db.pool, (tx) => enqueue(tx, events, { schema: db.schema }));
+  const relay = createRelay({
+    pool: db.pool,
+    publisher,
+    schema: db.schema,
+    pollIntervalMs: 50,
+    maxAttempts: 1,
+  });
+  await relay.start();
+  try {
+    await waitFor(async () => relay.stats().published + relay.stats().dead >= events.length, {
+      what: 'every event published',
+      timeoutMs: 15_000,
+    });
+    expect(relay.stats()).toMatchObject({ published: events.length, dead: 0 });
+  } finally {
+    await relay.stop({ timeout: 2000 }); // closes the publisher too
+  }
+}
+
+function natsHeaders(headers: MsgHdrs | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, values] of headers ?? []) out[name] = values.join(',');
+  return out;
+}
+
+describe('through NATS JetStream', () => {
+  it('a unicode aggregate id and subject, edge header values, JSON and bytes payloads arrive unchanged', async () => {
+    const aggregateId = 'commande été-€-😀 日本/x:y%20"q"';
+    const topic = `${ROOT}.commandes.été`;
+    await relayThrough(natsPublisher({ servers: NATS_URL, stream: STREAM }), [
+      {
+        aggregateType: 'order_line-item',
+        aggregateId,
+        type: 'order.created.v2',
+        topic,
+        payload: JSON_PAYLOAD,
+        headers: HEADERS,
+      },
+      { aggregateType: 'order_line-item', aggregateId, type: 'order.file', topic, payload: BYTES },
+    ]);
+    const consumer = await jetstream(nc).consumers.get(STREAM);
+    const got: Array<{ subject: string; headers: Record<string, string>; data: Uint8Array }> = [];
+    for await (const m of await consumer.consume()) {
+      got.push({ subject: m.subject, headers: natsHeaders(m.headers), data: m.data });
+      if (got.length === 2) break;
+    }
+    expect(got.map((m) => m.subject)).toEqual([topic, topic]);
+    expect(got[0]!.headers).toMatchObject({
+      ...HEADERS,
+      'ce-aggregateid': aggregateId,
+      'ce-subject': aggregateId,
+      'ce-aggregatetype': 'order_line-item',
+      'ce-type': 'order.created.v2',
+    });
+    expect(JSON.parse(Buffer.from(got[0]!.data).toString('utf8'))).toEqual(JSON_PAYLOAD);
+    expect([...got[1]!.data]).toEqual([...BYTES]);
+  });
+});
+
+describe('through the webhook publisher', () => {
+  let server: Server;
+  const received: Array<{ headers: IncomingHttpHeaders; body: Buffer }> = [];
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        received.push({ headers: req.headers, body: Buffer.concat(chunks) });
+        res.writeHead(204).end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  });
+  afterAll(async () => {
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  it('an ASCII aggregate id with spaces and punctuation, edge header values, JSON and bytes payloads arrive unchanged', async () => {
+    const aggregateId = 'id with spaces/x:y%20"q"(1)';
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+    await relayThrough(webhookPublisher({ endpoints: url, secret: 'a-test-secret' }), [
+      {
+        aggregateType: 'order_line-item',
+        aggregateId,
+        type: 'order.created.v2',
+        payload: JSON_PAYLOAD,
+        headers: HEADERS,
+      },
+      { aggregateType: 'order_line-item', aggregateId, type: 'order.file', payload: BYTES },
+    ]);
+    expect(received).toHaveLength(2);
+    const [json, bytes] = received;
+    // Node lower-cases received header names.
+    const expected = Object.fromEntries(Object.entries(HEADERS).map(([k, v]) => [k.toLowerCase(), v]));
+    expect(json!.headers).toMatchObject({
+      ...expected,
+      'ce-aggregateid': aggregateId,
+      'ce-subject': aggregateId,
+      'ce-type': 'order.created.v2',
+      'content-type': 'application/json',
+    });
+    expect(JSON.parse(json!.body.toString('utf8'))).toEqual(JSON_PAYLOAD);
+    expect(bytes!.headers['content-type']).toBe('application/octet-stream');
+    expect([...bytes!.body]).toEqual([...BYTES]);
+  });
+});

@@ -1,0 +1,68 @@
+import { describe, expect, it } from 'vitest';
+import { OutboxValidationError } from '../../src/errors.js';
+import { payloadJsonOf } from '../../src/producer/payload.js';
+
+class Money {
+  constructor(
+    readonly amount: number,
+    readonly currency: string,
+  ) {}
+}
+
+function deep(levels: number): unknown {
+  let node: unknown = { leaf: 'x' };
+  for (let i = 0; i < levels; i++) node = { child: node, list: [i] };
+  return node;
+}
+
+const at = new Date('2026-12-01T10:00:00.000Z');
+
+describe('payloadJsonOf: what it accepts, it writes exactly as JSON.stringify does', () => {
+  const accepted: Array<[string, unknown]> = [
+    ['plain data', { a: 1, b: 'x', c: [true, null, { d: -0.5 }], e: {} }],
+    ['a Date (its toJSON)', { at }],
+    ['an object with its own toJSON', { v: { toJSON: () => ({ kind: 'v' }) } }],
+    ['a class instance with fields', { price: new Money(10, 'EUR') }],
+    ['undefined properties (left out)', { a: undefined, b: 1 }],
+    ['a null-prototype object', Object.assign(Object.create(null), { a: 1 })],
+    ['boxed primitives', { n: Object(1), s: Object('x'), b: Object(true) }],
+    ['unicode text and keys', { clé: 'été 😀 日本', emoji: '😀' }],
+    ['text that only looks like escapes', { s: '\\u0000 and \\ud800' }],
+    ['top-level strings, numbers, null', 'just text'],
+    ['a number', 42],
+    ['null', null],
+    ['an empty array', []],
+    ['other control characters (escaped by JSON)', { s: 'a\u0001\u001b[0m\n' }],
+    ['plain data nested deeper than the quick walk goes', deep(100)],
+    ['an array with its own toJSON', Object.assign([1, 2], { toJSON: () => 'two' })],
+  ];
+  for (const [what, value] of accepted) {
+    it(what, () => {
+      expect(payloadJsonOf(value, 'payload')).toBe(JSON.stringify(value));
+    });
+  }
+});
+
+describe('payloadJsonOf names the first value it refuses by its path', () => {
+  const refused: Array<[unknown, string]> = [
+    [{ a: { b: [0, 1, Number.NaN] } }, 'payload.a.b[2]'],
+    [{ 'odd key': { x: new Map() } }, 'payload["odd key"].x'],
+    [[{ ok: 1 }, { bad: 2n }], 'payload[1].bad'],
+    [{ first: Number.NaN, second: new Set() }, 'payload.first'],
+    [{ at: { toJSON: () => new Map() } }, 'payload.at'],
+    [{ price: new Money(Number.NaN, 'EUR') }, 'payload.price.amount'],
+    [new Array(3).fill(1, 0, 1), 'payload[1]'], // a hole
+  ];
+  for (const [value, path] of refused) {
+    it(path, () => {
+      let error: unknown;
+      try {
+        payloadJsonOf(value, 'payload');
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(OutboxValidationError);
+      expect((error as OutboxValidationError).field).toBe(path);
+    });
+  }
+});

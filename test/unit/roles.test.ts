@@ -1,0 +1,48 @@
+import { describe, expect, it } from 'vitest';
+import { OutboxValidationError } from '../../src/errors.js';
+import { rolesSql } from '../../src/schema/roles.js';
+
+describe('rolesSql', () => {
+  it('names the roles <schema>_<kind> by default, NOLOGIN, and the schema owned by the migrator', () => {
+    const sql = rolesSql();
+    expect(sql.roles).toEqual({
+      migrator: 'outbox_migrator',
+      producer: 'outbox_producer',
+      relay: 'outbox_relay',
+      consumer: 'outbox_consumer',
+      operator: 'outbox_operator',
+    });
+    expect(sql.setup.filter((s) => s.includes('NOLOGIN'))).toHaveLength(5);
+    expect(sql.setup).toContain('CREATE SCHEMA IF NOT EXISTS "outbox" AUTHORIZATION "outbox_migrator";');
+    expect(sql.grants[0]).toBe('BEGIN;');
+    expect(sql.grants.at(-1)).toBe('COMMIT;');
+  });
+
+  it('grants the producer INSERT on events and SELECT on only the columns RETURNING reads', () => {
+    const grant = rolesSql({ schema: 'billing' }).grants.find(
+      (s) => s.includes('"billing".events') && s.includes('"billing_producer"'),
+    );
+    expect(grant).toMatch(
+      /^GRANT INSERT \(event_id, .*\), SELECT \(event_id, sequence\) ON "billing".events/,
+    );
+  });
+
+  it('never grants the migrator anything (it owns) nor a runtime role DDL', () => {
+    const { grants, roles } = rolesSql({ roles: { migrator: 'ddl' } });
+    expect(roles.migrator).toBe('ddl');
+    expect(grants.filter((s) => s.includes('"ddl"'))).toEqual([]);
+    expect(grants.filter((s) => /\b(CREATE|TRUNCATE|REFERENCES|TRIGGER)\b/.test(s))).toEqual([]);
+  });
+
+  it('refuses a bad or shared role name, naming the field', () => {
+    expect(() => rolesSql({ roles: { relay: 'Relay"; DROP' } })).toThrow(OutboxValidationError);
+    expect(() => rolesSql({ roles: { relay: 'Relay"; DROP' } })).toThrow(/roles\.relay/);
+    expect(() => rolesSql({ roles: { relay: 'same', consumer: 'same' } })).toThrow(
+      /"same" is given to two roles/,
+    );
+    expect(() => rolesSql({ roles: { relay: 'a$$b' } })).toThrow(/roles\.relay/);
+    const long = 'a'.repeat(58);
+    expect(() => rolesSql({ schema: long })).toThrow(/roles\.migrator.*too long for this schema/);
+    expect(() => rolesSql({ schema: 'Bad' })).toThrow(/schema/);
+  });
+});
