@@ -10,6 +10,7 @@ import type { Pool, PoolClient } from 'pg';
 import { errorMessage, isRetryableDatabaseError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { inTransaction, lostItsConnection } from '../producer/transaction.js';
+import { redactText } from '../redact.js';
 import { type AcceptedData, type AcceptedEvent, decode, type InboxEvent } from './decode.js';
 import { type InboxOptions, resolveInboxOptions, type Statements } from './inbox-options.js';
 import type { InboxMessage } from './message.js';
@@ -318,20 +319,22 @@ class TransactionalInbox<T> implements Inbox<T> {
     // shutting down): not the event's fault either. Nothing was committed; the adapter redelivers.
     if (isRetryableDatabaseError(error)) throw error;
     const e = error instanceof Error ? error : new Error(String(error));
+    // The handler's error may quote an address it called, key and all: not into a row.
+    const text = redactText(errorMessage(e));
     const { rows } = await this.o.pool.query<{ attempts: number }>(this.sql.countAttempt, [
       this.consumer,
       message.eventId,
-      `handler failed: ${errorMessage(e)}`.slice(0, 2000),
+      `handler failed: ${text}`.slice(0, 2000),
     ]);
     const attempts = rows[0]!.attempts;
     if (attempts >= this.maxAttempts) {
-      return this.park(message, `handler failed ${attempts} times: ${errorMessage(e)}`, attempts, e);
+      return this.park(message, `handler failed ${attempts} times: ${text}`, attempts, e);
     }
     this.logger.warn(
       { consumer: this.consumer, eventId: message.eventId, attempts, err: e },
       'handler failed',
     );
-    return { status: 'deferred', reason: `handler failed: ${errorMessage(e)}`, error: e, attempts };
+    return { status: 'deferred', reason: `handler failed: ${text}`, error: e, attempts };
   }
 
   private async park(
