@@ -7,8 +7,15 @@
 
 const MASK = '***';
 
-/** URL-like substrings of free text: `scheme://` up to whitespace, a quote or a bracket. */
-const URL_IN_TEXT = /\b[a-z][a-z0-9+.-]*:\/\/[^\s'"<>()[\]{}`,]+/gi;
+/**
+ * URL-like substrings of free text: `scheme://`, then a user-info part up to its last `@`
+ * (it may hold any character RFC 3986 allows there unencoded — `( ) ' , ; = & $ + ! *` —
+ * and a careless `@`), then an IPv6 literal in brackets, then the rest up to whitespace, a
+ * quote or a bracket. A comma ends the address only where another `scheme://` follows
+ * (lists of servers); otherwise it may be part of a query value.
+ */
+const URL_IN_TEXT =
+  /\b[a-z][a-z0-9+.-]*:\/\/(?:[^\s/?#"<>`]*@)?(?:\[[0-9a-z:.%]*\])?(?:[^\s'"<>()[\]{}`,]|,(?![a-z][a-z0-9+.-]*:\/\/))*/gi;
 
 /**
  * An address safe to show: `https://user:***@host/path?token=***`. A lone user name
@@ -43,7 +50,7 @@ export function redactUrl(url: string | URL): string {
 export function redactText(text: string): string {
   return text.replace(URL_IN_TEXT, (match) => {
     // A sentence may end right after an address: keep the full stop out of it.
-    const trailing = /[.:;!?]+$/.exec(match)?.[0] ?? '';
+    const trailing = /[.:;!?,]+$/.exec(match)?.[0] ?? '';
     return redactUrl(match.slice(0, match.length - trailing.length)) + trailing;
   });
 }
@@ -62,24 +69,38 @@ function redactQuery(search: string): string {
 }
 
 function redactUnparsed(text: string): string {
-  return text
-    .replace(/^([a-z][a-z0-9+.-]*:\/\/)?([^/?#@]*)@/i, (_, scheme: string | undefined, userinfo: string) => {
-      const colon = userinfo.indexOf(':');
-      return `${scheme ?? ''}${colon === -1 ? MASK : `${userinfo.slice(0, colon)}:${MASK}`}@`;
-    })
-    .replace(/\?[^#]*/, (search) => redactQuery(search))
-    .replace(/#.*$/, '');
+  return (
+    text
+      // Up to the last `@` before the path: a password may hold an unencoded one.
+      .replace(/^([a-z][a-z0-9+.-]*:\/\/)?([^/?#]*)@/i, (_, scheme: string | undefined, userinfo: string) => {
+        const colon = userinfo.indexOf(':');
+        return `${scheme ?? ''}${colon === -1 ? MASK : `${userinfo.slice(0, colon)}:${MASK}`}@`;
+      })
+      .replace(/\?[^#]*/, (search) => redactQuery(search))
+      .replace(/#.*$/, '')
+  );
 }
 
 /**
  * A log record with {@link redactText} applied to every string in it (nested objects and
- * arrays too, a few levels deep); Errors are left to the logger's error serializer.
+ * arrays too, a few levels deep, below which an object becomes its redacted JSON text);
+ * Errors are left to the logger's error serializer.
  */
 export function redactFields<T>(value: T, depth = 4): T {
   if (typeof value === 'string') return redactText(value) as T;
-  if (depth === 0 || value === null || typeof value !== 'object' || value instanceof Error) return value;
+  if (value === null || typeof value !== 'object' || value instanceof Error) return value;
+  // Deeper than we walk is not a way around the redaction.
+  if (depth === 0) return redactText(jsonText(value)) as T;
   if (Array.isArray(value)) return value.map((item: unknown) => redactFields(item, depth - 1)) as T;
   const out: Record<string, unknown> = {};
   for (const [key, item] of Object.entries(value)) out[key] = redactFields(item, depth - 1);
   return out as T;
+}
+
+function jsonText(value: object): string {
+  try {
+    return JSON.stringify(value) ?? '';
+  } catch {
+    return '[not serialisable]';
+  }
 }

@@ -9,6 +9,7 @@ import type { Logger as PinoLogger } from 'pino';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
 import { createRelay, type Relay } from '../relay/relay.js';
+import { warnSecretsOnCommandLine } from './argv-secrets.js';
 import {
   addDatabaseOptions,
   addLogLevelOption,
@@ -113,6 +114,17 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   const source = await publisherSource(options);
   const url = databaseUrl(options);
   const logger = createLogger(options.logLevel);
+  warnSecretsOnCommandLine(
+    {
+      '--database-url': options.databaseUrl,
+      '--nats': options.nats,
+      '--webhook': options.webhook,
+      '--rabbitmq': options.rabbitmq,
+      '--redis': options.redis,
+      '--mqtt': options.mqtt,
+    },
+    logger,
+  );
   const secret = webhookSecretFromFlags(options, logger);
   const signals = watchSignals(logger);
   const stopped = new AbortController();

@@ -59,9 +59,13 @@ const CONNECTIONS_CHECK_MS = 500;
 
 /**
  * A node:http request listener receiving `webhookPublisher` deliveries into the inbox.
+ * It bounds the body (`bodyTimeoutMs`); the headers are the server's job: node's defaults
+ * let a client trickle them for 60 s, so set `headersTimeout` (or use {@link createWebhookServer}).
  *
  * @example
- * http.createServer(webhookReceiver({ inbox, handler, secret: process.env.WEBHOOK_SECRET! })).listen(8080);
+ * http
+ *   .createServer({ headersTimeout: 10_000, requestTimeout: 30_000 }, webhookReceiver({ inbox, handler, secret: process.env.WEBHOOK_SECRET! }))
+ *   .listen(8080);
  */
 export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>): WebhookRequestListener {
   validate(options);
@@ -127,7 +131,10 @@ export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>)
         options.inbox.handle(message, options.handler),
       );
       if (result.status === 'deferred') {
-        return answer(res, 503, { 'retry-after': retryAfter }, `deferred: ${result.reason ?? ''}`);
+        // The sender learns that it must retry, not the receiver's internals: a handler's
+        // error text stays in the receiver's log and inbox.
+        const why = result.error === undefined ? (result.reason ?? '') : 'the handler failed';
+        return answer(res, 503, { 'retry-after': retryAfter }, `deferred: ${why}`);
       }
       return answer(res, 204, { 'x-inbox-status': result.status });
     } catch (error) {

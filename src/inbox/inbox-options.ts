@@ -16,6 +16,7 @@ import {
   COUNT_ATTEMPT_SQL,
   COUNT_DEFERRAL_SQL,
   DONE_QUARANTINE_SQL,
+  LOCK_POSITION_SQL,
   QUARANTINE_SQL,
   RELEASED_MESSAGES_SQL,
   RELEASED_SQL,
@@ -67,6 +68,7 @@ export interface Statements {
   readonly countAttempt: string;
   readonly countDeferral: string;
   readonly blocker: string;
+  readonly lockPosition: string;
   readonly quarantine: string;
   readonly released: string;
   readonly releasedMessages: string;
@@ -116,6 +118,7 @@ export function resolveInboxOptions(options: InboxOptions<readonly AcceptedEvent
     countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
     countDeferral: withSchema(COUNT_DEFERRAL_SQL, schema),
     blocker: withSchema(BLOCKER_SQL, schema),
+    lockPosition: withSchema(LOCK_POSITION_SQL, schema),
     quarantine: withSchema(QUARANTINE_SQL, schema),
     released: withSchema(RELEASED_SQL, schema),
     releasedMessages: withSchema(RELEASED_MESSAGES_SQL, schema),

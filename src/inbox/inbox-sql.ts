@@ -49,6 +49,17 @@ ORDER BY sequence
 LIMIT 1`;
 
 /**
+ * Locks the aggregate's position row (created at 0 when the consumer has none yet) and returns the
+ * sequence it stands at: a strict gap's event is parked under this lock, which the claim of any
+ * event of the aggregate waits for.
+ */
+export const LOCK_POSITION_SQL = `
+INSERT INTO {{schema}}.inbox_positions AS p (consumer, aggregate_type, aggregate_id, last_sequence, previous_sequence)
+VALUES ($1, $2, $3, 0, 0)
+ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET last_sequence = p.last_sequence
+RETURNING last_sequence::text AS last_sequence`;
+
+/**
  * Parks a message: $12 the quarantined event it waits behind (or NULL), $13 a release reason when
  * it is parked behind a released one (released with it, so the replay applies it next) or NULL.
  * Later events of its aggregate parked for a gap of their own are put behind it.

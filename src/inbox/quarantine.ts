@@ -5,6 +5,7 @@
 import type { Pool } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { inTransaction } from '../producer/transaction.js';
+import { redactText } from '../redact.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 
@@ -101,7 +102,8 @@ function toQuarantined(r: Row): QuarantinedMessage {
     sequence: Number(r['sequence']),
     type: r['event_type'] as string,
     schemaVersion: r['schema_version'] as number,
-    reason: r['reason'] as string,
+    // Recorded redacted; older rows may still quote an address with its key.
+    reason: redactText(r['reason'] as string),
     attempts: r['attempts'] as number,
     quarantinedAt: r['quarantined_at'] as Date,
     releasedAt: (r['released_at'] as Date | null) ?? null,

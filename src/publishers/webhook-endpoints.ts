@@ -37,6 +37,14 @@ export interface Endpoint {
 
 export type EndpointResolver = (message: OutboxMessage) => Endpoint | PublishError;
 
+/** What of the `headers` option matters to an endpoint. */
+interface StaticHeaders {
+  /** The option sets `authorization`. */
+  readonly authorization: boolean;
+  /** Its values, masked wherever they turn up (a receiver's error page may quote them). */
+  readonly secrets: readonly string[];
+}
+
 const FALLBACK_KEY = '*';
 const MASK = '***';
 /** Shorter query values are not searched for in free text: `?v=1` is no secret, and masking every `1` would garble it. */
@@ -45,19 +53,26 @@ const MIN_SCRUBBED_LENGTH = 4;
 /**
  * Resolves the `endpoints` option.
  *
- * @param staticAuthorization whether the `headers` option sets `authorization` (which an address with credentials would contradict)
+ * @param headers the `headers` option: an `authorization` there contradicts an address with
+ *   credentials, and its values (API keys, tokens) are masked like the address's secrets
  * @throws OutboxValidationError when an address is invalid.
  */
-export function endpointResolver(endpoints: unknown, staticAuthorization: boolean): EndpointResolver {
+export function endpointResolver(
+  endpoints: unknown,
+  headers: Readonly<Record<string, string>>,
+): EndpointResolver {
+  const statics: StaticHeaders = {
+    authorization: Object.keys(headers).some((name) => name.toLowerCase() === 'authorization'),
+    secrets: staticHeaderSecrets(headers),
+  };
   if (typeof endpoints === 'string') {
-    const endpoint = parseEndpoint('endpoints', endpoints, staticAuthorization);
+    const endpoint = parseEndpoint('endpoints', endpoints, statics);
     return () => endpoint;
   }
   if (typeof endpoints === 'function') {
-    return functionResolver(endpoints as (message: OutboxMessage) => unknown, staticAuthorization);
+    return functionResolver(endpoints as (message: OutboxMessage) => unknown, statics);
   }
-  if (typeof endpoints === 'object' && endpoints !== null)
-    return recordResolver(endpoints, staticAuthorization);
+  if (typeof endpoints === 'object' && endpoints !== null) return recordResolver(endpoints, statics);
   throw new OutboxValidationError(
     'endpoints',
     'is missing',
@@ -65,10 +80,10 @@ export function endpointResolver(endpoints: unknown, staticAuthorization: boolea
   );
 }
 
-function recordResolver(endpoints: object, staticAuthorization: boolean): EndpointResolver {
+function recordResolver(endpoints: object, statics: StaticHeaders): EndpointResolver {
   const routes = new Map<string, Endpoint>();
   for (const [topic, value] of Object.entries(endpoints)) {
-    routes.set(topic, parseEndpoint(`endpoints['${topic}']`, value, staticAuthorization));
+    routes.set(topic, parseEndpoint(`endpoints['${topic}']`, value, statics));
   }
   if (routes.size === 0) {
     throw new OutboxValidationError(
@@ -96,11 +111,11 @@ function unroutable(topic: string | null): PublishError {
 
 function functionResolver(
   choose: (message: OutboxMessage) => unknown,
-  staticAuthorization: boolean,
+  statics: StaticHeaders,
 ): EndpointResolver {
   return (message) => {
     try {
-      return parseEndpoint('endpoints', choose(message), staticAuthorization);
+      return parseEndpoint('endpoints', choose(message), statics);
     } catch (error) {
       const detail = redactText(error instanceof Error ? error.message : String(error));
       return new PublishError(`The \`endpoints\` function failed for event ${message.eventId}: ${detail}`, {
@@ -112,7 +127,7 @@ function functionResolver(
   };
 }
 
-function parseEndpoint(field: string, value: unknown, staticAuthorization: boolean): Endpoint {
+function parseEndpoint(field: string, value: unknown, statics: StaticHeaders): Endpoint {
   const fix = "Pass an absolute http(s) URL such as 'https://example.com/webhooks'";
   if (typeof value !== 'string')
     throw new OutboxValidationError(field, `must be a URL string, got ${typeof value}`, fix);
@@ -129,10 +144,10 @@ function parseEndpoint(field: string, value: unknown, staticAuthorization: boole
       fix,
     );
   }
-  const secrets = secretsOf(url);
+  const secrets = [...secretsOf(url), ...statics.secrets];
   let authorization: string | undefined;
   if (url.username !== '' || url.password !== '') {
-    if (staticAuthorization) {
+    if (statics.authorization) {
       throw new OutboxValidationError(
         field,
         `'${redactUrl(url)}' has a user name or password, and the \`headers\` option sets authorization too`,
@@ -147,6 +162,8 @@ function parseEndpoint(field: string, value: unknown, staticAuthorization: boole
     url.password = '';
   }
   url.hash = '';
+  // Longest first, so a secret containing another is masked whole.
+  secrets.sort((a, b) => b.length - a.length);
   const label = redactUrl(url);
   return {
     url,
@@ -169,8 +186,7 @@ function secretsOf(url: URL): string[] {
     const at = pair.indexOf('=');
     add(at === -1 ? pair : pair.slice(at + 1));
   }
-  // Longest first, so a secret containing another is masked whole.
-  return [...found].sort((a, b) => b.length - a.length);
+  return [...found];
 }
 
 function safeDecode(text: string): string {
@@ -185,4 +201,17 @@ function scrub(text: string, secrets: readonly string[]): string {
   let out = text;
   for (const secret of secrets) out = out.split(secret).join(MASK);
   return redactText(out);
+}
+
+/** Each static header's value, and what follows an auth scheme (`Bearer <token>`). */
+function staticHeaderSecrets(headers: Readonly<Record<string, string>>): string[] {
+  const found = new Set<string>();
+  for (const value of Object.values(headers)) {
+    const trimmed = value.trim();
+    const space = trimmed.indexOf(' ');
+    for (const form of [trimmed, space === -1 ? '' : trimmed.slice(space + 1).trim()]) {
+      if (form.length >= MIN_SCRUBBED_LENGTH) found.add(form);
+    }
+  }
+  return [...found];
 }

@@ -126,12 +126,13 @@ export function verifyWebhook(input: VerifyWebhookInput): boolean {
  */
 export function verifyWebhookEvent(input: VerifyWebhookInput): WebhookVerification {
   const key = decodeSecret(input.secret);
-  const bodyProblem = checkBodySignature(key, input);
+  const readHeader = headerReader(input.headers);
+  const bodyProblem = checkBodySignature(key, input, readHeader);
   if (bodyProblem !== undefined) return { ok: false, reason: bodyProblem };
-  const id = readHeader(input.headers, 'webhook-id')!;
-  const timestamp = readHeader(input.headers, 'webhook-timestamp')!;
-  const list = readHeader(input.headers, SIGNED_HEADERS_HEADER);
-  const signatures = readHeader(input.headers, HEADERS_SIGNATURE_HEADER);
+  const id = readHeader('webhook-id')!;
+  const timestamp = readHeader('webhook-timestamp')!;
+  const list = readHeader(SIGNED_HEADERS_HEADER);
+  const signatures = readHeader(HEADERS_SIGNATURE_HEADER);
   if (list === undefined || signatures === undefined) {
     return {
       ok: false,
@@ -142,7 +143,7 @@ export function verifyWebhookEvent(input: VerifyWebhookInput): WebhookVerificati
   if (typeof names === 'string') return { ok: false, reason: names };
   const headers: Record<string, string> = {};
   for (const name of names) {
-    const value = readHeader(input.headers, name);
+    const value = readHeader(name);
     if (value === undefined) return { ok: false, reason: `signed header ${name} is missing` };
     headers[name] = value.trim();
   }
@@ -209,10 +210,14 @@ export function signatureHeaders(
   };
 }
 
-function checkBodySignature(key: Buffer, input: VerifyWebhookInput): string | undefined {
-  const id = readHeader(input.headers, 'webhook-id');
-  const timestamp = readHeader(input.headers, 'webhook-timestamp');
-  const signatures = readHeader(input.headers, 'webhook-signature');
+function checkBodySignature(
+  key: Buffer,
+  input: VerifyWebhookInput,
+  readHeader: HeaderReader = headerReader(input.headers),
+): string | undefined {
+  const id = readHeader('webhook-id');
+  const timestamp = readHeader('webhook-timestamp');
+  const signatures = readHeader('webhook-signature');
   if (id === undefined || timestamp === undefined || signatures === undefined) {
     return 'no webhook-id, webhook-timestamp or webhook-signature';
   }
@@ -273,13 +278,23 @@ function signatureMatches(candidate: string, expected: Buffer): boolean {
   return actual.length === expected.length && timingSafeEqual(actual, expected);
 }
 
-function readHeader(headers: VerifyWebhookInput['headers'], name: string): string | undefined {
-  if (headers instanceof Headers) return headers.get(name) ?? undefined;
+type HeaderReader = (name: string) => string | undefined;
+
+/**
+ * A lookup of lower-case header names, indexed once: a request may list every one of its
+ * headers (up to node's limit of 2000) in txo-signed-headers, and a scan of all of them
+ * per listed name would make it cost the event loop hundreds of milliseconds.
+ */
+function headerReader(headers: VerifyWebhookInput['headers']): HeaderReader {
+  if (headers instanceof Headers) return (name) => headers.get(name) ?? undefined;
+  const byName = new Map<string, string>();
   for (const [key, value] of Object.entries(headers)) {
-    if (key.toLowerCase() !== name || value === undefined) continue;
-    return typeof value === 'string' ? value : value.join(' ');
+    const name = key.toLowerCase();
+    // The first of two spellings wins, as a scan in order would.
+    if (value === undefined || byName.has(name)) continue;
+    byName.set(name, typeof value === 'string' ? value : value.join(' '));
   }
-  return undefined;
+  return (name) => byName.get(name);
 }
 
 /**

@@ -88,10 +88,7 @@ function resolveOptions(options: WebhookPublisherOptions): ResolvedOptions {
   }
   const headers = staticHeaders(options.headers);
   return {
-    resolve: endpointResolver(
-      options.endpoints,
-      Object.keys(headers).some((name) => name.toLowerCase() === 'authorization'),
-    ),
+    resolve: endpointResolver(options.endpoints, headers),
     key: decodeSecret(options.secret),
     timeoutMs: positiveNumber('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS),
     concurrency: positiveInteger('concurrency', options.concurrency, DEFAULT_CONCURRENCY),
@@ -259,11 +256,20 @@ function singleRequest(
     endpoint,
     webhookId: message.eventId,
     body: message.payload,
-    eventHeaders: new Headers({
-      ...envelopeHeaders(message, options.source),
-      'content-type': message.contentType,
-    }),
+    eventHeaders: eventHeaders(message, options.source),
   };
+}
+
+/**
+ * The envelope, the event's own headers and content-type as HTTP headers. Names are
+ * case-insensitive there: an event header `CE-Type` would join the envelope's `ce-type`
+ * into one value (`x, order.created`); each attribute is set over it instead.
+ */
+function eventHeaders(message: OutboxMessage, source: string): Headers {
+  const headers = new Headers();
+  const fields = { ...envelopeHeaders(message, source), 'content-type': message.contentType };
+  for (const [name, value] of Object.entries(fields)) headers.set(name, value);
+  return headers;
 }
 
 /** Every event's attributes are in the (signed) body; of the headers only content-type says how to read it. */

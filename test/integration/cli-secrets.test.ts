@@ -201,6 +201,36 @@ describe('secrets stay out of logs, last_error and the CLI', () => {
     expectNoSecret(result.stderr, 'the relay output');
   });
 
+  it('addresses with a password or token on the relay command line warn (ps), without echoing them', async () => {
+    const database = new URL(DATABASE_URL);
+    database.password = PASSWORD;
+    const result = await start(
+      [
+        'relay',
+        '--schema',
+        `${db.schema}_missing`,
+        '--database-url',
+        database.href,
+        '--webhook',
+        `http://user:${PASSWORD}@127.0.0.1:9/hook?token=${TOKEN}`,
+      ],
+      { [`TX_OUTBOX_WEBHOOK_SECRET`]: SECRET },
+    ).done;
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/--database-url carries a password or token[^\n]*`ps`[^\n]*DATABASE_URL/);
+    expect(result.stderr).toMatch(/--webhook carries a password or token[^\n]*`ps`[^\n]*--config/);
+    expectNoSecret(result.stderr, 'the relay output');
+    // An address without secrets is no reason to warn.
+    const plain = await start([
+      'relay',
+      '--schema',
+      `${db.schema}_missing`,
+      '--redis',
+      'redis://127.0.0.1:6379',
+    ]).done;
+    expect(plain.stderr).not.toMatch(/carries a password or token/);
+  });
+
   it('refuses --webhook-secret with --webhook-secret-file, and an empty secret file, naming the flag', async () => {
     const both = await start([
       'relay',

@@ -467,6 +467,20 @@ describe('webhookPublisher — credentials in endpoint URLs', () => {
     }
   });
 
+  it('does not show the values of static headers (an API key, a bearer token) quoted by an error page', async () => {
+    const server = await startServer((req, res) =>
+      res
+        .writeHead(401)
+        .end(`denied: x-api-key=${req.headers['x-api-key']} authorization=${req.headers.authorization}`),
+    );
+    const headers = { 'x-api-key': 'k3y-static-api-key', authorization: 'Bearer b3arer-t0ken' };
+    const [outcome] = await publish(publisher({ endpoints: server.url, headers }), [makeMessage()]);
+    expect(server.received[0]?.headers['x-api-key']).toBe(headers['x-api-key']);
+    const message = failure(outcome).error.message;
+    expect(message).toContain('answered HTTP 401');
+    for (const secret of ['k3y-static-api-key', 'b3arer-t0ken']) expect(message).not.toContain(secret);
+  });
+
   it('refuses credentials in the URL together with an authorization header, without echoing them', () => {
     expect(() =>
       webhookPublisher({

@@ -54,3 +54,38 @@ describe('redactFields', () => {
     });
   });
 });
+
+describe('redaction an attacker (or an unlucky password) would probe', () => {
+  it('masks passwords holding characters RFC 3986 allows unencoded in userinfo', () => {
+    for (const password of ['pa(ss)word', "pa'ssword", 'pa,ssword', 'pa$s&wo=rd+', 'p!a*s;s']) {
+      const text = `connect amqp://user:${password}@127.0.0.1:5672/vhost failed`;
+      expect(redactText(text), password).toBe('connect amqp://user:***@127.0.0.1:5672/vhost failed');
+    }
+  });
+
+  it('masks the query values of an address whose host is an IPv6 literal', () => {
+    expect(redactText('POST http://[::1]:8080/hook?token=t0ken failed')).toBe(
+      'POST http://[::1]:8080/hook?token=*** failed',
+    );
+    expect(redactText('nats://user:pw1@[fe80::1%25eth0]:4222?token=t0k')).toBe(
+      'nats://user:***@[fe80::1%25eth0]:4222?token=***',
+    );
+  });
+
+  it('masks a whole query value that holds a comma, and keeps lists of addresses apart', () => {
+    expect(redactText('GET https://h/p?token=abc,def&x=1, then gave up')).toBe(
+      'GET https://h/p?token=***&x=***, then gave up',
+    );
+    expect(redactText('nats://a:b1@x:1,nats://c:d2@y:2')).toBe('nats://a:***@x:1,nats://c:***@y:2');
+  });
+
+  it('masks every part of an unparsable address with more than one @', () => {
+    expect(redactText('redis://:p@ss@host:99999')).not.toMatch(/ss@host/);
+    expect(redactUrl('redis://:p@ss@host:99999')).toBe('redis://:***@host:99999');
+  });
+
+  it('leaves no string unmasked in a log record nested deeper than it walks', () => {
+    const record = { a: { b: { c: { d: { e: { f: 'https://u:deepsecret@h/' } } } } } };
+    expect(JSON.stringify(redactFields(record))).not.toContain('deepsecret');
+  });
+});
