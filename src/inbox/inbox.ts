@@ -17,6 +17,7 @@ import type { InboxMessage } from './message.js';
 import {
   DEFAULT_MAX_GAP_MS,
   decideOrder,
+  GAP_INTERVAL_CAP_MS,
   type GapBudget,
   gapExhausted,
   type OrderingPolicy,
@@ -264,13 +265,13 @@ class TransactionalInbox<T> implements Inbox<T> {
     const reason = blocker
       ? `waiting behind released event ${blocker.event_id} (sequence ${blocker.sequence}), which replayReleased applies first`
       : waiting;
-    const { rows: counted } = await this.o.pool.query<{ attempts: number; since_first_ms: string }>(
+    const { rows: counted } = await this.o.pool.query<{ attempts: number; waited_ms: string }>(
       this.sql.countDeferral,
-      [this.consumer, message.eventId, reason, gapAfter],
+      [this.consumer, message.eventId, reason, gapAfter, GAP_INTERVAL_CAP_MS],
     );
     const attempts = counted[0]!.attempts;
     const exhausted = gapExhausted(this.gapBudget, {
-      waitedMs: Number(counted[0]!.since_first_ms),
+      waitedMs: Number(counted[0]!.waited_ms),
       deliveries: attempts,
     });
     if (exhausted === undefined) return { status: 'deferred', reason, attempts };
