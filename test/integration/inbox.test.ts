@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import net from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -655,6 +656,25 @@ describe('inbox', () => {
     } finally {
       await timed.end();
     }
+  });
+
+  it("a handler's own call failing with a connection error (ECONNREFUSED) is charged and, after maxAttempts, quarantined", async () => {
+    const ib = inbox({ maxAttempts: 2 });
+    const m = message('refused', 1);
+    // A real refused connection, as an HTTP client's call to a service that is down rejects with it.
+    const refused = async (tx: Parameters<typeof record>[0]) => {
+      await record(tx, m);
+      await new Promise((_resolve, reject) => {
+        net.connect(1, '127.0.0.1').on('error', reject);
+      });
+    };
+    const first = await ib.handle(m, refused);
+    expect(first).toMatchObject({ status: 'deferred', attempts: 1 });
+    expect(first.error).toMatchObject({ code: 'ECONNREFUSED' });
+    const last = await ib.handle(m, refused);
+    expect(last.status).toBe('quarantined');
+    expect(last.reason).toMatch(/^handler failed 2 times: connect ECONNREFUSED 127\.0\.0\.1:1/);
+    expect(await effects(m.eventId)).toBe(0);
   });
 
   it('a transient database error in the handler (serialization failure) is not charged: handle rejects, nothing written', async () => {
