@@ -5,10 +5,11 @@
  * the client has not noticed yet: its own pings come every two minutes) is the broker being
  * unreachable, and must not burn the event's attempts.
  *
- * Evidence of life, cheapest first: a message received on the connection since the publish
- * was sent (NATS keeps a connection's traffic in order, so a later PubAck means the server
- * read ours); else a PING answered within the probe deadline. One probe is shared by every
- * publish that asks while it is under way.
+ * The evidence is a PING sent now and answered within the probe deadline: NATS keeps a
+ * connection's traffic in order, so its PONG says the server reads what we send. Messages
+ * received since the publish are no evidence: a stall that begins while PubAcks of earlier
+ * messages are on their way (or that holds only our direction) still lets them in. One probe
+ * is shared by every publish that asks while it is under way.
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import { raceDeadline } from './shared/deadline.js';
@@ -31,15 +32,9 @@ export class LinkProbe {
     return this.#probeMs;
   }
 
-  /** A mark of the traffic received so far, to compare with later. */
-  mark(): number {
-    return this.#nc.stats().inMsgs;
-  }
-
-  /** True when the server was heard from since `mark`, now or within the probe deadline. */
-  alive(mark: number): Promise<boolean> {
+  /** True when the server answers a ping within the probe deadline. */
+  alive(): Promise<boolean> {
     if (this.#nc.isClosed()) return Promise.resolve(false);
-    if (this.mark() > mark) return Promise.resolve(true);
     this.#probe ??= raceDeadline(this.#nc.flush(), this.#probeMs)
       .then(
         () => true,
@@ -51,3 +46,47 @@ export class LinkProbe {
     return this.#probe;
   }
 }
+
+/**
+ * Does JetStream answer on this connection? Asked when a publish got 503 "no responders": with
+ * JetStream answering, no stream captures the subject, which is the event's (or the
+ * configuration's) failure and costs an attempt, so it goes dead after maxAttempts instead of
+ * holding the relay in outage backoff forever; with JetStream silent (disabled, not enabled
+ * for the account, or the server still starting) the broker is unavailable. One request to
+ * `$JS.API.INFO` is shared by every publish that asks while it is under way.
+ */
+export class JetStreamProbe {
+  readonly #nc: NatsConnection;
+  readonly #probeMs: number;
+  #probe: Promise<boolean> | undefined;
+
+  constructor(nc: NatsConnection, timeoutMs: number) {
+    this.#nc = nc;
+    this.#probeMs = Math.min(timeoutMs, MAX_PROBE_MS);
+  }
+
+  /** True when JetStream answered its account info request without an error. */
+  up(): Promise<boolean> {
+    if (this.#nc.isClosed()) return Promise.resolve(false);
+    this.#probe ??= this.#nc
+      .request('$JS.API.INFO', undefined, { timeout: this.#probeMs })
+      .then(
+        (reply) => {
+          if (reply.data.length === 0) return false;
+          try {
+            const info = JSON.parse(decoder.decode(reply.data)) as { error?: unknown };
+            return info.error === undefined || info.error === null;
+          } catch {
+            return false;
+          }
+        },
+        () => false,
+      )
+      .finally(() => {
+        this.#probe = undefined;
+      });
+    return this.#probe;
+  }
+}
+
+const decoder = new TextDecoder();

@@ -49,10 +49,14 @@ export class PrivateNats {
   readonly storeDir = mkdtempSync(join(tmpdir(), 'txo-nats-'));
   private child: ChildProcess | undefined;
 
-  private constructor(readonly port: number) {}
+  private constructor(
+    readonly port: number,
+    private readonly jetstream: boolean,
+  ) {}
 
-  static async start(): Promise<PrivateNats> {
-    const nats = new PrivateNats(await freePort());
+  /** `jetstream: false` starts a server with JetStream disabled (core NATS only). */
+  static async start(options: { jetstream?: boolean } = {}): Promise<PrivateNats> {
+    const nats = new PrivateNats(await freePort(), options.jetstream ?? true);
     await nats.up();
     return nats;
   }
@@ -63,7 +67,8 @@ export class PrivateNats {
 
   async up(): Promise<void> {
     const bin = process.env['NATS_SERVER_BIN'] ?? '/usr/sbin/nats-server';
-    this.child = spawn(bin, ['-a', '127.0.0.1', '-p', String(this.port), '-js', '-sd', this.storeDir], {
+    const js = this.jetstream ? ['-js', '-sd', this.storeDir] : [];
+    this.child = spawn(bin, ['-a', '127.0.0.1', '-p', String(this.port), ...js], {
       stdio: 'ignore',
     });
     await waitForPort(this.port);
