@@ -46,7 +46,8 @@ export interface InboxOptions<A extends readonly AcceptedEvent[] = readonly Acce
   readonly startSequence?: StartSequence;
   /**
    * `strict`: how long a gap may stay unfilled without the aggregate advancing, in ms, before the
-   * waiting event is quarantined. The clock restarts whenever the aggregate advances. Default
+   * waiting event is quarantined. Only observed waiting counts (each interval between two
+   * deferrals adds at most a minute: an outage does not). The clock restarts whenever the aggregate advances. Default
    * 300 000 (5 min: several consumer crashes, broker or database restarts in a row).
    */
   readonly maxGapMs?: number;

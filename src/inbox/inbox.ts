@@ -7,7 +7,7 @@
  * the reason — never dropped silently, never retried in a hot loop.
  */
 import type { Pool, PoolClient } from 'pg';
-import { errorMessage, isRetryableDatabaseError } from '../errors.js';
+import { errorMessage, isTransactionConflict } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { inTransaction, lostItsConnection } from '../producer/transaction.js';
 import { redactText } from '../redact.js';
@@ -17,6 +17,7 @@ import type { InboxMessage } from './message.js';
 import {
   DEFAULT_MAX_GAP_MS,
   decideOrder,
+  GAP_INTERVAL_CAP_MS,
   type GapBudget,
   gapExhausted,
   type OrderingPolicy,
@@ -264,13 +265,13 @@ class TransactionalInbox<T> implements Inbox<T> {
     const reason = blocker
       ? `waiting behind released event ${blocker.event_id} (sequence ${blocker.sequence}), which replayReleased applies first`
       : waiting;
-    const { rows: counted } = await this.o.pool.query<{ attempts: number; since_first_ms: string }>(
+    const { rows: counted } = await this.o.pool.query<{ attempts: number; waited_ms: string }>(
       this.sql.countDeferral,
-      [this.consumer, message.eventId, reason, gapAfter],
+      [this.consumer, message.eventId, reason, gapAfter, GAP_INTERVAL_CAP_MS],
     );
     const attempts = counted[0]!.attempts;
     const exhausted = gapExhausted(this.gapBudget, {
-      waitedMs: Number(counted[0]!.since_first_ms),
+      waitedMs: Number(counted[0]!.waited_ms),
       deliveries: attempts,
     });
     if (exhausted === undefined) return { status: 'deferred', reason, attempts };
@@ -315,9 +316,10 @@ class TransactionalInbox<T> implements Inbox<T> {
   }
 
   private async failed(message: InboxMessage, error: unknown): Promise<HandleResult> {
-    // A transient database error on a live connection (deadlock, serialization failure, the server
-    // shutting down): not the event's fault either. Nothing was committed; the adapter redelivers.
-    if (isRetryableDatabaseError(error)) throw error;
+    // The inbox's transaction lost a race (serialization failure, deadlock): not the event's fault
+    // either. Nothing was committed; the adapter redelivers. Any other error is the handler's, a
+    // connection error of its own calls included (ECONNREFUSED from a service it calls): charged.
+    if (isTransactionConflict(error)) throw error;
     const e = error instanceof Error ? error : new Error(String(error));
     // The handler's error may quote an address it called, key and all: not into a row.
     const text = redactText(errorMessage(e));

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import net from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -159,6 +160,48 @@ describe('inbox', () => {
     expect(parked.status).toBe('quarantined');
     expect(parked.reason).toMatch(
       /^gap not filled for 0\.\d s \(2 deliveries\) without the aggregate advancing: waiting for sequence 3 of this aggregate$/,
+    );
+  });
+
+  it('strict: an outage between two deferrals counts toward maxGapMs for at most a minute (only observed waiting does)', async () => {
+    const ib = inbox({ ordering: 'strict' }); // maxGapMs: the default 5 min
+    const [o1, o2, o3] = [1, 2, 3].map((n) => message('outage', n)) as InboxMessage[];
+    await ib.handle(o1!, (tx) => record(tx, o1!));
+    expect(await ib.handle(o3!, (tx) => record(tx, o3!))).toMatchObject({ status: 'deferred', attempts: 1 });
+    // The consumer, broker or database is down for 10 minutes: the row's clock is moved back by as much.
+    const outage = async () =>
+      db.pool.query(
+        `UPDATE "${db.schema}".inbox_attempts
+         SET first_at = first_at - interval '10 minutes', last_at = last_at - interval '10 minutes'
+         WHERE event_id = $1`,
+        [o3!.eventId],
+      );
+    await outage();
+    // After recovery, 3 is redelivered before 2: still a healthy stream, it waits.
+    expect(await ib.handle(o3!, (tx) => record(tx, o3!))).toMatchObject({ status: 'deferred', attempts: 2 });
+    const { rows } = await db.pool.query(
+      `SELECT waited_ms::int AS waited FROM "${db.schema}".inbox_attempts WHERE event_id = $1`,
+      [o3!.eventId],
+    );
+    expect(rows[0].waited).toBe(60_000);
+    expect((await ib.handle(o2!, (tx) => record(tx, o2!))).status).toBe('processed');
+    expect((await ib.handle(o3!, (tx) => record(tx, o3!))).status).toBe('processed');
+
+    // Each long interval is a minute of waiting: a hole redelivered rarely still ends in quarantine.
+    const slow = inbox({ ordering: 'strict', maxGapMs: 90_000 });
+    const [s1, , s3] = [1, 2, 3].map((n) => message('outage-slow', n)) as InboxMessage[];
+    await slow.handle(s1!, (tx) => record(tx, s1!));
+    for (const attempts of [1, 2]) {
+      expect(await slow.handle(s3!, (tx) => record(tx, s3!))).toMatchObject({ status: 'deferred', attempts });
+      await db.pool.query(
+        `UPDATE "${db.schema}".inbox_attempts SET last_at = last_at - interval '10 minutes' WHERE event_id = $1`,
+        [s3!.eventId],
+      );
+    }
+    const parked = await slow.handle(s3!, (tx) => record(tx, s3!));
+    expect(parked.status).toBe('quarantined');
+    expect(parked.reason).toMatch(
+      /^gap not filled for 120 s \(3 deliveries\) without the aggregate advancing/,
     );
   });
 
@@ -613,6 +656,25 @@ describe('inbox', () => {
     } finally {
       await timed.end();
     }
+  });
+
+  it("a handler's own call failing with a connection error (ECONNREFUSED) is charged and, after maxAttempts, quarantined", async () => {
+    const ib = inbox({ maxAttempts: 2 });
+    const m = message('refused', 1);
+    // A real refused connection, as an HTTP client's call to a service that is down rejects with it.
+    const refused = async (tx: Parameters<typeof record>[0]) => {
+      await record(tx, m);
+      await new Promise((_resolve, reject) => {
+        net.connect(1, '127.0.0.1').on('error', reject);
+      });
+    };
+    const first = await ib.handle(m, refused);
+    expect(first).toMatchObject({ status: 'deferred', attempts: 1 });
+    expect(first.error).toMatchObject({ code: 'ECONNREFUSED' });
+    const last = await ib.handle(m, refused);
+    expect(last.status).toBe('quarantined');
+    expect(last.reason).toMatch(/^handler failed 2 times: connect ECONNREFUSED 127\.0\.0\.1:1/);
+    expect(await effects(m.eventId)).toBe(0);
   });
 
   it('a transient database error in the handler (serialization failure) is not charged: handle rejects, nothing written', async () => {
