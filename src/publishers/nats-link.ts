@@ -17,33 +17,42 @@ import { raceDeadline } from './shared/deadline.js';
 /** Longest wait for the PONG of a probe, in ms (shorter when the publish timeout is). */
 const MAX_PROBE_MS = 5_000;
 
-export class LinkProbe {
-  readonly #nc: NatsConnection;
-  readonly #probeMs: number;
+/**
+ * One yes-or-no question to the server, asked by every publish that wants the answer while it is
+ * under way: at most one in flight per connection, never an error (no answer in time is `false`).
+ */
+abstract class SharedProbe {
+  protected readonly nc: NatsConnection;
+  /** How long a probe may wait for its answer. */
+  readonly probeMs: number;
   #probe: Promise<boolean> | undefined;
 
   constructor(nc: NatsConnection, timeoutMs: number) {
-    this.#nc = nc;
-    this.#probeMs = Math.min(timeoutMs, MAX_PROBE_MS);
+    this.nc = nc;
+    this.probeMs = Math.min(timeoutMs, MAX_PROBE_MS);
   }
 
-  /** How long a probe may wait for its PONG. */
-  get probeMs(): number {
-    return this.#probeMs;
-  }
-
-  /** True when the server answers a ping within the probe deadline. */
-  alive(): Promise<boolean> {
-    if (this.#nc.isClosed()) return Promise.resolve(false);
-    this.#probe ??= raceDeadline(this.#nc.flush(), this.#probeMs)
-      .then(
-        () => true,
-        () => false,
-      )
+  protected ask(): Promise<boolean> {
+    if (this.nc.isClosed()) return Promise.resolve(false);
+    this.#probe ??= this.question()
+      .catch(() => false)
       .finally(() => {
         this.#probe = undefined;
       });
     return this.#probe;
+  }
+
+  protected abstract question(): Promise<boolean>;
+}
+
+export class LinkProbe extends SharedProbe {
+  /** True when the server answers a ping within the probe deadline. */
+  alive(): Promise<boolean> {
+    return this.ask();
+  }
+
+  protected question(): Promise<boolean> {
+    return raceDeadline(this.nc.flush(), this.probeMs).then(() => true);
   }
 }
 
@@ -55,37 +64,21 @@ export class LinkProbe {
  * for the account, or the server still starting) the broker is unavailable. One request to
  * `$JS.API.INFO` is shared by every publish that asks while it is under way.
  */
-export class JetStreamProbe {
-  readonly #nc: NatsConnection;
-  readonly #probeMs: number;
-  #probe: Promise<boolean> | undefined;
-
-  constructor(nc: NatsConnection, timeoutMs: number) {
-    this.#nc = nc;
-    this.#probeMs = Math.min(timeoutMs, MAX_PROBE_MS);
-  }
-
+export class JetStreamProbe extends SharedProbe {
   /** True when JetStream answered its account info request without an error. */
   up(): Promise<boolean> {
-    if (this.#nc.isClosed()) return Promise.resolve(false);
-    this.#probe ??= this.#nc
-      .request('$JS.API.INFO', undefined, { timeout: this.#probeMs })
-      .then(
-        (reply) => {
-          if (reply.data.length === 0) return false;
-          try {
-            const info = JSON.parse(decoder.decode(reply.data)) as { error?: unknown };
-            return info.error === undefined || info.error === null;
-          } catch {
-            return false;
-          }
-        },
-        () => false,
-      )
-      .finally(() => {
-        this.#probe = undefined;
-      });
-    return this.#probe;
+    return this.ask();
+  }
+
+  protected async question(): Promise<boolean> {
+    const reply = await this.nc.request('$JS.API.INFO', undefined, { timeout: this.probeMs });
+    if (reply.data.length === 0) return false;
+    try {
+      const info = JSON.parse(decoder.decode(reply.data)) as { error?: unknown };
+      return info.error === undefined || info.error === null;
+    } catch {
+      return false;
+    }
   }
 }
 
