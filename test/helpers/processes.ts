@@ -112,3 +112,36 @@ export function startFixture(
       .map((l) => JSON.parse(l) as Record<string, unknown>);
   return { child, lines };
 }
+
+/** What a child process printed and how it ended. */
+export interface ProcessRun {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** A spawned child's output as it comes (`stderr()` so far) and `done` when it has closed. */
+export interface CollectedProcess {
+  readonly child: ChildProcess;
+  readonly done: Promise<ProcessRun>;
+  stdout(): string;
+  stderr(): string;
+}
+
+/** Collects what a child spawned with piped stdout and stderr prints; `done` rejects if it cannot start. */
+export function collectOutput(child: ChildProcess): CollectedProcess {
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const done = new Promise<ProcessRun>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+  return { child, done, stdout: () => stdout, stderr: () => stderr };
+}
