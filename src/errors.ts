@@ -3,6 +3,7 @@
  * for bad input, an OutboxValidationError, which is a TypeError) so callers can
  * branch on `retryable` and `code` instead of parsing messages.
  */
+import pg from 'pg';
 
 export class OutboxError extends Error {
   readonly code: string;
@@ -97,6 +98,23 @@ export function isRetryableDatabaseError(error: unknown): boolean {
     message.includes('connection timeout') ||
     message.includes('Client has encountered a connection error') ||
     message.includes('terminating connection')
+  );
+}
+
+const CONFLICT_PG_CODES = new Set(['40001', '40P01']); // serialization_failure, deadlock_detected
+
+/**
+ * True for PostgreSQL's serialization failure or deadlock (SQLSTATE 40001, 40P01) as the pg driver
+ * reports a server error: its DatabaseError (or one of that shape, from another copy of pg). The
+ * transaction lost a race; a retry may pass. A Node error code (ECONNREFUSED …) is not one.
+ */
+export function isTransactionConflict(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const e = error as { code?: unknown; severity?: unknown; routine?: unknown };
+  if (typeof e.code !== 'string' || !CONFLICT_PG_CODES.has(e.code)) return false;
+  return (
+    error instanceof pg.DatabaseError ||
+    (error.name === 'error' && typeof e.severity === 'string' && 'routine' in error)
   );
 }
 

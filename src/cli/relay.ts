@@ -134,7 +134,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   try {
     // Waits for a database that is still starting; fails fast, with a hint to migrate, on a
     // missing schema instead of a relay retrying forever against nothing.
-    const status = await waitForDatabase(pool, options.schema, redactUrl(url), logger, stopped.signal);
+    const status = await waitForDatabase(url, options.schema, redactUrl(url), logger, stopped.signal);
     if (status === undefined) return; // stopped by a signal before the database came up
     publisher =
       source.kind === 'config'

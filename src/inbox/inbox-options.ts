@@ -16,6 +16,7 @@ import {
   COUNT_ATTEMPT_SQL,
   COUNT_DEFERRAL_SQL,
   DONE_QUARANTINE_SQL,
+  LOCK_POSITION_SQL,
   QUARANTINE_SQL,
   RELEASED_MESSAGES_SQL,
   RELEASED_SQL,
@@ -45,7 +46,8 @@ export interface InboxOptions<A extends readonly AcceptedEvent[] = readonly Acce
   readonly startSequence?: StartSequence;
   /**
    * `strict`: how long a gap may stay unfilled without the aggregate advancing, in ms, before the
-   * waiting event is quarantined. The clock restarts whenever the aggregate advances. Default
+   * waiting event is quarantined. Only observed waiting counts (each interval between two
+   * deferrals adds at most a minute: an outage does not). The clock restarts whenever the aggregate advances. Default
    * 300 000 (5 min: several consumer crashes, broker or database restarts in a row).
    */
   readonly maxGapMs?: number;
@@ -67,6 +69,7 @@ export interface Statements {
   readonly countAttempt: string;
   readonly countDeferral: string;
   readonly blocker: string;
+  readonly lockPosition: string;
   readonly quarantine: string;
   readonly released: string;
   readonly releasedMessages: string;
@@ -116,6 +119,7 @@ export function resolveInboxOptions(options: InboxOptions<readonly AcceptedEvent
     countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
     countDeferral: withSchema(COUNT_DEFERRAL_SQL, schema),
     blocker: withSchema(BLOCKER_SQL, schema),
+    lockPosition: withSchema(LOCK_POSITION_SQL, schema),
     quarantine: withSchema(QUARANTINE_SQL, schema),
     released: withSchema(RELEASED_SQL, schema),
     releasedMessages: withSchema(RELEASED_MESSAGES_SQL, schema),

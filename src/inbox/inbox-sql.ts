@@ -23,9 +23,10 @@ RETURNING attempts`;
 
 /**
  * Counts a deferral on a gap, while the aggregate stands at sequence $4; returns the deliveries
- * and the time since the count started. The count and its clock restart when the aggregate
- * stood elsewhere at the previous deferral (it advanced: the gap shrank) or the count was of
- * handler failures.
+ * and the waiting observed since the count started: the time since the previous deferral, at
+ * most $5 ms (an outage between two deliveries is not waiting), added to what was waited before,
+ * on the database's clock. The count restarts when the aggregate stood elsewhere at the previous
+ * deferral (it advanced: the gap shrank) or the count was of handler failures.
  */
 export const COUNT_DEFERRAL_SQL = `
 INSERT INTO {{schema}}.inbox_attempts AS a (consumer, event_id, attempts, last_reason, gap_after)
@@ -33,8 +34,11 @@ VALUES ($1, $2, 1, $3, $4)
 ON CONFLICT (consumer, event_id) DO UPDATE
 SET attempts = CASE WHEN a.gap_after = excluded.gap_after THEN a.attempts + 1 ELSE 1 END,
     first_at = CASE WHEN a.gap_after = excluded.gap_after THEN a.first_at ELSE now() END,
+    waited_ms = CASE WHEN a.gap_after = excluded.gap_after
+      THEN a.waited_ms + least(greatest(extract(epoch FROM now() - a.last_at) * 1000, 0), $5::bigint)::bigint
+      ELSE 0 END,
     gap_after = excluded.gap_after, last_at = now(), last_reason = excluded.last_reason
-RETURNING attempts, extract(epoch FROM now() - first_at) * 1000 AS since_first_ms`;
+RETURNING attempts, waited_ms::text AS waited_ms`;
 
 /**
  * The first quarantined event of the aggregate between the sequence it stands at ($4) and the
@@ -47,6 +51,17 @@ FROM {{schema}}.inbox_quarantine
 WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3 AND sequence > $4 AND sequence < $5
 ORDER BY sequence
 LIMIT 1`;
+
+/**
+ * Locks the aggregate's position row (created at 0 when the consumer has none yet) and returns the
+ * sequence it stands at: a strict gap's event is parked under this lock, which the claim of any
+ * event of the aggregate waits for.
+ */
+export const LOCK_POSITION_SQL = `
+INSERT INTO {{schema}}.inbox_positions AS p (consumer, aggregate_type, aggregate_id, last_sequence, previous_sequence)
+VALUES ($1, $2, $3, 0, 0)
+ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET last_sequence = p.last_sequence
+RETURNING last_sequence::text AS last_sequence`;
 
 /**
  * Parks a message: $12 the quarantined event it waits behind (or NULL), $13 a release reason when

@@ -7,7 +7,7 @@
  * the reason — never dropped silently, never retried in a hot loop.
  */
 import type { Pool, PoolClient } from 'pg';
-import { errorMessage, isRetryableDatabaseError } from '../errors.js';
+import { errorMessage, isTransactionConflict } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { inTransaction, lostItsConnection } from '../producer/transaction.js';
 import { redactText } from '../redact.js';
@@ -17,6 +17,7 @@ import type { InboxMessage } from './message.js';
 import {
   DEFAULT_MAX_GAP_MS,
   decideOrder,
+  GAP_INTERVAL_CAP_MS,
   type GapBudget,
   gapExhausted,
   type OrderingPolicy,
@@ -140,6 +141,9 @@ class TransactionalInbox<T> implements Inbox<T> {
   async #handle<D>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
     const decoded = await decode<D>(this.o.accepts, message, () => this.isReleased(this.o.pool, message));
     if ('reason' in decoded) return this.park(message, decoded.reason, 0);
+    // Only what fails from the handler's call on is charged to it: before, the inbox's own
+    // statements ran (a lock or statement timeout behind another instance, a pool timeout).
+    let handlerRan = false;
     try {
       await inTransaction(
         this.o.pool,
@@ -172,6 +176,7 @@ class TransactionalInbox<T> implements Inbox<T> {
           }
           if (decision === 'stale')
             throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
+          handlerRan = true;
           await handler(tx, decoded.event);
         },
         // The ordering decision reads the position row it just locked: READ COMMITTED sees the
@@ -183,7 +188,7 @@ class TransactionalInbox<T> implements Inbox<T> {
       if (error instanceof Rejected) return this.rejected(message, error);
       // The database went away under the transaction: nothing was applied and the handler is not to
       // blame (no attempt charged); rejecting tells the adapter to redeliver.
-      if (lostItsConnection(error)) throw error;
+      if (lostItsConnection(error) || !handlerRan) throw error;
       return this.failed(message, error);
     }
   }
@@ -256,36 +261,65 @@ class TransactionalInbox<T> implements Inbox<T> {
     gapAfter: number,
     blocker: Blocker | undefined,
   ): Promise<HandleResult> {
-    if (blocker && !blocker.released) {
-      const reason = `waiting behind quarantined event ${blocker.event_id} (sequence ${blocker.sequence})`;
-      return this.park(message, reason, 0, undefined, { behind: blocker.event_id });
-    }
+    if (blocker && !blocker.released) return this.parkOnGap(message, gapAfter, waiting);
     const reason = blocker
       ? `waiting behind released event ${blocker.event_id} (sequence ${blocker.sequence}), which replayReleased applies first`
       : waiting;
-    const { rows: counted } = await this.o.pool.query<{ attempts: number; since_first_ms: string }>(
+    const { rows: counted } = await this.o.pool.query<{ attempts: number; waited_ms: string }>(
       this.sql.countDeferral,
-      [this.consumer, message.eventId, reason, gapAfter],
+      [this.consumer, message.eventId, reason, gapAfter, GAP_INTERVAL_CAP_MS],
     );
     const attempts = counted[0]!.attempts;
     const exhausted = gapExhausted(this.gapBudget, {
-      waitedMs: Number(counted[0]!.since_first_ms),
+      waitedMs: Number(counted[0]!.waited_ms),
       deliveries: attempts,
     });
     if (exhausted === undefined) return { status: 'deferred', reason, attempts };
-    return this.park(
-      message,
-      `${exhausted}: ${reason}`,
-      attempts,
-      undefined,
-      blocker ? { behind: blocker.event_id, released: `behind released event ${blocker.event_id}` } : {},
-    );
+    if (!blocker)
+      return this.parkOnGap(message, gapAfter, waiting, { reason: `${exhausted}: ${reason}`, attempts });
+    return this.park(message, `${exhausted}: ${reason}`, attempts, undefined, {
+      behind: blocker.event_id,
+      released: `behind released event ${blocker.event_id}`,
+    });
+  }
+
+  /**
+   * Parks a strict gap's event under its aggregate's position lock, after looking again at what it
+   * waits for: since its own transaction read them, a replay may have applied its blocker (the
+   * aggregate moved: it is deferred instead, and comes back as the next one) or another instance
+   * quarantined an event before it (it is parked behind that one, released with it).
+   */
+  private async parkOnGap(
+    message: InboxMessage,
+    gapAfter: number,
+    waiting: string,
+    exhausted?: { reason: string; attempts: number },
+  ): Promise<HandleResult> {
+    const parked = await inTransaction(this.o.pool, async (tx) => {
+      const { rows } = await tx.query<{ last_sequence: string }>(this.sql.lockPosition, [
+        this.consumer,
+        message.aggregateType,
+        message.aggregateId,
+      ]);
+      if (Number(rows[0]!.last_sequence) !== gapAfter) return undefined;
+      const blocker = await this.blocker(tx, message, gapAfter);
+      if (blocker?.released) return undefined;
+      if (blocker) {
+        const reason = `waiting behind quarantined event ${blocker.event_id} (sequence ${blocker.sequence})`;
+        return this.park(message, reason, 0, undefined, { behind: blocker.event_id }, tx);
+      }
+      return exhausted
+        ? this.park(message, exhausted.reason, exhausted.attempts, undefined, {}, tx)
+        : undefined;
+    });
+    return parked ?? { status: 'deferred', reason: waiting };
   }
 
   private async failed(message: InboxMessage, error: unknown): Promise<HandleResult> {
-    // A transient database error on a live connection (deadlock, serialization failure, the server
-    // shutting down): not the event's fault either. Nothing was committed; the adapter redelivers.
-    if (isRetryableDatabaseError(error)) throw error;
+    // The inbox's transaction lost a race (serialization failure, deadlock): not the event's fault
+    // either. Nothing was committed; the adapter redelivers. Any other error is the handler's, a
+    // connection error of its own calls included (ECONNREFUSED from a service it calls): charged.
+    if (isTransactionConflict(error)) throw error;
     const e = error instanceof Error ? error : new Error(String(error));
     // The handler's error may quote an address it called, key and all: not into a row.
     const text = redactText(errorMessage(e));
@@ -311,8 +345,9 @@ class TransactionalInbox<T> implements Inbox<T> {
     attempts: number,
     error?: Error,
     place: { behind?: string; released?: string } = {},
+    db: Pick<Pool, 'query'> | PoolClient = this.o.pool,
   ): Promise<HandleResult> {
-    await this.o.pool.query(this.sql.quarantine, [
+    await db.query(this.sql.quarantine, [
       this.consumer,
       message.eventId,
       message.aggregateType,
@@ -331,17 +366,23 @@ class TransactionalInbox<T> implements Inbox<T> {
     return { status: 'quarantined', reason, ...(error ? { error } : {}) };
   }
 
-  /** The first quarantined event of the message's aggregate after `gapAfter` and before it. */
+  /**
+   * The first quarantined event of the message's aggregate between where the aggregate stands
+   * (`gapAfter`; an unseen one just before its start: what is quarantined before that would be
+   * stale, it holds nothing back) and the message.
+   */
   private async blocker(
     tx: PoolClient,
     message: InboxMessage,
     gapAfter: number,
   ): Promise<Blocker | undefined> {
+    const start = this.o.startSequence ?? 1;
+    const stands = gapAfter !== 0 || start === 'first-seen' ? gapAfter : start - 1;
     const { rows } = await tx.query<Blocker>(this.sql.blocker, [
       this.consumer,
       message.aggregateType,
       message.aggregateId,
-      gapAfter,
+      stands,
       message.sequence,
     ]);
     return rows[0];

@@ -33,13 +33,16 @@ export function decideOrder(
 }
 
 /**
- * How long a `strict` gap may stay unfilled. The clock is the time since the aggregate last
- * advanced, as its deferred successor sees it: it starts at the first deferral and restarts
- * whenever the aggregate's position has moved since (the gap shrank, so the stream is alive).
- * An ordinary fault holds a predecessor back for a bounded time — a crashed consumer's
+ * How long a `strict` gap may stay unfilled. The clock is the waiting observed since the aggregate
+ * last advanced, as its deferred successor sees it: the intervals between its consecutive
+ * deferrals, each counted for at most {@link GAP_INTERVAL_CAP_MS}, so time the consumer, broker or
+ * database was down between two deliveries does not count. It starts at the first deferral and
+ * restarts whenever the aggregate's position has moved since (the gap shrank, so the stream is
+ * alive). An ordinary fault holds a predecessor back for a bounded time — a crashed consumer's
  * in-flight message until the broker's ack wait runs out (NATS: 30 s), a broker or database
  * restart for as long as it takes — and the default outlasts several of those in a row. A
- * sequence that never comes (a real hole) exhausts it and is quarantined.
+ * sequence that never comes (a real hole) keeps its successor redelivered, every `deferCapMs` at
+ * most, so its waiting grows at about real time: it exhausts the budget and is quarantined.
  */
 export interface GapBudget {
   /** Time without the aggregate advancing, in ms. Default {@link DEFAULT_MAX_GAP_MS}. */
@@ -50,6 +53,14 @@ export interface GapBudget {
 
 /** Five minutes: ten 30-second ack waits, or a few crashes and a database restart. */
 export const DEFAULT_MAX_GAP_MS = 300_000;
+
+/**
+ * The most one interval between two deferrals of an event adds to its waiting: a minute, above
+ * every adapter's default redelivery interval (`deferCapMs` 10 s, Redis `claimIdleMs` 30 s, the
+ * NATS ack wait 30 s), so a real hole's waiting accrues at real time. A longer interval is an
+ * outage (or a sender retrying less often than once a minute: its hole takes longer to park).
+ */
+export const GAP_INTERVAL_CAP_MS = 60_000;
 
 /** What waiting on a gap has cost since the aggregate last advanced. */
 export interface GapWait {

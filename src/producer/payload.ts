@@ -149,18 +149,24 @@ interface Found {
  * faithfully, a NUL or lone surrogate, a cycle or a throwing `toJSON`; undefined when there is none.
  */
 function locate(holder: object, key: string, path: string, ancestors: object[]): Found | undefined {
-  let value = (holder as Record<string, unknown>)[key];
-  if ((typeof value === 'object' && value !== null) || typeof value === 'bigint') {
-    const toJSON = (value as { toJSON?: unknown }).toJSON;
-    if (typeof toJSON === 'function') {
-      try {
-        value = toJSON.call(value, key);
-      } catch (error) {
-        return {
-          path,
-          problem: `has a toJSON that threw (${error instanceof Error ? error.message : String(error)})`,
-        };
-      }
+  let value: unknown;
+  let toJSON: unknown;
+  try {
+    value = (holder as Record<string, unknown>)[key];
+    if ((typeof value === 'object' && value !== null) || typeof value === 'bigint') {
+      toJSON = (value as { toJSON?: unknown }).toJSON;
+    }
+  } catch (error) {
+    return { path, problem: `could not be read: ${thrown(error)}` };
+  }
+  if (typeof toJSON === 'function') {
+    try {
+      value = toJSON.call(value, key);
+    } catch (error) {
+      return {
+        path,
+        problem: `has a toJSON that threw (${error instanceof Error ? error.message : String(error)})`,
+      };
     }
   }
   const problem = problemOf(holder, key, value);
@@ -176,7 +182,13 @@ function locate(holder: object, key: string, path: string, ancestors: object[]):
         if (found) return found;
       }
     } else if (!(value instanceof Number || value instanceof String || value instanceof Boolean)) {
-      for (const name of Object.keys(value)) {
+      let names: string[];
+      try {
+        names = Object.keys(value);
+      } catch (error) {
+        return { path, problem: `could not be read: ${thrown(error)}` };
+      }
+      for (const name of names) {
         const keyProblem = unstorableProblem(name);
         if (keyProblem !== undefined)
           return { path: path + step(name), problem: `has a key that ${keyProblem}` };
@@ -188,6 +200,11 @@ function locate(holder: object, key: string, path: string, ancestors: object[]):
     ancestors.pop();
   }
   return undefined;
+}
+
+/** A getter's (or a proxy trap's) error, for a message. */
+function thrown(error: unknown): string {
+  return `its getter threw (${error instanceof Error ? error.message : String(error)})`;
 }
 
 function refusal(found: Found | undefined, field: string, error?: unknown): OutboxValidationError {
@@ -217,7 +234,13 @@ export function payloadJsonOf(value: unknown, field: string): string {
       'Pass new Uint8Array(view.buffer, view.byteOffset, view.byteLength) (or new Uint8Array(arrayBuffer)) for its bytes.',
     );
   }
-  if (!plain(value, 0)) {
+  let quick: boolean;
+  try {
+    quick = plain(value, 0);
+  } catch {
+    quick = false; // a getter or a proxy trap threw: the exact walk says where
+  }
+  if (!quick) {
     let found: Found | undefined;
     try {
       found = exactWalk(value, field);

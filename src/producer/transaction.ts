@@ -1,4 +1,5 @@
 import type { Pool, PoolClient } from 'pg';
+import { OutboxError } from '../errors.js';
 import { Checkout } from '../schema/checkout.js';
 
 /** What `inTransaction` threw when its own connection was lost on the way. */
@@ -22,7 +23,8 @@ export function lostItsConnection(error: unknown): boolean {
  *   });
  *
  * A connection lost on the way (a database restart) rejects this call and nothing else: the
- * client is destroyed, not pooled.
+ * client is destroyed, not pooled. A transaction that `fn` left aborted (it caught a failed
+ * statement's error and returned) rejects with code `TXO_TRANSACTION_ABORTED`: nothing was committed.
  */
 export async function inTransaction<T>(
   pool: Pool,
@@ -34,7 +36,16 @@ export async function inTransaction<T>(
   try {
     await client.query(begin);
     const result = await fn(client);
-    await client.query('COMMIT');
+    // After a failed statement whose error `fn` caught, PostgreSQL answers COMMIT with a ROLLBACK
+    // and no error: without this, the caller would take nothing-written for committed.
+    const { command } = await client.query('COMMIT');
+    if (command !== 'COMMIT') {
+      throw new OutboxError(
+        'the transaction was aborted by a failed statement whose error was caught: nothing was committed ' +
+          '(to go on after a failed statement, roll back to a savepoint)',
+        { code: 'TXO_TRANSACTION_ABORTED' },
+      );
+    }
     lease.release();
     return result;
   } catch (error) {

@@ -26,7 +26,7 @@ import {
 } from '@nats-io/transport-node';
 import { errorMessage, PublishError } from '../errors.js';
 import { DELIVERED, failed, type PublishOutcome } from './contract.js';
-import { LinkProbe } from './nats-link.js';
+import { JetStreamProbe, LinkProbe } from './nats-link.js';
 import {
   abortedBeforeAck,
   apiRefusal,
@@ -35,6 +35,7 @@ import {
   connectionLost,
   linkInDoubt,
   noResponders,
+  noStreamCaptures,
   timedOut,
 } from './nats-shared.js';
 import { abortError } from './shared/abort-watch.js';
@@ -81,8 +82,8 @@ interface Pending {
   readonly index: number;
   readonly subject: string;
   readonly deadline: number;
-  /** The connection's traffic mark when it was sent (see LinkProbe). */
-  readonly mark: number;
+  /** Its reply token (a late PubAck still finds it while the link is probed). */
+  readonly token: number;
 }
 
 export function isItem(item: PipelineItem | PublishOutcome): item is PipelineItem {
@@ -107,8 +108,10 @@ export class AckPipeline {
   );
   /** Tells an overdue PubAck on a live link (charged) from one on a silent link (unavailable). */
   readonly #probe: LinkProbe;
-  /** Past their deadline, waiting for the probe's verdict on the link. */
-  readonly #probing = new Set<Pending>();
+  /** Tells a subject no stream captures (charged) from JetStream not answering (unavailable). */
+  readonly #jetStream: JetStreamProbe;
+  /** token → publish past its deadline (or refused 503), waiting for a probe's verdict. */
+  readonly #probing = new Map<number, Pending>();
   /** Runs waiting for room, first come first served. */
   readonly #waiting: Run[] = [];
   /** Slots handed to woken runs that have not sent yet. */
@@ -128,6 +131,7 @@ export class AckPipeline {
     this.#maxInFlight = options.maxInFlight;
     this.#onNoResponders = options.onNoResponders ?? (() => undefined);
     this.#probe = new LinkProbe(nc, options.timeoutMs);
+    this.#jetStream = new JetStreamProbe(nc, options.timeoutMs);
     this.#subscribe();
   }
 
@@ -158,7 +162,8 @@ export class AckPipeline {
   disconnected(cause?: unknown): void {
     this.#down = true;
     this.#failPending((subject) => failed(connectionLost(subject, cause), true));
-    for (const p of this.#probing) p.run.settle(p.index, failed(connectionLost(p.subject, cause), true));
+    for (const p of this.#probing.values())
+      p.run.settle(p.index, failed(connectionLost(p.subject, cause), true));
     this.#probing.clear();
     this.#wakeAll();
   }
@@ -196,7 +201,6 @@ export class AckPipeline {
   async #sendAll(run: Run): Promise<void> {
     const { items } = run;
     let now = performance.now();
-    let mark = this.#probe.mark();
     if (this.#cannotSend(run, 0)) return;
     for (let i = 0; i < items.length; i += 1) {
       if (run.done) return;
@@ -211,10 +215,9 @@ export class AckPipeline {
         }
         if (this.#cannotSend(run, i)) return;
         now = performance.now();
-        mark = this.#probe.mark();
       }
       run.next = i + 1;
-      this.#send(run, i, item, now, mark);
+      this.#send(run, i, item, now);
     }
   }
 
@@ -232,7 +235,7 @@ export class AckPipeline {
     return true;
   }
 
-  #send(run: Run, index: number, item: PipelineItem, now: number, mark: number): void {
+  #send(run: Run, index: number, item: PipelineItem, now: number): void {
     const token = this.#counter;
     this.#counter = token >= 0x3fffffff ? 0 : token + 1;
     this.#headers.bytes = item.headers;
@@ -250,7 +253,7 @@ export class AckPipeline {
       index,
       subject: item.subject,
       deadline: now + this.#timeoutMs,
-      mark,
+      token,
     });
     this.#sweep.added(this.#timeoutMs);
   }
@@ -308,20 +311,40 @@ export class AckPipeline {
     }
     const token = parseToken(msg.subject, this.#replyPrefix.length);
     const pending = this.#pending.get(token);
-    if (pending === undefined) return; // late: it timed out or the connection dropped meanwhile
+    if (pending === undefined) {
+      // Overdue, the link being probed: its PubAck is its outcome (a stall just ended).
+      const probed = this.#probing.get(token);
+      if (probed === undefined || msg.headers?.code === 503) return; // late, or settled meanwhile
+      this.#probing.delete(token);
+      probed.run.settle(probed.index, this.#outcome(msg, probed.subject));
+      this.#released();
+      return;
+    }
     this.#pending.delete(token);
+    if (msg.data.length === 0 && msg.headers?.code === 503) {
+      this.#noResponders(pending);
+      return;
+    }
     pending.run.settle(pending.index, this.#outcome(msg, pending.subject));
     this.#released();
   };
+
+  /** 503 no responders: no stream for the subject (charged) if JetStream answers, else unavailable. */
+  #noResponders(p: Pending): void {
+    this.#onNoResponders();
+    this.#probing.set(p.token, p);
+    void this.#jetStream.up().then((up) => {
+      if (this.#probing.get(p.token) !== p) return; // settled by a disconnect meanwhile
+      this.#probing.delete(p.token);
+      p.run.settle(p.index, failed(up ? noStreamCaptures(p.subject) : noResponders(p.subject), true));
+      this.#released();
+    });
+  }
 
   #outcome(msg: Msg, subject: string): PublishOutcome {
     const data = msg.data;
     if (data.length === 0) {
       const status = msg.headers;
-      if (status?.code === 503) {
-        this.#onNoResponders();
-        return failed(noResponders(subject), true);
-      }
       return failed(
         new PublishError(`Publish to "${subject}" got an empty reply (${status?.status ?? 'no status'})`, {
           retryable: true,
@@ -360,9 +383,10 @@ export class AckPipeline {
    * since it was sent, the broker's (no attempt) if the link stayed silent through the probe.
    */
   #overdue(p: Pending): void {
-    this.#probing.add(p);
-    void this.#probe.alive(p.mark).then((alive) => {
-      if (!this.#probing.delete(p)) return; // settled by a disconnect meanwhile
+    this.#probing.set(p.token, p);
+    void this.#probe.alive().then((alive) => {
+      if (this.#probing.get(p.token) !== p) return; // settled by a PubAck or a disconnect meanwhile
+      this.#probing.delete(p.token);
       const error = alive
         ? timedOut(p.subject, this.#timeoutMs)
         : linkInDoubt(p.subject, this.#timeoutMs, this.#probe.probeMs);

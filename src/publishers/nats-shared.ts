@@ -144,6 +144,18 @@ export function noResponders(subject: string, cause?: unknown): PublishError {
   );
 }
 
+/**
+ * 503 no responders while JetStream answers: no stream captures the subject. The event's (or
+ * the configuration's) failure, charged as an attempt: it goes dead after maxAttempts.
+ */
+export function noStreamCaptures(subject: string, cause?: unknown): PublishError {
+  return new PublishError(
+    `No JetStream stream captures subject "${subject}" (503 no responders while JetStream answers): ` +
+      'add the subject to a stream, or publish it to one that has it',
+    { retryable: true, cause },
+  );
+}
+
 export function timedOut(subject: string, timeoutMs: number, cause?: unknown): PublishError {
   return new PublishError(`Timed out after ${timeoutMs} ms waiting for the PubAck of "${subject}"`, {
     retryable: true,
@@ -209,7 +221,7 @@ export function classify(error: unknown, subject: string, timeoutMs: number): Pu
     );
   }
   if (name === 'TimeoutError') return timedOut(subject, timeoutMs, error);
-  if (name === 'JetStreamNotEnabled' || name === 'NoResponders') return noResponders(subject, error);
+  if (isNoResponders(error)) return noResponders(subject, error);
   if (name === 'AbortError') return abortedBeforeAck(subject, error);
   return new PublishError(`Publish to "${subject}" failed: ${detail}`, {
     retryable: true,
@@ -239,6 +251,12 @@ export function asUnavailable(outcome: PublishOutcome): PublishOutcome {
     cause: outcome.error,
   });
   return failed(error, true);
+}
+
+/** A client error for a 503 no responders reply (no stream for the subject, or no JetStream). */
+export function isNoResponders(error: unknown): boolean {
+  const name = errorName(error);
+  return name === 'JetStreamNotEnabled' || name === 'NoResponders';
 }
 
 export function errorName(error: unknown): string {

@@ -27,7 +27,7 @@ import { errorMessage, OutboxValidationError, type PublishError } from '../error
 import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
-import { LinkProbe } from './nats-link.js';
+import { JetStreamProbe, LinkProbe } from './nats-link.js';
 import { AckPipeline, type PipelineItem } from './nats-pipeline.js';
 import {
   apiErrorCode,
@@ -38,7 +38,9 @@ import {
   defaultSubject,
   encodeHeaders,
   errorName,
+  isNoResponders,
   linkInDoubt,
+  noStreamCaptures,
   payloadProblem,
   subjectProblem,
 } from './nats-shared.js';
@@ -150,7 +152,8 @@ export async function ensureStream(
  *
  * Outcomes: a subject NATS refuses, a payload over the server's `max_payload`, or a
  * subject outside the expected `stream` fail permanently; timeouts, no responders (no
- * stream / server restarting), lost connections and any other error are retryable.
+ * stream captures the subject: an attempt; JetStream not answering: unavailable), lost
+ * connections and any other error are retryable.
  * A PubAck flagged `duplicate` counts as delivered.
  *
  * `close()` is idempotent: it waits for in-flight publishes (each settles within
@@ -205,6 +208,8 @@ interface Session {
   readonly js?: JetStreamClient;
   /** In `client` mode: whether the link is alive when a PubAck is overdue. */
   readonly probe?: LinkProbe;
+  /** In `client` mode: whether JetStream answers when a publish gets no responders. */
+  readonly jetStream?: JetStreamProbe;
   /** In `pipeline` mode. */
   readonly pipeline?: AckPipeline;
 }
@@ -328,7 +333,6 @@ class NatsPublisher implements Publisher {
     };
     if (this.#options.stream !== undefined) options.expect = { streamName: this.#options.stream };
     const probe = session.probe!;
-    const mark = probe.mark();
     const attempt = session.js!.publish(item.subject, item.payload, options);
     this.#track(attempt);
     try {
@@ -337,10 +341,15 @@ class NatsPublisher implements Publisher {
     } catch (error) {
       if (errorName(error) === 'TimeoutError') {
         // Charged only if the link is alive: a silent link is the broker's fault (see nats-link.ts).
-        const alive = await Promise.race([probe.alive(mark), abort.aborted.catch(() => true)]);
+        const alive = await Promise.race([probe.alive(), abort.aborted.catch(() => true)]);
         if (!alive) return failed(linkInDoubt(item.subject, this.#timeoutMs, probe.probeMs), true);
       }
       const published = this.#publishError(error, item.subject);
+      // 503 on a live JetStream: no stream captures the subject, the event's failure (an attempt).
+      const jsUp = isNoResponders(error) && session.jetStream!.up();
+      if (jsUp && (await Promise.race([jsUp, abort.aborted.catch(() => false)]))) {
+        return failed(noStreamCaptures(item.subject, error), true);
+      }
       return failed(published, published.retryable);
     }
   }
@@ -384,7 +393,12 @@ class NatsPublisher implements Publisher {
               },
             }),
           }
-        : { nc, js: jetstream(nc, { timeout: this.#timeoutMs }), probe: new LinkProbe(nc, this.#timeoutMs) };
+        : {
+            nc,
+            js: jetstream(nc, { timeout: this.#timeoutMs }),
+            probe: new LinkProbe(nc, this.#timeoutMs),
+            jetStream: new JetStreamProbe(nc, this.#timeoutMs),
+          };
       this.#watchStatus(session);
       this.#session = session;
       if (this.#closed) {
@@ -450,7 +464,7 @@ class NatsPublisher implements Publisher {
   #publishError(error: unknown, subject: string): PublishError {
     const verdict = classify(error, subject, this.#timeoutMs);
     // A stream that vanished (no responders) is re-created on the next batch when we manage it.
-    if (verdict.retryable && errorName(error) === 'JetStreamNotEnabled') this.#streamReady = false;
+    if (verdict.retryable && isNoResponders(error)) this.#streamReady = false;
     return verdict;
   }
 

@@ -69,3 +69,45 @@ export class OutageLog {
     this.#events = 0;
   }
 }
+
+/** How long past its retry time a refused aggregate may stay unseen before it is forgotten. */
+const FORGET_AFTER_MS = 10_000;
+
+/**
+ * Aggregates whose publish was refused as unavailable in a batch where other events got
+ * through (one destination down behind a router, a broker lost mid-batch): they are left out
+ * of claims until their retry time, so the relay keeps delivering the rest at full speed
+ * instead of sleeping a backoff per batch, and retries the refused ones with that backoff.
+ * The outage lasts until each has gone through (or, gone from the relay's claims — dead,
+ * deleted, its partition moved — is forgotten a while after its retry time).
+ */
+export class RefusedAggregates {
+  readonly #until = new Map<string, number>();
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  /** These aggregates were refused; left out of claims until `until`. */
+  refused(keys: Iterable<string>, until: number): void {
+    for (const key of keys) this.#until.set(key, until);
+  }
+
+  /** An event of this aggregate was published or judged: it is not refused any more. */
+  settled(key: string): void {
+    this.#until.delete(key);
+  }
+
+  /** The aggregates to leave out of the next claim. */
+  waiting(): string[] {
+    const now = this.now();
+    const keys: string[] = [];
+    for (const [key, until] of this.#until) if (until > now) keys.push(key);
+    return keys;
+  }
+
+  /** How many refused aggregates have not gone through yet. */
+  outstanding(): number {
+    const forget = this.now() - FORGET_AFTER_MS;
+    for (const [key, until] of this.#until) if (until < forget) this.#until.delete(key);
+    return this.#until.size;
+  }
+}

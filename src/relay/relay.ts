@@ -14,7 +14,7 @@ import { CLAIM_SQL } from './claim-sql.js';
 import { PartitionLeases } from './leases.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
 import { aggregateKey, waves } from './ordering-gate.js';
-import { OutageLog } from './outage.js';
+import { OutageLog, RefusedAggregates } from './outage.js';
 import { RECORD_OUTCOME_SQL } from './outcome-sql.js';
 import { RelaySession } from './session.js';
 import { Doorbell, WakeListener } from './wakeup.js';
@@ -104,6 +104,8 @@ interface Verdict {
   readonly delivered: string[];
   readonly failures: Failure[];
   readonly unavailable: number;
+  /** Aggregates with an event refused as unavailable. */
+  readonly refused: ReadonlySet<string>;
 }
 
 interface Failure {
@@ -164,6 +166,7 @@ class PollingRelay implements Relay {
   private readonly counters = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
   private outages = 0;
   private readonly outage: OutageLog;
+  private readonly refused = new RefusedAggregates();
   private readonly held = new Map<string, number>();
   private readonly heldCount = new Map<string, number>();
   private readonly inFlightAggregates = new Map<string, number>();
@@ -382,14 +385,18 @@ class PollingRelay implements Relay {
         recording.catch(() => undefined);
         failures = 0;
         if (verdict.unavailable > 0) {
-          // The broker is unreachable: wait before claiming again; the events stay as they were.
+          // The broker is unreachable: the events stay as they were, retried after a backoff.
           this.outages += 1;
           this.outage.refused(verdict.unavailable, this.lastError);
-          await drain();
-          await this.doorbell.sleep(
-            fullJitterDelay({ baseMs: 200, capMs: 5000 }, this.outages, this.o.random) + 50,
-          );
-        } else {
+          const delay = fullJitterDelay({ baseMs: 200, capMs: 5000 }, this.outages, this.o.random) + 50;
+          this.refused.refused(verdict.refused, Date.now() + delay);
+          // Nothing got through: wait. Others did (one destination of several down): carry
+          // on with them; the refused aggregates are left out of claims until then.
+          if (verdict.delivered.length === 0 && verdict.failures.length === 0) {
+            await drain();
+            await this.doorbell.sleep(delay);
+          }
+        } else if (this.refused.outstanding() === 0) {
           this.outages = 0;
           this.outage.recovered();
         }
@@ -505,7 +512,7 @@ class PollingRelay implements Relay {
       if (until <= now) this.held.delete(key);
     }
     if (this.heldCount.size > 10_000) this.heldCount.clear();
-    return [...this.held.keys()];
+    return [...this.held.keys(), ...this.refused.waiting()];
   }
 
   /** Publishes a claimed batch through the ordering gate; the verdict per event, nothing recorded yet. */
@@ -514,6 +521,7 @@ class PollingRelay implements Relay {
     const delivered: string[] = [];
     const failures: Failure[] = [];
     const blocked = new Set<string>();
+    const refused = new Set<string>();
     let unavailable = 0;
     const publishStarted = performance.now();
     for (const wave of waves(messages)) {
@@ -525,6 +533,7 @@ class PollingRelay implements Relay {
         const outcome = outcomes[i]!;
         if (outcome.ok) {
           delivered.push(message.id);
+          this.refused.settled(aggregateKey(message));
           continue;
         }
         blocked.add(aggregateKey(message));
@@ -533,15 +542,17 @@ class PollingRelay implements Relay {
         if (this.abort.signal.aborted) continue;
         if (isBrokerUnavailable(outcome.error)) {
           unavailable += 1;
+          refused.add(aggregateKey(message));
           this.lastError = redactText(errorMessage(outcome.error));
           continue;
         }
         failures.push(this.judge(message, outcome));
+        this.refused.settled(aggregateKey(message));
       }
     }
     this.watches.publish.add(performance.now() - publishStarted);
     this.counters.unavailable += unavailable;
-    return { claimed, delivered, failures, unavailable };
+    return { claimed, delivered, failures, unavailable, refused };
   }
 
   /** Records a batch's verdict in one statement, fenced by the epochs it was claimed under. */

@@ -85,7 +85,8 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     ...SCHEMA_METADATA,
     inbox: 'SELECT, INSERT',
     inbox_positions: 'SELECT, INSERT, UPDATE (last_sequence, previous_sequence)',
-    inbox_attempts: 'SELECT, INSERT, UPDATE (attempts, first_at, last_at, last_reason, gap_after), DELETE',
+    inbox_attempts:
+      'SELECT, INSERT, UPDATE (attempts, first_at, last_at, last_reason, gap_after, waited_ms), DELETE',
     inbox_quarantine:
       'SELECT, INSERT, UPDATE (reason, attempts, quarantined_at, behind_event_id, released_at, release_reason), DELETE',
   },

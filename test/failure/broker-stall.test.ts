@@ -7,6 +7,7 @@
  * A private nats-server behind a FaultProxy (test/helpers/fault-proxy.ts).
  */
 import { randomBytes } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isBrokerUnavailable } from '../../src/errors.js';
@@ -159,6 +160,74 @@ describe.each<NatsPublishMode>(['pipeline', 'client'])('NATS PubAck timeouts (%s
       await proxy.resume();
       await publisher.close();
       await silent.close();
+      await proxy.close();
+    }
+  });
+});
+
+describe.each<NatsPublishMode>(['pipeline', 'client'])(
+  'NATS link in doubt, other traffic still in (%s mode)',
+  (mode) => {
+    it('a PubAck lost on the way out is the link’s fault even while other messages come in', async () => {
+      // Messages reaching the client after the publish do not prove the server read it: here a
+      // subscription on the same connection keeps receiving while nothing the client sends gets
+      // through (as when a stall begins while earlier PubAcks are still on their way).
+      const proxy = await FaultProxy.start(nats.port);
+      const tag = randomBytes(4).toString('hex');
+      const prefix = `oneway${tag}`;
+      const direct = await connect({ servers: nats.url });
+      await (await jetstreamManager(direct)).streams.add({
+        name: `TXO_ONEWAY_${tag}`,
+        subjects: [`${prefix}.>`],
+      });
+      const shared = await connect({ servers: `nats://127.0.0.1:${proxy.port}` });
+      shared.subscribe(`${prefix}-chatter`, { callback: () => undefined });
+      await shared.flush();
+      const chatter = setInterval(() => direct.publish(`${prefix}-chatter`), 20);
+      const publisher = natsPublisher({ connection: shared, timeoutMs: 400, mode });
+      try {
+        const [warm] = await publisher.publish([makeMessage({ topic: `${prefix}.x` })], signal());
+        expect(warm).toEqual({ ok: true });
+        proxy.stall({ only: 'upstream' });
+        const [outcome] = await publisher.publish([makeMessage({ topic: `${prefix}.x` })], signal());
+        const error = (outcome as { error: Error }).error;
+        expect(error.message).toMatch(/connection is in doubt/);
+        expect(isBrokerUnavailable(error)).toBe(true);
+      } finally {
+        clearInterval(chatter);
+        await proxy.resume();
+        await publisher.close();
+        await shared.close();
+        await direct.close();
+        await proxy.close();
+      }
+    });
+  },
+);
+
+describe('NATS PubAck late within the probe (pipeline mode)', () => {
+  it('a PubAck that arrives while the link is being probed is a delivery, not an attempt', async () => {
+    const proxy = await FaultProxy.start(nats.port);
+    const tag = randomBytes(4).toString('hex');
+    const prefix = `late${tag}`;
+    const publisher = natsPublisher({
+      servers: `nats://127.0.0.1:${proxy.port}`,
+      stream: `TXO_LATE_${tag}`,
+      streamSubjects: [`${prefix}.>`],
+      timeoutMs: 400,
+    });
+    try {
+      const [warm] = await publisher.publish([makeMessage({ topic: `${prefix}.x` })], signal());
+      expect(warm).toEqual({ ok: true });
+      proxy.stall();
+      const pending = publisher.publish([makeMessage({ topic: `${prefix}.x` })], signal());
+      // Overdue at 400 ms; the probe waits until 800 ms; the stall ends at 600 ms.
+      await new Promise((r) => setTimeout(r, 600));
+      await proxy.resume();
+      expect(await pending).toEqual([{ ok: true }]);
+    } finally {
+      await proxy.resume();
+      await publisher.close();
       await proxy.close();
     }
   });

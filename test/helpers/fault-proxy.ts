@@ -9,7 +9,8 @@ interface Link {
 /**
  * A TCP proxy in front of a real server that a test can break the way networks break:
  *
- * - `stall()`: stops forwarding in both directions but keeps every socket open, like a
+ * - `stall()`: stops forwarding in both directions (or `{ only: 'upstream' }`: the client's
+ *   direction) but keeps every socket open, like a
  *   network that silently holds packets (a half-open link: the client sees no error, its
  *   writes just get no answers); new connections are accepted and stalled too;
  * - `resume()`: forwards again, held bytes first (TCP would retransmit them), and listens
@@ -25,6 +26,7 @@ export class FaultProxy {
   readonly #links = new Set<Link>();
   #server: Server | undefined;
   #stalled = false;
+  #upstreamOnly = false;
 
   private constructor(
     private listenPort: number,
@@ -56,12 +58,14 @@ export class FaultProxy {
     return this.#stalled;
   }
 
-  stall(): void {
+  /**
+   * `only: 'upstream'` holds just what the client sends (the server's traffic still reaches
+   * it: a one-way loss, or the moment a stall begins while answers are on their way).
+   */
+  stall(options: { only?: 'upstream' } = {}): void {
     this.#stalled = true;
-    for (const { client, upstream } of this.#links) {
-      client.pause();
-      upstream.pause();
-    }
+    this.#upstreamOnly = options.only === 'upstream';
+    for (const link of this.#links) this.#pause(link);
   }
 
   async resume(): Promise<void> {
@@ -108,13 +112,15 @@ export class FaultProxy {
     // Forwarded by hand, not with pipe(): a pipe resumes its source on 'drain', even while stalled.
     client.on('data', (chunk: Buffer) => upstream.write(chunk));
     upstream.on('data', (chunk: Buffer) => client.write(chunk));
-    if (this.#stalled) {
-      client.pause();
-      upstream.pause();
-    }
+    if (this.#stalled) this.#pause(link);
     const drop = (): void => this.#drop(link);
     client.on('error', drop).on('close', drop);
     upstream.on('error', drop).on('close', drop);
+  }
+
+  #pause({ client, upstream }: Link): void {
+    client.pause();
+    if (!this.#upstreamOnly) upstream.pause();
   }
 
   #drop(link: Link): void {

@@ -49,10 +49,14 @@ export class PrivateNats {
   readonly storeDir = mkdtempSync(join(tmpdir(), 'txo-nats-'));
   private child: ChildProcess | undefined;
 
-  private constructor(readonly port: number) {}
+  private constructor(
+    readonly port: number,
+    private readonly jetstream: boolean,
+  ) {}
 
-  static async start(): Promise<PrivateNats> {
-    const nats = new PrivateNats(await freePort());
+  /** `jetstream: false` starts a server with JetStream disabled (core NATS only). */
+  static async start(options: { jetstream?: boolean } = {}): Promise<PrivateNats> {
+    const nats = new PrivateNats(await freePort(), options.jetstream ?? true);
     await nats.up();
     return nats;
   }
@@ -63,7 +67,8 @@ export class PrivateNats {
 
   async up(): Promise<void> {
     const bin = process.env['NATS_SERVER_BIN'] ?? '/usr/sbin/nats-server';
-    this.child = spawn(bin, ['-a', '127.0.0.1', '-p', String(this.port), '-js', '-sd', this.storeDir], {
+    const js = this.jetstream ? ['-js', '-sd', this.storeDir] : [];
+    this.child = spawn(bin, ['-a', '127.0.0.1', '-p', String(this.port), ...js], {
       stdio: 'ignore',
     });
     await waitForPort(this.port);
@@ -106,4 +111,37 @@ export function startFixture(
       .filter((l) => l.startsWith('{'))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
   return { child, lines };
+}
+
+/** What a child process printed and how it ended. */
+export interface ProcessRun {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** A spawned child's output as it comes (`stderr()` so far) and `done` when it has closed. */
+export interface CollectedProcess {
+  readonly child: ChildProcess;
+  readonly done: Promise<ProcessRun>;
+  stdout(): string;
+  stderr(): string;
+}
+
+/** Collects what a child spawned with piped stdout and stderr prints; `done` rejects if it cannot start. */
+export function collectOutput(child: ChildProcess): CollectedProcess {
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const done = new Promise<ProcessRun>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+  return { child, done, stdout: () => stdout, stderr: () => stderr };
 }

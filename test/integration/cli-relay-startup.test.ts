@@ -124,6 +124,23 @@ describe('tx-outbox relay started before its database', () => {
     expect(relay.stderr()).not.toContain(PASSWORD);
   });
 
+  it('a database that takes the connection but never answers is waited for, said, and a signal stops it', async () => {
+    // A stalled link, or a server host that accepts TCP but hangs: each try must time out on
+    // its own, or the relay hangs silently and ignores SIGTERM until the OS gives up.
+    const proxy = await FaultProxy.start(
+      new URL(DATABASE_URL).port ? Number(new URL(DATABASE_URL).port) : 5432,
+    );
+    cleanups.push(() => proxy.close());
+    proxy.stall();
+    const relay = startRelay(proxy.port, ['--nats', NATS_URL]);
+    await waitForWaiting(relay);
+    const signalledAt = Date.now();
+    relay.child.kill('SIGTERM');
+    expect(await exited(relay.child)).toBe(0);
+    expect(Date.now() - signalledAt).toBeLessThan(3000);
+    expect(relay.stderr()).not.toContain(PASSWORD);
+  });
+
   it('a signal while it waits stops it cleanly (exit 0)', async () => {
     const port = await freePort();
     const relay = startRelay(port, ['--nats', NATS_URL]);

@@ -19,6 +19,7 @@ import { enqueue } from '../../src/producer/enqueue.js';
 import { verifyWebhookEvent } from '../../src/publishers/webhook.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
+import { collectOutput } from '../helpers/processes.js';
 
 // The built CLI (`npm run build` first).
 const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
@@ -26,12 +27,6 @@ const SECRET = `whsec_${randomBytes(24).toString('base64')}`;
 const PASSWORD = 's3cretPw';
 const TOKEN = 't0kenValue';
 const BASIC = Buffer.from(`user:${PASSWORD}`).toString('base64');
-
-interface Run {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
 
 let db: TestDb;
 let dir: string;
@@ -54,15 +49,7 @@ function start(args: readonly string[], env: Record<string, string | undefined> 
   for (const [key, value] of Object.entries(env)) if (value === undefined) delete fullEnv[key];
   const child = spawn(process.execPath, [CLI, ...args], { env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (chunk: Buffer) => {
-    stdout += chunk.toString();
-  });
-  child.stderr?.on('data', (chunk: Buffer) => {
-    stderr += chunk.toString();
-  });
-  const done = new Promise<Run>((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+  const { done } = collectOutput(child);
   return { child, done };
 }
 

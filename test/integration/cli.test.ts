@@ -14,24 +14,15 @@ import { verifyWebhook } from '../../src/publishers/webhook.js';
 import { migrate } from '../../src/schema/migrate.js';
 import { inTransaction, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
+import { type CollectedProcess, collectOutput, type ProcessRun } from '../helpers/processes.js';
 
 // The built CLI, as users run it (`npm test` builds first; run `npm run build` before this file alone).
 const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 const SCHEMA = `t_cli_${randomBytes(4).toString('hex')}`;
 const SECRET = `whsec_${randomBytes(24).toString('base64')}`;
 
-interface Run {
-  readonly code: number | null;
-  readonly signal: NodeJS.Signals | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-interface Started {
-  readonly child: ChildProcess;
-  readonly done: Promise<Run>;
-  stderr(): string;
-}
+type Run = ProcessRun;
+type Started = CollectedProcess;
 
 let pool: pg.Pool;
 const children: ChildProcess[] = [];
@@ -57,18 +48,7 @@ function cliEnv(overrides: Record<string, string | undefined> = {}): NodeJS.Proc
 function start(args: readonly string[], env: NodeJS.ProcessEnv = cliEnv()): Started {
   const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (chunk: Buffer) => {
-    stdout += chunk.toString();
-  });
-  child.stderr?.on('data', (chunk: Buffer) => {
-    stderr += chunk.toString();
-  });
-  const done = new Promise<Run>((resolve) => {
-    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
-  });
-  return { child, done, stderr: () => stderr };
+  return collectOutput(child);
 }
 
 function run(args: readonly string[], env?: NodeJS.ProcessEnv): Promise<Run> {

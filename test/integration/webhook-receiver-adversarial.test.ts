@@ -347,20 +347,16 @@ describe('webhook receiver under attack: raw requests', () => {
     expect(effect!.headers['content-type']).toBe('application/json');
   });
 
-  it('a replayed request padded with headers, all listed, costs the receiver no more than a plain one', async () => {
+  it('a replayed request padded with headers, all listed, is refused with no effect', async () => {
     // Within node's 16 KiB of headers: ~1100 short headers, every one named in txo-signed-headers.
+    // What it costs the receiver is checked without a clock in test/unit/webhook-signature-cost.test.ts.
     const r = signed('adv-cpu');
     const names = Array.from({ length: 1100 }, (_, i) => `h${i.toString(36)}`);
     const padded: HeaderLines = [
       ...swap(r.lines, 'txo-signed-headers', names.join(' ')),
       ...names.map((name) => [name, ''] as const),
     ];
-    const started = process.hrtime.bigint();
-    const rounds = 5;
-    for (let i = 0; i < rounds; i++) expect(await raw(padded, r.body)).toBe(401);
-    const perRequestMs = Number(process.hrtime.bigint() - started) / 1e6 / rounds;
-    // A plain request takes about a millisecond; a quadratic header lookup took hundreds.
-    expect(perRequestMs).toBeLessThan(60);
+    for (let i = 0; i < 5; i++) expect(await raw(padded, r.body)).toBe(401);
     expect(effectsOf(r.eventId)).toHaveLength(0);
   });
 });

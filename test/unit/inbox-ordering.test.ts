@@ -1,6 +1,19 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { type DeferPolicy, deferDelay, deferPolicy } from '../../src/consumers/defer.js';
-import { DEFAULT_MAX_GAP_MS, decideOrder, type GapBudget, gapExhausted } from '../../src/inbox/ordering.js';
+import {
+  DEFAULT_DEFER_CAP_MS,
+  type DeferPolicy,
+  deferDelay,
+  deferPolicy,
+} from '../../src/consumers/defer.js';
+import { isTransactionConflict } from '../../src/errors.js';
+import {
+  DEFAULT_MAX_GAP_MS,
+  decideOrder,
+  GAP_INTERVAL_CAP_MS,
+  type GapBudget,
+  gapExhausted,
+} from '../../src/inbox/ordering.js';
 
 describe('inbox ordering policies', () => {
   it('strict applies only the next sequence', () => {
@@ -75,5 +88,42 @@ describe('strict gap budget and redelivery backoff', () => {
     expect(gapExhausted({ maxGapMs: 60_000, maxDeferrals: 3 }, { waitedMs: 10, deliveries: 3 })).toBe(
       'gap not filled after 3 deliveries without the aggregate advancing',
     );
+  });
+});
+
+describe('what counts as waiting on a gap', () => {
+  it("every adapter's default redelivery interval counts in full: a real hole's waiting accrues at real time", () => {
+    // NATS, Kafka, MQTT: deferCapMs; Redis: claimIdleMs 30 s; NATS ack wait 30 s (a crashed holder).
+    for (const interval of [DEFAULT_DEFER_CAP_MS, 30_000, 30_000])
+      expect(interval).toBeLessThanOrEqual(GAP_INTERVAL_CAP_MS);
+    // An outage of any length between two deliveries costs the budget at most a minute: four of
+    // them in a row still leave the default 5 min unspent.
+    expect(4 * GAP_INTERVAL_CAP_MS).toBeLessThan(DEFAULT_MAX_GAP_MS);
+  });
+});
+
+describe("the inbox's own transaction conflicts (not charged to the handler)", () => {
+  const serverError = (code: string) =>
+    Object.assign(new pg.DatabaseError('conflict', 0, 'error'), { code, severity: 'ERROR', routine: 'x' });
+  it('serialization failure and deadlock from the pg driver are', () => {
+    expect(isTransactionConflict(serverError('40001'))).toBe(true);
+    expect(isTransactionConflict(serverError('40P01'))).toBe(true);
+    // The same shape from another copy of pg.
+    const foreign = Object.assign(new Error('deadlock detected'), {
+      name: 'error',
+      code: '40P01',
+      severity: 'ERROR',
+      routine: 'DeadLockReport',
+    });
+    expect(isTransactionConflict(foreign)).toBe(true);
+  });
+  it("a handler's connection errors, other server errors and look-alikes are not", () => {
+    for (const code of ['ECONNREFUSED', 'ETIMEDOUT', 'ECONNRESET', 'ENOTFOUND'])
+      expect(isTransactionConflict(Object.assign(new Error(`connect ${code}`), { code }))).toBe(false);
+    expect(isTransactionConflict(serverError('23505'))).toBe(false);
+    expect(isTransactionConflict(serverError('57P01'))).toBe(false);
+    expect(isTransactionConflict(Object.assign(new Error('retry me'), { code: '40001' }))).toBe(false);
+    expect(isTransactionConflict(new Error('Connection terminated unexpectedly'))).toBe(false);
+    expect(isTransactionConflict({ code: '40001', severity: 'ERROR', routine: 'x' })).toBe(false);
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { OutageLog } from '../../src/relay/outage.js';
+import { OutageLog, RefusedAggregates } from '../../src/relay/outage.js';
 
 function recorder() {
   const lines: Array<{ level: string; msg: string; obj: Record<string, unknown> }> = [];
@@ -52,5 +52,22 @@ describe('OutageLog', () => {
 
     log.refused(1, 'down again'); // a new outage is told at once again
     expect(lines.at(-1)?.msg).toMatch(/^broker unavailable/);
+  });
+});
+
+describe('RefusedAggregates', () => {
+  it('leaves refused aggregates out of claims until their retry time, and counts them until they go through', () => {
+    let now = 1_000;
+    const refused = new RefusedAggregates(() => now);
+    refused.refused(['a', 'b'], 1_500);
+    expect(refused.waiting()).toEqual(['a', 'b']);
+    expect(refused.outstanding()).toBe(2);
+    now = 1_500;
+    expect(refused.waiting()).toEqual([]); // claimable again
+    expect(refused.outstanding()).toBe(2); // but not through yet: the outage goes on
+    refused.settled('a');
+    expect(refused.outstanding()).toBe(1);
+    now = 1_500 + 10_001; // never seen again (dead, deleted, partition moved): forgotten
+    expect(refused.outstanding()).toBe(0);
   });
 });

@@ -52,6 +52,54 @@ describe('payloadJsonOf names the first value it refuses by its path', () => {
     [{ at: { toJSON: () => new Map() } }, 'payload.at'],
     [{ price: new Money(Number.NaN, 'EUR') }, 'payload.price.amount'],
     [new Array(3).fill(1, 0, 1), 'payload[1]'], // a hole
+    // Reading the value throws: a clear refusal naming where, not the getter's bare error.
+    [
+      {
+        ok: 1,
+        get total(): number {
+          throw new Error('not loaded');
+        },
+      },
+      'payload.total',
+    ],
+    [
+      {
+        lines: [
+          {
+            get price(): number {
+              throw new Error('lazy');
+            },
+          },
+        ],
+      },
+      'payload.lines[0].price',
+    ],
+    [
+      {
+        p: new Proxy(
+          { a: 1 },
+          {
+            get: () => {
+              throw new Error('revoked');
+            },
+          },
+        ),
+      },
+      'payload.p',
+    ],
+    [
+      {
+        p: new Proxy(
+          {},
+          {
+            ownKeys: () => {
+              throw new Error('no keys');
+            },
+          },
+        ),
+      },
+      'payload.p',
+    ],
   ];
   for (const [value, path] of refused) {
     it(path, () => {
