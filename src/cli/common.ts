@@ -215,16 +215,4 @@ function stackOf(error: unknown): string {
   return parts.join('\n');
 }
 
-/** Waits `ms`, or less when `signal` aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-    signal?.addEventListener('abort', done, { once: true });
-  });
-}
+export { sleep } from '../sleep.js';

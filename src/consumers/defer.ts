@@ -25,17 +25,3 @@ export function deferDelay(policy: DeferPolicy, deferrals: number | undefined): 
   const exponent = Math.min(Math.max((deferrals ?? 1) - 1, 0), 30);
   return Math.min(policy.deferCapMs, policy.deferMs * 2 ** exponent);
 }
-
-/** Waits `ms`, or less when `signal` aborts (stop() must not wait for a deferral's delay). */
-export function pause(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
-}

@@ -26,8 +26,9 @@ import { errorMessage, OutboxValidationError } from '../errors.js';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { sleep } from '../sleep.js';
 import { aggregateKey, type Consumer } from './consumer.js';
-import { type DeferPolicy, deferDelay, deferPolicy, pause } from './defer.js';
+import { type DeferPolicy, deferDelay, deferPolicy } from './defer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
@@ -310,7 +311,7 @@ class KafkaConsumer<T> implements Consumer {
         );
       }
       for (;;) {
-        await pause(delay, this.#halt.signal);
+        await sleep(delay, this.#halt.signal);
         delay = Math.min(REOPEN_CAP_MS, delay * 2);
         if (this.#stopping) return;
         try {
@@ -505,7 +506,7 @@ class KafkaConsumer<T> implements Consumer {
       this.#deferred += 1;
       this.#room();
       try {
-        await pause(delay, this.#halt.signal);
+        await sleep(delay, this.#halt.signal);
       } finally {
         this.#deferred -= 1;
       }

@@ -24,8 +24,9 @@ import { errorMessage, OutboxValidationError } from '../errors.js';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { sleep } from '../sleep.js';
 import { aggregateKey, type Consumer } from './consumer.js';
-import { type DeferPolicy, deferDelay, deferPolicy, pause } from './defer.js';
+import { type DeferPolicy, deferDelay, deferPolicy } from './defer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
@@ -248,7 +249,7 @@ class MqttConsumer<T> implements Consumer {
         this.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; retrying later');
       }
       if (this.#stopping) return false;
-      await pause(delay, this.#halt.signal);
+      await sleep(delay, this.#halt.signal);
       if (this.#stopping) return false;
     }
   }

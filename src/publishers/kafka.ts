@@ -24,6 +24,7 @@ import {
   type ProducerOptions,
 } from '@platformatic/kafka';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { sleep } from '../sleep.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
 import { envelopeHeaders } from './envelope.js';
 import { asBuffer } from './shared/bytes.js';
@@ -908,8 +909,4 @@ function deadline(timeoutMs: number, signal: AbortSignal): Deadline {
       signal.removeEventListener('abort', onAbort);
     },
   };
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
