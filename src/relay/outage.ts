@@ -24,6 +24,11 @@ export class OutageLog {
     return this.#since;
   }
 
+  /** Batches refused since the outage began (0 when there is none): the relay's backoff step. */
+  get refusedBatches(): number {
+    return this.#batches;
+  }
+
   /** A batch had `events` publishes refused as unavailable; `error` is the last one's message. */
   refused(events: number, error: string | undefined): void {
     const now = this.now();

@@ -164,7 +164,6 @@ class PollingRelay implements Relay {
   private readonly recorder: RelaySession;
   private partitionCount: number | undefined;
   private readonly counters = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
-  private outages = 0;
   private readonly outage: OutageLog;
   private readonly refused = new RefusedAggregates();
   private readonly held = new Map<string, number>();
@@ -386,9 +385,9 @@ class PollingRelay implements Relay {
         failures = 0;
         if (verdict.unavailable > 0) {
           // The broker is unreachable: the events stay as they were, retried after a backoff.
-          this.outages += 1;
           this.outage.refused(verdict.unavailable, this.lastError);
-          const delay = fullJitterDelay({ baseMs: 200, capMs: 5000 }, this.outages, this.o.random) + 50;
+          const step = this.outage.refusedBatches;
+          const delay = fullJitterDelay({ baseMs: 200, capMs: 5000 }, step, this.o.random) + 50;
           this.refused.refused(verdict.refused, Date.now() + delay);
           // Nothing got through: wait. Others did (one destination of several down): carry
           // on with them; the refused aggregates are left out of claims until then.
@@ -397,7 +396,6 @@ class PollingRelay implements Relay {
             await this.doorbell.sleep(delay);
           }
         } else if (this.refused.outstanding() === 0) {
-          this.outages = 0;
           this.outage.recovered();
         }
       } catch (error) {
