@@ -4,6 +4,7 @@
  * branch on `retryable` and `code` instead of parsing messages.
  */
 import pg from 'pg';
+import { isUnreachableCode } from './network-errors.js';
 
 export class OutboxError extends Error {
   readonly code: string;
@@ -76,20 +77,11 @@ const RETRYABLE_PG_CODES = new Set([
   '08004',
 ]);
 
-const RETRYABLE_NODE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'EPIPE',
-  'ETIMEDOUT',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-]);
-
 /** True for PostgreSQL and network errors that a retry may cure (lost connection, deadlock, restart). */
 export function isRetryableDatabaseError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: unknown }).code;
-  if (typeof code === 'string' && (RETRYABLE_PG_CODES.has(code) || RETRYABLE_NODE_CODES.has(code))) {
+  if (typeof code === 'string' && (RETRYABLE_PG_CODES.has(code) || isUnreachableCode(code))) {
     return true;
   }
   const message = error.message;

@@ -9,6 +9,7 @@ import { type Command, CommanderError, InvalidArgumentError, Option } from 'comm
 import pg from 'pg';
 import { type Logger as PinoLogger, pino } from 'pino';
 import { errorMessage, OutboxValidationError } from '../errors.js';
+import { isUnreachableCode } from '../network-errors.js';
 import { redactFields, redactText } from '../redact.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
@@ -185,8 +186,6 @@ function reportCommanderError(error: CommanderError): number {
   return EXIT_USAGE;
 }
 
-const CONNECT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ETIMEDOUT', 'EHOSTUNREACH']);
-
 /** A message for the user: connection failures say so; an empty AggregateError shows its parts. */
 function describe(error: unknown): string {
   if (error instanceof AggregateError && error.message === '' && error.errors.length > 0) {
@@ -194,7 +193,7 @@ function describe(error: unknown): string {
   }
   const message = errorMessage(error) || String(error);
   const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && CONNECT_CODES.has(code)) {
+  if (isUnreachableCode(code)) {
     return `cannot connect to the database: ${message}`;
   }
   return message;

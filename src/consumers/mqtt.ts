@@ -24,11 +24,11 @@ import { errorMessage, OutboxValidationError } from '../errors.js';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { sleep } from '../sleep.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { type DeferPolicy, deferDelay, deferPolicy } from './defer.js';
 import { KeyedQueue } from './keyed-queue.js';
-import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from './options.js';
 
 export type { Consumer } from './consumer.js';
 

@@ -24,14 +24,14 @@ import {
   type ProducerOptions,
 } from '@platformatic/kafka';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { checkPositiveInteger } from '../options/checks.js';
 import { sleep } from '../sleep.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
+import { asBuffer } from './core/bytes.js';
+import { publisherClosed } from './core/closed.js';
+import { defaultDestination } from './core/destination.js';
+import { permanent } from './core/outcomes.js';
 import { envelopeHeaders } from './envelope.js';
-import { asBuffer } from './shared/bytes.js';
-import { publisherClosed } from './shared/closed.js';
-import { defaultDestination } from './shared/destination.js';
-import { permanent } from './shared/outcomes.js';
-import { checkPositiveInteger } from './shared/positive-integer.js';
 
 /** The producer type this publisher drives: Buffer keys, values and headers (no serializers). */
 export type KafkaProducer = Producer<Buffer, Buffer, Buffer, Buffer>;

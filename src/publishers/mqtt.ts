@@ -19,17 +19,17 @@ import {
   ReasonCodes,
 } from 'mqtt';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { positiveInteger } from '../options/checks.js';
 import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
+import { abortError } from './core/abort-watch.js';
+import { BatchRun } from './core/batch-run.js';
+import { asBuffer } from './core/bytes.js';
+import { publisherClosed } from './core/closed.js';
+import { DeadlineSweep } from './core/deadline-sweep.js';
+import { LinkActivity } from './core/link-activity.js';
+import { permanent } from './core/outcomes.js';
 import { envelopeHeaders } from './envelope.js';
-import { abortError } from './shared/abort-watch.js';
-import { BatchRun } from './shared/batch-run.js';
-import { asBuffer } from './shared/bytes.js';
-import { publisherClosed } from './shared/closed.js';
-import { DeadlineSweep } from './shared/deadline-sweep.js';
-import { LinkActivity } from './shared/link-activity.js';
-import { permanent } from './shared/outcomes.js';
-import { positiveInteger } from './shared/positive-integer.js';
 
 /** Options of {@link mqttPublisher}. Give `url` or an existing `client`. */
 export interface MqttPublisherOptions {

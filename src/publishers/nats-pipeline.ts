@@ -26,6 +26,9 @@ import {
 } from '@nats-io/transport-node';
 import { errorMessage, PublishError } from '../errors.js';
 import { DELIVERED, failed, type PublishOutcome } from './contract.js';
+import { abortError } from './core/abort-watch.js';
+import { BatchRun } from './core/batch-run.js';
+import { DeadlineSweep } from './core/deadline-sweep.js';
 import { JetStreamProbe, LinkProbe } from './nats-link.js';
 import {
   abortedBeforeAck,
@@ -38,9 +41,6 @@ import {
   noStreamCaptures,
   timedOut,
 } from './nats-shared.js';
-import { abortError } from './shared/abort-watch.js';
-import { BatchRun } from './shared/batch-run.js';
-import { DeadlineSweep } from './shared/deadline-sweep.js';
 
 /** A message ready to go: its header block was encoded by `encodeHeaders`. */
 export interface PipelineItem {

@@ -6,8 +6,8 @@
 import { type MsgHdrs, headers as natsHeaders } from '@nats-io/transport-node';
 import { BROKER_UNAVAILABLE, errorMessage, isBrokerUnavailable, PublishError } from '../errors.js';
 import { failed, type OutboxMessage, type PublishOutcome } from './contract.js';
-import { defaultDestination } from './shared/destination.js';
-import { permanent } from './shared/outcomes.js';
+import { defaultDestination } from './core/destination.js';
+import { permanent } from './core/outcomes.js';
 
 /** JetStream API error codes that a retry cannot cure. */
 const PERMANENT_API_ERRORS: ReadonlyMap<number, string> = new Map([

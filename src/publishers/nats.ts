@@ -24,8 +24,14 @@ import {
   nanos,
 } from '@nats-io/transport-node';
 import { errorMessage, OutboxValidationError, type PublishError } from '../errors.js';
+import { checkPositiveInteger } from '../options/checks.js';
 import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
+import { type AbortWatch, watchAbort } from './core/abort-watch.js';
+import { connectError, publisherClosed } from './core/closed.js';
+import { raceDeadline } from './core/deadline.js';
+import { permanent } from './core/outcomes.js';
+import { Slots } from './core/slots.js';
 import { envelopeHeaders } from './envelope.js';
 import { JetStreamProbe, LinkProbe } from './nats-link.js';
 import { AckPipeline, type PipelineItem } from './nats-pipeline.js';
@@ -44,12 +50,6 @@ import {
   payloadProblem,
   subjectProblem,
 } from './nats-shared.js';
-import { type AbortWatch, watchAbort } from './shared/abort-watch.js';
-import { connectError, publisherClosed } from './shared/closed.js';
-import { raceDeadline } from './shared/deadline.js';
-import { permanent } from './shared/outcomes.js';
-import { checkPositiveInteger } from './shared/positive-integer.js';
-import { Slots } from './shared/slots.js';
 
 export { defaultSubject, subjectProblem };
 

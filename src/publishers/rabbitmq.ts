@@ -23,17 +23,17 @@ import {
   type SocketOptions,
 } from 'amqplib';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { checkPositiveInteger } from '../options/checks.js';
 import { redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
+import { asBuffer } from './core/bytes.js';
+import { connectError, publisherClosed } from './core/closed.js';
+import { raceDeadline } from './core/deadline.js';
+import { defaultDestination } from './core/destination.js';
+import { LinkActivity } from './core/link-activity.js';
+import { permanent } from './core/outcomes.js';
+import { Slots } from './core/slots.js';
 import { envelopeHeaders } from './envelope.js';
-import { asBuffer } from './shared/bytes.js';
-import { connectError, publisherClosed } from './shared/closed.js';
-import { raceDeadline } from './shared/deadline.js';
-import { defaultDestination } from './shared/destination.js';
-import { LinkActivity } from './shared/link-activity.js';
-import { permanent } from './shared/outcomes.js';
-import { checkPositiveInteger } from './shared/positive-integer.js';
-import { Slots } from './shared/slots.js';
 
 /** An amqplib connection: a plain one, or one made with `recovery` (it reconnects on its own). */
 export type AmqpConnection = ChannelModel | RecoveringChannelModel;

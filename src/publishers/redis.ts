@@ -8,14 +8,14 @@
 import { createHash } from 'node:crypto';
 import { createClient, ErrorReply, type RedisArgument, type RedisClientOptions } from 'redis';
 import { BROKER_UNAVAILABLE, errorMessage, OutboxValidationError, PublishError } from '../errors.js';
+import { checkPositiveInteger } from '../options/checks.js';
 import { redactText, redactUrl } from '../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
+import { asBuffer } from './core/bytes.js';
+import { publisherClosed } from './core/closed.js';
+import { defaultDestination } from './core/destination.js';
+import { permanent } from './core/outcomes.js';
 import { envelopeHeaders } from './envelope.js';
-import { asBuffer } from './shared/bytes.js';
-import { publisherClosed } from './shared/closed.js';
-import { defaultDestination } from './shared/destination.js';
-import { permanent } from './shared/outcomes.js';
-import { checkPositiveInteger } from './shared/positive-integer.js';
 
 /** Name of the stream-entry field that carries the payload bytes (the other fields are the envelope). */
 export const PAYLOAD_FIELD = 'payload';

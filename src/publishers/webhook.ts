@@ -11,10 +11,10 @@
 import { setMaxListeners } from 'node:events';
 import { BROKER_UNAVAILABLE, OutboxValidationError, PublishError } from '../errors.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from './contract.js';
+import { publisherClosed } from './core/closed.js';
+import { LinkActivity } from './core/link-activity.js';
+import { Slots } from './core/slots.js';
 import { envelopeHeaders } from './envelope.js';
-import { publisherClosed } from './shared/closed.js';
-import { LinkActivity } from './shared/link-activity.js';
-import { Slots } from './shared/slots.js';
 import {
   type Endpoint,
   type EndpointResolver,

@@ -7,6 +7,7 @@ import {
 } from '../errors.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
+import { CallAbort } from '../publishers/core/call-abort.js';
 import { redactText } from '../redact.js';
 import { withSchema } from '../schema/identifiers.js';
 import { fullJitterDelay } from './backoff.js';
@@ -616,24 +617,15 @@ class PollingRelay implements Relay {
   }
 
   private async publish(batch: readonly OutboxMessage[]): Promise<PublishOutcome[]> {
-    // One controller per call, its listener and timer removed when the call ends: a signal
-    // derived with AbortSignal.any from the relay-long signal would be retained per call.
-    const controller = new AbortController();
-    const onStop = (): void => controller.abort(this.abort.signal.reason);
-    if (this.abort.signal.aborted) onStop();
-    else this.abort.signal.addEventListener('abort', onStop, { once: true });
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      controller.abort(new Error(`publish did not finish within ${this.o.publishTimeoutMs} ms`));
-    }, this.o.publishTimeoutMs);
-    const aborted = new Promise<never>((_, reject) => {
-      if (controller.signal.aborted) reject(controller.signal.reason);
-      controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
+    // One abort per call, its listener and timer removed when the call ends: a signal derived
+    // with AbortSignal.any from the relay-long signal would be retained per call.
+    const abort = new CallAbort({
+      signal: this.abort.signal,
+      timeoutMs: this.o.publishTimeoutMs,
+      timeoutMessage: `publish did not finish within ${this.o.publishTimeoutMs} ms`,
     });
-    aborted.catch(() => undefined);
     try {
-      const outcomes = await Promise.race([this.o.publisher.publish(batch, controller.signal), aborted]);
+      const outcomes = await abort.race(this.o.publisher.publish(batch, abort.signal));
       if (outcomes.length !== batch.length) {
         throw new OutboxError(
           `publisher ${this.o.publisher.name} returned ${outcomes.length} outcomes for ${batch.length}`,
@@ -646,14 +638,14 @@ class PollingRelay implements Relay {
       // publisher that throws is charged like any retryable failure, so a message that makes
       // it throw goes dead in the end instead of blocking its batch forever.
       const message = `publisher ${this.o.publisher.name} failed: ${redactText(errorMessage(error))}`;
-      const e = timedOut
-        ? brokerUnavailable(message, error)
-        : new PublishError(message, { retryable: true, cause: error });
+      const e =
+        abort.cause === 'timeout'
+          ? brokerUnavailable(message, error)
+          : new PublishError(message, { retryable: true, cause: error });
       this.lastError = e.message;
       return batch.map(() => ({ ok: false, retryable: true, error: e }));
     } finally {
-      clearTimeout(timer);
-      this.abort.signal.removeEventListener('abort', onStop);
+      abort.dispose();
     }
   }
 }

@@ -1,6 +1,6 @@
 import { OutboxValidationError } from '../errors.js';
 
-/** Option checks every consumer adapter shares; each error names the option and the fix. */
+/** Option checks every publisher and consumer adapter shares; each error names the option and the fix. */
 
 export function checkInboxAndHandler(options: {
   readonly inbox?: unknown;
@@ -38,4 +38,17 @@ export function checkIntegers<O extends object>(
     if (v !== undefined && (!Number.isInteger(v) || (v as number) < min))
       throw new OutboxValidationError(name, `is ${String(v)}`, fix);
   }
+}
+
+/** Throws unless `value` is undefined or a positive integer. */
+export function checkPositiveInteger(field: string, value: number | undefined): void {
+  if (value !== undefined && (!Number.isInteger(value) || value <= 0)) {
+    throw new OutboxValidationError(field, `must be a positive integer, got ${value}`, 'Fix the option');
+  }
+}
+
+/** `value` checked by {@link checkPositiveInteger}, or `fallback` when it is undefined. */
+export function positiveInteger(field: string, value: number | undefined, fallback: number): number {
+  checkPositiveInteger(field, value);
+  return value ?? fallback;
 }

@@ -1,3 +1,5 @@
+import type { CallAbort } from './call-abort.js';
+
 /**
  * A counting semaphore bounding the messages in flight (`maxInFlight`, `concurrency`). Fair: a
  * released slot goes to the longest waiter. A wait ends with `false` when the pool is closed or
@@ -47,4 +49,18 @@ export class Slots {
     this.#closed = true;
     for (const wake of [...this.#waiters]) wake(false);
   }
+}
+
+/**
+ * Takes one of `slots` for a call: false at once when the call is aborted, and a wait that is
+ * cancelled (false) when it aborts meanwhile.
+ */
+export async function acquireSlot(slots: Slots, abort: CallAbort): Promise<boolean> {
+  if (abort.cause !== undefined) return false;
+  let unsubscribe = (): void => undefined;
+  const granted = await slots.acquire((cancel) => {
+    unsubscribe = abort.onAbort(cancel);
+  });
+  unsubscribe();
+  return granted;
 }
