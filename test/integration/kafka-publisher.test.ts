@@ -5,7 +5,7 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Admin, Consumer, murmur2 as clientMurmur2, Producer } from '@platformatic/kafka';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import {
@@ -353,6 +353,34 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
         });
         await expect(pub.publish([message(topic, 'g2')], never)).rejects.toBeInstanceOf(OutboxError);
       } finally {
+        await producer.close();
+      }
+    });
+
+    it('the old option spellings (brokers, producer, topic) still work, each with one DeprecationWarning', async () => {
+      const topic = uniqueTopic('old-names');
+      await createTopic(topic, 1);
+      const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+      const producer = new Producer({
+        clientId: 'txo-kafka-old',
+        bootstrapBrokers: [BROKER],
+        idempotent: true,
+      });
+      try {
+        const byBrokers = kafkaPublisher({ brokers: [BROKER], topic: () => topic });
+        publishers.push(byBrokers);
+        const byProducer = kafkaPublisher({ producer, topic: () => topic });
+        expect(await byBrokers.publish([message('ignored', 'o1')], never)).toEqual([{ ok: true }]);
+        expect(await byProducer.publish([message('ignored', 'o2')], never)).toEqual([{ ok: true }]);
+        await byProducer.close();
+        expect(producer.closed).toBe(false);
+        expect((await readTopic(topic, 2)).map((r) => r.aggregateId)).toEqual(['o1', 'o2']);
+        const warned = warn.mock.calls.map((call) => String(call[0]));
+        expect(warned.filter((w) => /`brokers` is deprecated, use `url`/.test(w))).toHaveLength(1);
+        expect(warned.filter((w) => /`producer` is deprecated, use `client`/.test(w))).toHaveLength(1);
+        expect(warned.filter((w) => /`topic` is deprecated, use `destination`/.test(w))).toHaveLength(1);
+      } finally {
+        warn.mockRestore();
         await producer.close();
       }
     });
