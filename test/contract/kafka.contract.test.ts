@@ -3,14 +3,13 @@
  * real broker on 127.0.0.1:9092 (`bash scripts/kafka.sh start`; CI starts it). Without a broker
  * there, the whole file is skipped with a message.
  */
-import { randomUUID } from 'node:crypto';
-import { Admin, Consumer } from '@platformatic/kafka';
+import type { Admin, Consumer } from '@platformatic/kafka';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Publisher } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { publisherContract } from '../../src/testing/index.js';
 import { KAFKA_BROKER, KAFKA_HOST, KAFKA_PORT, kafkaAvailable } from '../helpers/kafka.js';
-import { readTopic } from '../helpers/kafka-read.js';
+import { kafkaReader, readTopic } from '../helpers/kafka-read.js';
 
 const MiB = 1024 * 1024;
 const kafkaUp = await kafkaAvailable('kafka.contract.test.ts:');
@@ -21,13 +20,8 @@ let reader: Consumer;
 const publishers: Publisher[] = [];
 
 describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
-  beforeAll(async () => {
-    admin = new Admin({ clientId: 'txo-kafka-contract', bootstrapBrokers: [KAFKA_BROKER] });
-    reader = new Consumer({
-      clientId: 'txo-kafka-contract',
-      groupId: `txo-read-${randomUUID()}`,
-      bootstrapBrokers: [KAFKA_BROKER],
-    });
+  beforeAll(() => {
+    ({ admin, reader } = kafkaReader('txo-kafka-contract'));
   });
 
   afterAll(async () => {

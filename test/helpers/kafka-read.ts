@@ -2,11 +2,21 @@
  * Reads back what a Kafka topic holds, with each record's partition, offset and the producer id
  * of its batch: for the Kafka publisher's integration and contract tests.
  */
-import type { Consumer } from '@platformatic/kafka';
+import { randomUUID } from 'node:crypto';
+import { Admin, Consumer } from '@platformatic/kafka';
 import type { ReceivedMessage } from '../../src/testing/index.js';
+import { KAFKA_BROKER } from './kafka.js';
 
 const MiB = 1024 * 1024;
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** An admin client (topics) and a consumer of its own group (reads) on the test broker; close both. */
+export function kafkaReader(clientId: string): { admin: Admin; reader: Consumer } {
+  return {
+    admin: new Admin({ clientId, bootstrapBrokers: [KAFKA_BROKER] }),
+    reader: new Consumer({ clientId, groupId: `txo-read-${randomUUID()}`, bootstrapBrokers: [KAFKA_BROKER] }),
+  };
+}
 
 /** A record as stored, with its partition and the producer id of its batch. */
 export interface Stored extends ReceivedMessage {

@@ -3,8 +3,8 @@
  * CI starts it). Without a broker there, the whole file is skipped with a message. The
  * publisher contract run is in test/contract/kafka.contract.test.ts.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
-import { Admin, Consumer, murmur2 as clientMurmur2, Producer } from '@platformatic/kafka';
+import { randomBytes } from 'node:crypto';
+import { type Admin, type Consumer, Producer } from '@platformatic/kafka';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
@@ -12,14 +12,13 @@ import {
   defaultTopic,
   type KafkaPublisherOptions,
   kafkaPublisher,
-  murmur2,
   partitionFor,
   topicProblem,
 } from '../../src/publishers/kafka/index.js';
 import { contractMessage } from '../../src/testing/index.js';
 import { FaultProxy } from '../helpers/fault-proxy.js';
 import { KAFKA_BROKER, KAFKA_HOST, KAFKA_PORT, kafkaAvailable } from '../helpers/kafka.js';
-import { readTopic as readStored, type Stored } from '../helpers/kafka-read.js';
+import { kafkaReader, readTopic as readStored, type Stored } from '../helpers/kafka-read.js';
 
 const BROKER = KAFKA_BROKER;
 const MiB = 1024 * 1024;
@@ -68,13 +67,8 @@ function uniqueTopic(label: string): string {
 }
 
 describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
-  beforeAll(async () => {
-    admin = new Admin({ clientId: 'txo-kafka-test', bootstrapBrokers: [BROKER] });
-    reader = new Consumer({
-      clientId: 'txo-kafka-test',
-      groupId: `txo-read-${randomUUID()}`,
-      bootstrapBrokers: [BROKER],
-    });
+  beforeAll(() => {
+    ({ admin, reader } = kafkaReader('txo-kafka-test'));
   });
 
   afterAll(async () => {
@@ -110,23 +104,6 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
         used.add(mine[0]!.partition);
       }
       expect(used.size).toBe(3);
-    });
-
-    it('partitions like the Java client: murmur2 matches Kafka (Utils.murmur2) on known values', () => {
-      // Kafka's UtilsTest.testMurmur2 cases.
-      const cases: [string, number][] = [
-        ['21', -973932308],
-        ['foobar', -790332482],
-        ['a-little-bit-long-string', -985981536],
-        ['a-little-bit-longer-string', -1486304829],
-        ['lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8', -58897971],
-        ['abc', 479470107],
-      ];
-      for (const [input, hash] of cases) expect(murmur2(Buffer.from(input))).toBe(hash);
-      for (let i = 0; i < 200; i++) {
-        const key = randomBytes(i % 40);
-        expect(murmur2(key)).toBe(clientMurmur2(key));
-      }
     });
 
     it('uses the idempotent producer: every stored batch carries a producer id', async () => {
