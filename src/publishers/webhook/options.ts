@@ -113,7 +113,7 @@ function batchSize(batch: WebhookPublisherOptions['batch']): number | undefined 
 }
 
 function staticHeaders(headers: WebhookPublisherOptions['headers']): Readonly<Record<string, string>> {
-  if (headers === undefined) return {};
+  if (headers === undefined) return Object.freeze({});
   const fix = "Pass a record of header names to string values, e.g. `headers: { authorization: 'Bearer …' }`";
   if (typeof headers !== 'object' || headers === null) {
     throw new OutboxValidationError('headers', 'must be an object', fix);
