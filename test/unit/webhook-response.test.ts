@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { BROKER_UNAVAILABLE, isBrokerUnavailable } from '../../src/errors.js';
+import { UNREACHABLE_CODES } from '../../src/network-errors.js';
 import type { PublishOutcome } from '../../src/publishers/contract.js';
 import {
   abortOutcome,
@@ -138,18 +139,17 @@ describe('networkOutcome', () => {
     expect(isBrokerUnavailable(error)).toBe(false);
   });
 
-  it.each([
-    'ECONNREFUSED',
-    'ECONNRESET',
-    'EHOSTUNREACH',
-    'ENETUNREACH',
-    'ENOTFOUND',
-    'EAI_AGAIN',
-    'UND_ERR_SOCKET',
-    'UND_ERR_CONNECT_TIMEOUT',
-    'EPIPE',
-    'ETIMEDOUT',
-  ])('%s is the endpoint being unreachable', (code) => {
+  // What the webhook counted as unreachable before it used src/network-errors.ts: still all of them.
+  const before =
+    'ECONNREFUSED ECONNRESET EHOSTUNREACH ENETUNREACH ENOTFOUND EAI_AGAIN UND_ERR_SOCKET UND_ERR_CONNECT_TIMEOUT';
+
+  it('counts every code it counted before, and EPIPE and ETIMEDOUT now too', () => {
+    expect([...UNREACHABLE_CODES]).toEqual(
+      expect.arrayContaining([...before.split(' '), 'EPIPE', 'ETIMEDOUT']),
+    );
+  });
+
+  it.each([...UNREACHABLE_CODES])('%s is the endpoint being unreachable', (code) => {
     expect(
       isBrokerUnavailable(failure(networkOutcome(fetchFailed(withCode('x', code)), endpoint)).error),
     ).toBe(true);
