@@ -37,7 +37,7 @@ describe('resolveKafkaOptions', () => {
         expect.stringMatching(/`producer` is deprecated, use `client`/),
       ]);
       // The publisher itself takes them (the producer connects lazily: nothing is dialled here).
-      const publisher = kafkaPublisher({ brokers: ['127.0.0.1:9092'] });
+      const publisher = kafkaPublisher({ brokers: ['127.0.0.1:1'] });
       expect(publisher.name).toBe('kafka');
       return publisher.close();
     } finally {
