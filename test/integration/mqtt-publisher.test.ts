@@ -11,7 +11,7 @@ import {
 } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
-import { type MqttPublisherOptions, mqttPublisher } from '../../src/publishers/mqtt.js';
+import { type MqttPublisherOptions, mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { publisherContract, type ReceivedMessage, TcpProxy } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';
@@ -447,14 +447,14 @@ describe('mqttPublisher on Mosquitto', () => {
     expect(got.map((m) => userProperties(m.packet)['ce-id'])).toEqual(batch.map((m) => m.eventId));
   });
 
-  it('derives the topic from topic, else aggregateType/type with dots as slashes, or from the topic option', async () => {
+  it('derives the topic from topic, else aggregateType/type with dots as slashes, or from the destination option', async () => {
     const ns = namespace();
     await listen(ns);
     const pub = publisher({ url: URL });
     const given = makeMessage({ topic: `${PREFIX}/${ns}/given` });
     const derived = makeMessage({ topic: null, aggregateType: `${PREFIX}.${ns}`, type: 'order.created' });
     expect(await pub.publish([given, derived], never())).toEqual([{ ok: true }, { ok: true }]);
-    const custom = publisher({ url: URL, topic: (m) => `${PREFIX}/${ns}/custom/${m.aggregateId}` });
+    const custom = publisher({ url: URL, destination: (m) => `${PREFIX}/${ns}/custom/${m.aggregateId}` });
     const routed = makeMessage({ aggregateId: 'o-42' });
     expect(await custom.publish([routed], never())).toEqual([{ ok: true }]);
     const got = await arrived(ns, 3);
@@ -511,13 +511,13 @@ describe('mqttPublisher on Mosquitto', () => {
 
     const throwing = publisher({
       client,
-      topic: () => {
+      destination: () => {
         throw new Error('no route');
       },
     });
     const [thrown] = await throwing.publish([makeMessage()], never());
     expect(expectFailure(thrown, false).message).toMatch(/topic function threw.*no route/);
-    const empty = publisher({ client, topic: () => '' });
+    const empty = publisher({ client, destination: () => '' });
     const [none] = await empty.publish([makeMessage()], never());
     expect(expectFailure(none, false).message).toMatch(/MQTT topic "" of event .* is invalid: it is empty/);
     expect(sentPublishes).toBe(2);
