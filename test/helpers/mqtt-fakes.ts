@@ -1,45 +1,62 @@
-import { type AddressInfo, createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
+import { type AddressInfo, createServer, type Socket, connect as tcpConnect } from 'node:net';
 import { MQTT_BROKER } from './mqtt.js';
 
 type Address = { readonly host: string; readonly port: number };
 
-// --- a proxy that can hold the broker's answers (PUBACKs) back --------------------------------
-
-/** Forwards both ways; while `hold` is on, what the broker sends waits in the proxy. */
-export class AckGate {
-  hold = false;
-  readonly #server: Server;
+/** A TCP server on a free local port (`url` = mqtt://127.0.0.1:<port>); `close()` drops every socket it tracks. */
+abstract class LocalServer {
   readonly #sockets = new Set<Socket>();
-  readonly #held: Array<{ to: Socket; chunk: Buffer }> = [];
+  readonly #server = createServer((socket) => this.accept(socket));
 
-  readonly #upstream: Address;
+  protected abstract accept(socket: Socket): void;
 
-  private constructor(server: Server, upstream: Address) {
-    this.#server = server;
-    this.#upstream = upstream;
+  /** Tracks `socket` until it closes, so that `close()` can end it. */
+  protected track(socket: Socket): void {
+    this.#sockets.add(socket);
+    socket.on('close', () => this.#sockets.delete(socket));
   }
 
-  /** A gate in front of `upstream` (default: the shared Mosquitto). */
-  static async start(upstream: Address = MQTT_BROKER): Promise<AckGate> {
-    const server = createServer();
-    const gate = new AckGate(server, upstream);
-    server.on('connection', (client) => gate.#pipe(client));
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    return gate;
+  protected async listen(): Promise<void> {
+    await new Promise<void>((resolve) => this.#server.listen(0, '127.0.0.1', resolve));
   }
 
   get url(): string {
     return `mqtt://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
   }
 
-  #pipe(client: Socket): void {
+  async close(): Promise<void> {
+    for (const s of this.#sockets) s.destroy();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+}
+
+// --- a proxy that can hold the broker's answers (PUBACKs) back --------------------------------
+
+/** Forwards both ways; while `hold` is on, what the broker sends waits in the proxy. */
+export class AckGate extends LocalServer {
+  hold = false;
+  readonly #held: Array<{ to: Socket; chunk: Buffer }> = [];
+  readonly #upstream: Address;
+
+  private constructor(upstream: Address) {
+    super();
+    this.#upstream = upstream;
+  }
+
+  /** A gate in front of `upstream` (default: the shared Mosquitto). */
+  static async start(upstream: Address = MQTT_BROKER): Promise<AckGate> {
+    const gate = new AckGate(upstream);
+    await gate.listen();
+    return gate;
+  }
+
+  protected accept(client: Socket): void {
     const upstream = tcpConnect(this.#upstream.port, this.#upstream.host);
-    for (const s of [client, upstream]) {
-      this.#sockets.add(s);
-      s.on('close', () => this.#sockets.delete(s));
+    const pair = [client, upstream];
+    for (const s of pair) {
+      this.track(s);
       s.on('error', () => {
-        client.destroy();
-        upstream.destroy();
+        for (const end of pair) end.destroy();
       });
     }
     client.pipe(upstream);
@@ -52,11 +69,6 @@ export class AckGate {
   release(): void {
     this.hold = false;
     for (const { to, chunk } of this.#held.splice(0)) if (!to.destroyed) to.write(chunk);
-  }
-
-  async close(): Promise<void> {
-    for (const s of this.#sockets) s.destroy();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
   }
 }
 
@@ -83,33 +95,21 @@ export function connack5(properties: { receiveMaximum?: number; maximumPacketSiz
   return Buffer.from([0x20, 3 + props.length, 0x00, 0x00, props.length, ...props]);
 }
 
-export class FakeBroker {
+export class FakeBroker extends LocalServer {
   readonly published: string[] = [];
-  readonly #server: Server;
-  readonly #sockets = new Set<Socket>();
 
-  private constructor(
-    server: Server,
-    readonly options: FakeBrokerOptions,
-  ) {
-    this.#server = server;
+  private constructor(readonly options: FakeBrokerOptions) {
+    super();
   }
 
   static async start(options: FakeBrokerOptions): Promise<FakeBroker> {
-    const server = createServer();
-    const broker = new FakeBroker(server, options);
-    server.on('connection', (socket) => broker.#serve(socket));
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const broker = new FakeBroker(options);
+    await broker.listen();
     return broker;
   }
 
-  get url(): string {
-    return `mqtt://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
-  }
-
-  #serve(socket: Socket): void {
-    this.#sockets.add(socket);
-    socket.on('close', () => this.#sockets.delete(socket));
+  protected accept(socket: Socket): void {
+    this.track(socket);
     socket.on('error', () => socket.destroy());
     let buffer = Buffer.alloc(0);
     socket.on('data', (chunk: Buffer) => {
@@ -145,10 +145,5 @@ export class FakeBroker {
     const rc = this.options.reasonCode?.(topic);
     if (typeof rc === 'number') socket.write(Buffer.from([0x40, 0x04, id >> 8, id & 0xff, rc, 0x00]));
     else if (rc !== undefined) socket.end(Buffer.from([0xe0, 0x02, rc.disconnect, 0x00]));
-  }
-
-  async close(): Promise<void> {
-    for (const s of this.#sockets) s.destroy();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
   }
 }

@@ -51,26 +51,16 @@ describe('MQTT publisher options', () => {
   });
 
   it('keeps what is given', () => {
-    const destination = (m: OutboxMessage): string => `x/${m.aggregateId}`;
-    const resolved = resolveMqttOptions({
-      url: URL,
+    const given: MqttPublisherOptions = {
       clientOptions: { clientId: 'me' },
-      destination,
+      destination: (m) => `x/${m.aggregateId}`,
       qos: 2,
       protocolVersion: 4,
       source: 'orders',
       timeoutMs: 500,
       maxInFlight: 65_535,
-    });
-    expect(resolved).toMatchObject({
-      clientOptions: { clientId: 'me' },
-      destination,
-      qos: 2,
-      protocolVersion: 4,
-      source: 'orders',
-      timeoutMs: 500,
-      maxInFlight: 65_535,
-    });
+    };
+    expect(resolveMqttOptions({ url: URL, ...given })).toEqual({ url: URL, client: undefined, ...given });
   });
 
   it("takes a given client's protocol version: 5 stays 5, anything else is 3.1.1", () => {

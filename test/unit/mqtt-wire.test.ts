@@ -145,26 +145,27 @@ describe('MQTT 5 wire mapping', () => {
 });
 
 describe('MQTT 3.1.1 wire mapping', () => {
-  it('a CloudEvents structured JSON document, the JSON payload embedded as data', () => {
+  it('a CloudEvents structured JSON document: every envelope header as an attribute, the JSON payload as data', () => {
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const json = makeMessage({ topic: 't', headers: { traceparent }, json: { total: 12.5 }, sequence: 3 });
-    const item = prepared(json, V4);
+    const item = prepared(json, { ...V4, source: 'orders' });
     expect(item.options).toEqual({ qos: 1 });
-    expect(JSON.parse(item.payload.toString('utf8'))).toEqual({
+    const attributes = Object.entries(envelopeHeaders(json, 'orders')).map(([name, value]) => [
+      name.startsWith('ce-') ? name.slice(3) : name,
+      value,
+    ]);
+    const doc = JSON.parse(item.payload.toString('utf8'));
+    expect(doc).toEqual({ ...Object.fromEntries(attributes), data: { total: 12.5 } });
+    expect(doc).toMatchObject({
       specversion: '1.0',
       id: json.eventId,
-      type: json.type,
-      source: 'tx-outbox',
-      time: json.createdAt.toISOString(),
-      subject: json.aggregateId,
-      datacontenttype: 'application/json',
-      aggregatetype: json.aggregateType,
-      aggregateid: json.aggregateId,
+      source: 'orders',
       sequence: '3',
-      schemaversion: '1',
       traceparent,
-      data: { total: 12.5 },
     });
+    // The payload text is embedded as it is, not re-serialised.
+    const spaced = makeMessage({ payload: Buffer.from('{ "a" : [1, 2] }') });
+    expect(prepared(spaced, V4).payload.toString('utf8')).toMatch(/,"data":\{ "a" : \[1, 2\] \}\}$/);
   });
 
   it('bytes as data_base64', () => {
