@@ -1,0 +1,42 @@
+/**
+ * The options every consumer adapter takes, and their defaults. Each adapter resolves its
+ * options once (old spellings renamed, checked, defaults filled in) into a frozen object: see
+ * `nats-options.ts`, `redis-options.ts`, `rabbitmq-options.ts`, `mqtt-options.ts`,
+ * `kafka/options.ts`, `webhook-options.ts`.
+ */
+import type { Inbox, InboxHandler } from '../inbox/inbox.js';
+import { type Logger, silentLogger } from '../logger.js';
+
+/** What every consumer adapter takes. */
+export interface ConsumerOptions<T = unknown> {
+  readonly inbox: Inbox<T>;
+  readonly handler: InboxHandler<T>;
+  /** Deliveries handled at once (across aggregates). Default 16. */
+  readonly concurrency?: number;
+  /** Aborting it stops the consumer (like `stop()`). */
+  readonly signal?: AbortSignal;
+  readonly logger?: Logger;
+}
+
+/** {@link ConsumerOptions} with the defaults filled in. */
+export interface ResolvedConsumerOptions<T = unknown> {
+  readonly inbox: Inbox<T>;
+  readonly handler: InboxHandler<T>;
+  readonly concurrency: number;
+  readonly signal: AbortSignal | undefined;
+  readonly logger: Logger;
+}
+
+/** Deliveries handled at once when `concurrency` is not given. */
+export const DEFAULT_CONCURRENCY = 16;
+
+/** The shared options with their defaults (checked by the adapter's own resolution). */
+export function consumerDefaults<T>(options: ConsumerOptions<T>): ResolvedConsumerOptions<T> {
+  return {
+    inbox: options.inbox,
+    handler: options.handler,
+    concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,
+    signal: options.signal,
+    logger: options.logger ?? silentLogger,
+  };
+}
