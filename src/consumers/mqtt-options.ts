@@ -1,9 +1,14 @@
 /** Options of {@link consumeMqtt}: the checks and the defaults, resolved once. */
 import type { IClientOptions, MqttClient } from 'mqtt';
 import { OutboxValidationError } from '../errors.js';
-import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
+import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { type DeferPolicy, deferPolicy } from './defer.js';
-import { type ConsumerOptions, consumerDefaults, type ResolvedConsumerOptions } from './options.js';
+import {
+  type ConsumerOptions,
+  checkUrlOrClient,
+  consumerDefaults,
+  type ResolvedConsumerOptions,
+} from './options.js';
 
 /** Extra MQTT.js options for the client made from `url` (auth, TLS …). */
 export type MqttClientOptions = Omit<
@@ -33,12 +38,11 @@ export interface MqttConsumerOptions<T = unknown> extends ConsumerOptions<T> {
   readonly deferCapMs?: number;
 }
 
-export interface ResolvedMqttConsumerOptions<T = unknown> extends ResolvedConsumerOptions<T> {
-  readonly url: string | undefined;
-  readonly client: MqttClient | undefined;
-  readonly clientOptions: MqttClientOptions | undefined;
-  readonly topic: string;
-  readonly clientId: string;
+type Defaulted = 'concurrency' | 'logger' | 'sessionExpirySeconds' | 'deferMs' | 'deferCapMs';
+
+export interface ResolvedMqttConsumerOptions<T = unknown>
+  extends Omit<MqttConsumerOptions<T>, Defaulted>,
+    ResolvedConsumerOptions<T> {
   readonly sessionExpirySeconds: number;
   readonly defer: DeferPolicy;
 }
@@ -49,7 +53,7 @@ export function resolveMqttConsumerOptions<T>(
 ): ResolvedMqttConsumerOptions<T> {
   checkInboxAndHandler(options);
   const hasUrl = typeof options.url === 'string' && options.url !== '';
-  checkExactlyOne('url', 'client', hasUrl, options.client !== undefined);
+  checkUrlOrClient(options, hasUrl);
   if (hasUrl && !URL.canParse(options.url!))
     throw new OutboxValidationError('url', 'is not a URL', 'Give e.g. mqtt://127.0.0.1:1883.');
   checkNames(options, ['topic', 'clientId']);
@@ -59,12 +63,8 @@ export function resolveMqttConsumerOptions<T>(
     'Use a non-negative integer.',
   );
   return Object.freeze({
+    ...options,
     ...consumerDefaults(options),
-    url: options.url,
-    client: options.client,
-    clientOptions: options.clientOptions,
-    topic: options.topic,
-    clientId: options.clientId,
     sessionExpirySeconds: options.sessionExpirySeconds ?? 86_400,
     defer: deferPolicy(options),
   });

@@ -23,8 +23,8 @@ import { connect, type IPublishPacket, type MqttClient } from 'mqtt';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { sleep } from '../sleep.js';
-import { aggregateKey, type Consumer } from './consumer.js';
-import { deferDelay } from './defer.js';
+import { handleAttempt } from './attempt.js';
+import type { Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { ConsumerLifecycle } from './lifecycle.js';
 import {
@@ -180,17 +180,9 @@ class MqttConsumer<T> implements Consumer {
       return true;
     }
     for (;;) {
-      let delay = this.o.defer.deferMs;
-      try {
-        const result = await this.#queue.run(aggregateKey(message), () =>
-          this.o.inbox.handle(message, this.o.handler),
-        );
-        if (result.status !== 'deferred') return true;
-        delay = deferDelay(this.o.defer, result.attempts);
-      } catch (error) {
-        // Nothing was committed: handle it again later.
-        this.o.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; retrying later');
-      }
+      // Deferred, or the inbox failed (nothing was committed): handle it again later.
+      const delay = await handleAttempt(this.#queue, this.o, message, 'inbox failed; retrying later');
+      if (delay === undefined) return true;
       if (this.#life.stopping) return false;
       await sleep(delay, this.#life.halt);
       if (this.#life.stopping) return false;

@@ -1,9 +1,14 @@
 /** Options of {@link consumeNats}: the vocabulary, the checks, the defaults, resolved once. */
 import type { NatsConnection, NodeConnectionOptions } from '@nats-io/transport-node';
-import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
+import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { renamedOptions } from '../options/renamed.js';
 import { type DeferPolicy, deferPolicy } from './defer.js';
-import { type ConsumerOptions, consumerDefaults, type ResolvedConsumerOptions } from './options.js';
+import {
+  type ConsumerOptions,
+  checkUrlOrClient,
+  consumerDefaults,
+  type ResolvedConsumerOptions,
+} from './options.js';
 
 export interface NatsConsumerOptions<T = unknown> extends ConsumerOptions<T> {
   /** Server URL(s); the adapter owns (and closes) this connection. */
@@ -31,39 +36,31 @@ export interface NatsConsumerOptions<T = unknown> extends ConsumerOptions<T> {
   readonly ackWaitMs?: number;
 }
 
-export interface ResolvedNatsConsumerOptions<T = unknown> extends ResolvedConsumerOptions<T> {
-  readonly url: string | string[] | undefined;
-  readonly client: NatsConnection | undefined;
-  readonly clientOptions: Omit<NodeConnectionOptions, 'servers'> | undefined;
-  readonly stream: string;
-  readonly durable: string;
-  readonly filterSubject: string | undefined;
-  readonly defer: DeferPolicy;
-  readonly ackWaitMs: number;
-}
-
 export const NATS_CONSUMER_RENAMES = {
   servers: 'url',
   connection: 'client',
   connectionOptions: 'clientOptions',
 } as const;
 
+type Defaulted = 'concurrency' | 'logger' | 'deferMs' | 'deferCapMs' | 'ackWaitMs';
+
+export interface ResolvedNatsConsumerOptions<T = unknown>
+  extends Omit<NatsConsumerOptions<T>, Defaulted | keyof typeof NATS_CONSUMER_RENAMES>,
+    ResolvedConsumerOptions<T> {
+  readonly defer: DeferPolicy;
+  readonly ackWaitMs: number;
+}
+
 /** Old spellings renamed (warning once), checked (errors name the option and the fix), defaults in. */
 export function resolveNatsConsumerOptions<T>(given: NatsConsumerOptions<T>): ResolvedNatsConsumerOptions<T> {
   const options = renamedOptions('consumeNats', given, NATS_CONSUMER_RENAMES);
   checkInboxAndHandler(options);
-  const hasUrl = options.url !== undefined && options.url.length > 0;
-  checkExactlyOne('url', 'client', hasUrl, options.client !== undefined);
+  checkUrlOrClient(options, options.url !== undefined && options.url.length > 0);
   checkNames(options, ['stream', 'durable']);
   checkIntegers(options, { concurrency: 1, deferMs: 0, deferCapMs: 0, ackWaitMs: 1 });
   return Object.freeze({
+    ...options,
     ...consumerDefaults(options),
-    url: options.url,
-    client: options.client,
-    clientOptions: options.clientOptions,
-    stream: options.stream,
-    durable: options.durable,
-    filterSubject: options.filterSubject,
     defer: deferPolicy(options),
     ackWaitMs: options.ackWaitMs ?? 30_000,
   });

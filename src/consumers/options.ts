@@ -6,6 +6,7 @@
  */
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { checkExactlyOne } from '../options/checks.js';
 
 /** What every consumer adapter takes. */
 export interface ConsumerOptions<T = unknown> {
@@ -19,24 +20,24 @@ export interface ConsumerOptions<T = unknown> {
 }
 
 /** {@link ConsumerOptions} with the defaults filled in. */
-export interface ResolvedConsumerOptions<T = unknown> {
-  readonly inbox: Inbox<T>;
-  readonly handler: InboxHandler<T>;
+export interface ResolvedConsumerOptions<T = unknown>
+  extends Omit<ConsumerOptions<T>, 'concurrency' | 'logger'> {
   readonly concurrency: number;
-  readonly signal: AbortSignal | undefined;
   readonly logger: Logger;
 }
 
 /** Deliveries handled at once when `concurrency` is not given. */
 export const DEFAULT_CONCURRENCY = 16;
 
-/** The shared options with their defaults (checked by the adapter's own resolution). */
-export function consumerDefaults<T>(options: ConsumerOptions<T>): ResolvedConsumerOptions<T> {
-  return {
-    inbox: options.inbox,
-    handler: options.handler,
-    concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,
-    signal: options.signal,
-    logger: options.logger ?? silentLogger,
-  };
+/** The shared defaults (the options are checked by the adapter's own resolution). */
+export function consumerDefaults(options: { readonly concurrency?: number; readonly logger?: Logger }): {
+  readonly concurrency: number;
+  readonly logger: Logger;
+} {
+  return { concurrency: options.concurrency ?? DEFAULT_CONCURRENCY, logger: options.logger ?? silentLogger };
+}
+
+/** Exactly one way to the broker: `url` (`hasUrl`: a usable one was given) or an existing `client`. */
+export function checkUrlOrClient(options: { readonly client?: unknown }, hasUrl: boolean): void {
+  checkExactlyOne('url', 'client', hasUrl, options.client !== undefined);
 }

@@ -1,9 +1,14 @@
 /** Options of {@link consumeRabbitMq}: the vocabulary, the checks, the defaults, resolved once. */
 import type { Options, SocketOptions } from 'amqplib';
-import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
+import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { renamedOptions } from '../options/renamed.js';
 import type { AmqpConnection } from '../publishers/rabbitmq.js';
-import { type ConsumerOptions, consumerDefaults, type ResolvedConsumerOptions } from './options.js';
+import {
+  type ConsumerOptions,
+  checkUrlOrClient,
+  consumerDefaults,
+  type ResolvedConsumerOptions,
+} from './options.js';
 
 export interface RabbitMqConsumerOptions<T = unknown> extends ConsumerOptions<T> {
   /** Broker URL or amqplib connect object; the adapter owns (and closes) this connection. */
@@ -24,16 +29,16 @@ export interface RabbitMqConsumerOptions<T = unknown> extends ConsumerOptions<T>
   readonly deferMs?: number;
 }
 
-export interface ResolvedRabbitMqConsumerOptions<T = unknown> extends ResolvedConsumerOptions<T> {
-  readonly url: string | Options.Connect | undefined;
-  readonly clientOptions: SocketOptions | undefined;
-  readonly client: AmqpConnection | undefined;
-  readonly queue: string;
+export const RABBITMQ_CONSUMER_RENAMES = { connection: 'client', socketOptions: 'clientOptions' } as const;
+
+type Defaulted = 'concurrency' | 'logger' | 'prefetch' | 'deferMs';
+
+export interface ResolvedRabbitMqConsumerOptions<T = unknown>
+  extends Omit<RabbitMqConsumerOptions<T>, Defaulted | keyof typeof RABBITMQ_CONSUMER_RENAMES>,
+    ResolvedConsumerOptions<T> {
   readonly prefetch: number;
   readonly deferMs: number;
 }
-
-export const RABBITMQ_CONSUMER_RENAMES = { connection: 'client', socketOptions: 'clientOptions' } as const;
 
 /** Old spellings renamed (warning once), checked (errors name the option and the fix), defaults in. */
 export function resolveRabbitMqConsumerOptions<T>(
@@ -41,20 +46,12 @@ export function resolveRabbitMqConsumerOptions<T>(
 ): ResolvedRabbitMqConsumerOptions<T> {
   const options = renamedOptions('consumeRabbitMq', given, RABBITMQ_CONSUMER_RENAMES);
   checkInboxAndHandler(options);
-  checkExactlyOne(
-    'url',
-    'client',
-    options.url !== undefined && options.url !== '',
-    options.client !== undefined,
-  );
+  checkUrlOrClient(options, options.url !== undefined && options.url !== '');
   checkNames(options, ['queue']);
   checkIntegers(options, { prefetch: 1, concurrency: 1, deferMs: 0 });
   return Object.freeze({
+    ...options,
     ...consumerDefaults(options),
-    url: options.url,
-    clientOptions: options.clientOptions,
-    client: options.client,
-    queue: options.queue,
     prefetch: options.prefetch ?? 32,
     deferMs: options.deferMs ?? 1000,
   });

@@ -1,7 +1,12 @@
 /** Options of {@link consumeRedis}: the checks and the defaults, resolved once. */
 import type { createClient, RedisClientOptions } from 'redis';
-import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
-import { type ConsumerOptions, consumerDefaults, type ResolvedConsumerOptions } from './options.js';
+import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
+import {
+  type ConsumerOptions,
+  checkUrlOrClient,
+  consumerDefaults,
+  type ResolvedConsumerOptions,
+} from './options.js';
 
 export type RedisClient = ReturnType<typeof createClient>;
 
@@ -28,13 +33,11 @@ export interface RedisConsumerOptions<T = unknown> extends ConsumerOptions<T> {
   readonly claimIntervalMs?: number;
 }
 
-export interface ResolvedRedisConsumerOptions<T = unknown> extends ResolvedConsumerOptions<T> {
-  readonly url: string | undefined;
-  readonly client: RedisClient | undefined;
-  readonly clientOptions: Omit<RedisClientOptions, 'url'> | undefined;
-  readonly stream: string;
-  readonly group: string;
-  readonly consumerName: string;
+type Defaulted = 'concurrency' | 'logger' | 'startId' | 'blockMs' | 'claimIdleMs' | 'claimIntervalMs';
+
+export interface ResolvedRedisConsumerOptions<T = unknown>
+  extends Omit<RedisConsumerOptions<T>, Defaulted>,
+    ResolvedConsumerOptions<T> {
   readonly startId: string;
   readonly blockMs: number;
   readonly claimIdleMs: number;
@@ -46,23 +49,13 @@ export function resolveRedisConsumerOptions<T>(
   options: RedisConsumerOptions<T>,
 ): ResolvedRedisConsumerOptions<T> {
   checkInboxAndHandler(options);
-  checkExactlyOne(
-    'url',
-    'client',
-    options.url !== undefined && options.url !== '',
-    options.client !== undefined,
-  );
+  checkUrlOrClient(options, options.url !== undefined && options.url !== '');
   checkNames(options, ['stream', 'group', 'consumerName']);
   checkIntegers(options, { concurrency: 1, blockMs: 1, claimIdleMs: 1, claimIntervalMs: 1 });
   const claimIdleMs = options.claimIdleMs ?? 30_000;
   return Object.freeze({
+    ...options,
     ...consumerDefaults(options),
-    url: options.url,
-    client: options.client,
-    clientOptions: options.clientOptions,
-    stream: options.stream,
-    group: options.group,
-    consumerName: options.consumerName,
     startId: options.startId ?? '0',
     blockMs: options.blockMs ?? 1000,
     claimIdleMs,

@@ -1,40 +1,33 @@
 /** Options of {@link webhookReceiver} and {@link createWebhookServer}: the checks and the defaults, resolved once. */
 import { OutboxValidationError } from '../errors.js';
-import type { Inbox, InboxHandler } from '../inbox/inbox.js';
-import { type Logger, silentLogger } from '../logger.js';
 import { checkInboxAndHandler, checkIntegers } from '../options/checks.js';
 import { decodeSecret, type WebhookSecret } from '../publishers/webhook-signature.js';
-import { DEFAULT_CONCURRENCY } from './options.js';
+import { type ConsumerOptions, consumerDefaults, type ResolvedConsumerOptions } from './options.js';
 
-export interface WebhookReceiverOptions<T = unknown> {
-  readonly inbox: Inbox<T>;
-  readonly handler: InboxHandler<T>;
+/** `concurrency`: requests handled at once (across aggregates), default 16. */
+export interface WebhookReceiverOptions<T = unknown> extends Omit<ConsumerOptions<T>, 'signal'> {
   /** The Standard Webhooks secret shared with the publisher. */
   readonly secret: WebhookSecret;
   /** Maximum distance between `webhook-timestamp` and now, in seconds. Default 300. */
   readonly toleranceSeconds?: number;
-  /** Requests handled at once (across aggregates). Default 16. */
-  readonly concurrency?: number;
   /** `Retry-After` of a deferred delivery, in seconds. Default 1. */
   readonly retryAfterSeconds?: number;
   /** Largest accepted body; larger requests get 413. Default 1 MiB. */
   readonly maxBodyBytes?: number;
   /** Time from the request's headers to the end of its body; a slower body gets 408 and the connection closed. Default 10 000 ms. */
   readonly bodyTimeoutMs?: number;
-  readonly logger?: Logger;
 }
 
-export interface ResolvedWebhookReceiverOptions<T = unknown> {
-  readonly inbox: Inbox<T>;
-  readonly handler: InboxHandler<T>;
-  readonly secret: WebhookSecret;
+type Defaulted = 'toleranceSeconds' | 'retryAfterSeconds' | 'maxBodyBytes' | 'bodyTimeoutMs';
+
+export interface ResolvedWebhookReceiverOptions<T = unknown>
+  extends Omit<WebhookReceiverOptions<T>, Defaulted | 'concurrency' | 'logger'>,
+    Omit<ResolvedConsumerOptions<T>, 'signal'> {
   readonly toleranceSeconds: number;
-  readonly concurrency: number;
   /** The `Retry-After` header value. */
   readonly retryAfter: string;
   readonly maxBodyBytes: number;
   readonly bodyTimeoutMs: number;
-  readonly logger: Logger;
 }
 
 export interface WebhookServerOptions<T = unknown> extends WebhookReceiverOptions<T> {
@@ -48,12 +41,9 @@ export interface WebhookServerOptions<T = unknown> extends WebhookReceiverOption
   readonly requestTimeoutMs?: number;
 }
 
-export interface ResolvedWebhookServerOptions {
-  readonly port: number;
-  readonly host: string;
-  readonly headersTimeoutMs: number;
-  readonly requestTimeoutMs: number;
-}
+export type ResolvedWebhookServerOptions = Readonly<
+  Required<Pick<WebhookServerOptions<never>, 'port' | 'host' | 'headersTimeoutMs' | 'requestTimeoutMs'>>
+>;
 
 const DEFAULT_BODY_TIMEOUT_MS = 10_000;
 const DEFAULT_HEADERS_TIMEOUT_MS = 10_000;
@@ -76,15 +66,12 @@ export function resolveWebhookReceiverOptions<T>(
     bodyTimeoutMs: 1,
   });
   return Object.freeze({
-    inbox: options.inbox,
-    handler: options.handler,
-    secret: options.secret,
+    ...options,
+    ...consumerDefaults(options),
     toleranceSeconds: options.toleranceSeconds ?? 300,
-    concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,
     retryAfter: String(options.retryAfterSeconds ?? 1),
     maxBodyBytes: options.maxBodyBytes ?? 1024 * 1024,
     bodyTimeoutMs: options.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS,
-    logger: options.logger ?? silentLogger,
   });
 }
 

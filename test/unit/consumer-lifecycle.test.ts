@@ -9,17 +9,23 @@ const deferred = <T = void>() => {
   return { promise, resolve };
 };
 
+/** A lifecycle on `signal` whose shutdown counts its runs. */
+function counted(signal?: AbortSignal) {
+  const runs = { count: 0 };
+  const life = new ConsumerLifecycle(signal, async () => {
+    runs.count += 1;
+  });
+  return { life, runs };
+}
+
 describe('ConsumerLifecycle', () => {
   it('runs the shutdown once: every stop() gets the same promise', async () => {
-    let runs = 0;
-    const life = new ConsumerLifecycle(undefined, async () => {
-      runs += 1;
-    });
+    const { life, runs } = counted();
     expect(life.stopping).toBe(false);
     const first = life.stop();
     expect(life.stop()).toBe(first);
     await first;
-    expect(runs).toBe(1);
+    expect(runs.count).toBe(1);
   });
 
   it('is stopping, with halt aborted, already while the shutdown runs', async () => {
@@ -34,39 +40,31 @@ describe('ConsumerLifecycle', () => {
 
   it('the caller signal stops it after started(), and not before', async () => {
     const controller = new AbortController();
-    let runs = 0;
-    const life = new ConsumerLifecycle(controller.signal, async () => {
-      runs += 1;
-    });
+    const { life, runs } = counted(controller.signal);
     life.started();
     controller.abort();
+    expect(life.stopping).toBe(true);
     await life.stop();
-    expect(runs).toBe(1);
+    expect(runs.count).toBe(1);
 
     const early = new AbortController();
-    let earlyRuns = 0;
-    const notStarted = new ConsumerLifecycle(early.signal, async () => {
-      earlyRuns += 1;
-    });
+    const late = counted(early.signal);
     early.abort();
-    expect(notStarted.stopping).toBe(false);
-    notStarted.started(); // already aborted: stops at once
-    expect(notStarted.stopping).toBe(true);
-    await notStarted.stop();
-    expect(earlyRuns).toBe(1);
+    expect(late.life.stopping).toBe(false);
+    late.life.started(); // already aborted: stops at once
+    expect(late.life.stopping).toBe(true);
+    await late.life.stop();
+    expect(late.runs.count).toBe(1);
   });
 
   it('unhooks the caller signal when stopped', async () => {
     const controller = new AbortController();
-    let runs = 0;
-    const life = new ConsumerLifecycle(controller.signal, async () => {
-      runs += 1;
-    });
+    const { life, runs } = counted(controller.signal);
     life.started();
     await life.stop();
     controller.abort();
     await life.stop();
-    expect(runs).toBe(1);
+    expect(runs.count).toBe(1);
   });
 
   it('counts tracked tasks and settles only when none is left, late ones included', async () => {
@@ -93,15 +91,16 @@ describe('ConsumerLifecycle', () => {
 
   it('oneSettled resolves when any task settles', async () => {
     const life = new ConsumerLifecycle(undefined, async () => undefined);
-    const slow = deferred();
-    const fast = deferred();
-    life.track(slow.promise);
-    life.track(fast.promise);
+    const [slow, fast] = [deferred(), deferred()].map((d) => {
+      life.track(d.promise);
+      return d;
+    });
     const one = life.oneSettled();
-    fast.resolve();
+    fast!.resolve();
     await one;
     expect(life.inFlight).toBe(1);
-    slow.resolve();
+    slow!.resolve();
     await life.settled();
+    expect(life.inFlight).toBe(0);
   });
 });

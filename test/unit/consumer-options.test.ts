@@ -43,9 +43,9 @@ describe('consumeNats options', () => {
   it('resolves once into a frozen object with the defaults', () => {
     const o = resolveNatsConsumerOptions({ ...nats, url: 'nats://h:4222' });
     expect(Object.isFrozen(o)).toBe(true);
+    expect(o.client).toBeUndefined();
     expect(o).toMatchObject({
       url: 'nats://h:4222',
-      client: undefined,
       concurrency: 16,
       ackWaitMs: 30_000,
       defer: { deferMs: 1000, deferCapMs: 10_000 },

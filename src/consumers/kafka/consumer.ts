@@ -7,8 +7,8 @@ import type { Consumer as KafkaClient, Message, MessagesStream } from '@platform
 import { errorMessage } from '../../errors.js';
 import { fromEnvelope, type InboxMessage } from '../../inbox/message.js';
 import { sleep } from '../../sleep.js';
-import { aggregateKey, type Consumer } from '../consumer.js';
-import { deferDelay } from '../defer.js';
+import { handleAttempt } from '../attempt.js';
+import type { Consumer } from '../consumer.js';
 import { KeyedQueue } from '../keyed-queue.js';
 import { ConsumerLifecycle } from '../lifecycle.js';
 import type { ResolvedKafkaConsumerOptions } from './options.js';
@@ -242,17 +242,9 @@ export class KafkaConsumer<T> implements Consumer {
       return true;
     }
     for (;;) {
-      let delay = this.o.defer.deferMs;
-      try {
-        const result = await this.#queue.run(aggregateKey(message), () =>
-          this.o.inbox.handle(message, this.o.handler),
-        );
-        if (result.status !== 'deferred') return true;
-        delay = deferDelay(this.o.defer, result.attempts);
-      } catch (error) {
-        // The inbox itself failed (database down …): nothing was committed, try again later.
-        this.o.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; handling again later');
-      }
+      // Deferred, or the inbox itself failed (nothing was committed): handle it again later.
+      const delay = await handleAttempt(this.#queue, this.o, message, 'inbox failed; handling again later');
+      if (delay === undefined) return true;
       // Stopping or rebalanced: leave it uncommitted, the partition's next reader gets it again.
       if (this.#life.stopping || !this.#book.isCurrent(received)) return false;
       this.#deferred += 1;

@@ -38,9 +38,25 @@ export interface KafkaConsumerOptions<T = unknown> extends ConsumerOptions<T> {
   readonly rebalanceTimeoutMs?: number;
 }
 
-export interface ResolvedKafkaConsumerOptions<T = unknown> extends ResolvedConsumerOptions<T> {
+export const KAFKA_CONSUMER_RENAMES = { brokers: 'url', groupId: 'group' } as const;
+
+type Defaulted =
+  | 'concurrency'
+  | 'logger'
+  | 'url'
+  | 'group'
+  | 'clientId'
+  | 'deferMs'
+  | 'deferCapMs'
+  | 'maxDeferred'
+  | 'sessionTimeoutMs'
+  | 'heartbeatIntervalMs'
+  | 'rebalanceTimeoutMs';
+
+export interface ResolvedKafkaConsumerOptions<T = unknown>
+  extends Omit<KafkaConsumerOptions<T>, Defaulted | keyof typeof KAFKA_CONSUMER_RENAMES>,
+    ResolvedConsumerOptions<T> {
   readonly url: readonly string[];
-  readonly topic: string;
   readonly group: string;
   readonly clientId: string;
   readonly defer: DeferPolicy;
@@ -49,8 +65,6 @@ export interface ResolvedKafkaConsumerOptions<T = unknown> extends ResolvedConsu
   readonly heartbeatIntervalMs: number;
   readonly rebalanceTimeoutMs: number;
 }
-
-export const KAFKA_CONSUMER_RENAMES = { brokers: 'url', groupId: 'group' } as const;
 
 /** Old spellings renamed (warning once), checked (errors name the option and the fix), defaults in. */
 export function resolveKafkaConsumerOptions<T>(
@@ -79,9 +93,9 @@ export function resolveKafkaConsumerOptions<T>(
       'Use a third of sessionTimeoutMs or less.',
     );
   return Object.freeze({
+    ...options,
     ...consumerDefaults(options),
     url: Object.freeze([...url]),
-    topic: options.topic,
     group: options.group!,
     clientId: options.clientId ?? 'tx-outbox',
     defer: deferPolicy(options),
