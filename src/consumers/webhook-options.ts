@@ -1,7 +1,7 @@
 /** Options of {@link webhookReceiver} and {@link createWebhookServer}: the checks and the defaults, resolved once. */
 import { OutboxValidationError } from '../errors.js';
 import { checkInboxAndHandler, checkIntegers } from '../options/checks.js';
-import { decodeSecret, type WebhookSecret } from '../publishers/webhook-signature.js';
+import { decodeSecret, type WebhookSecret } from '../publishers/webhook/signature.js';
 import { type ConsumerOptions, consumerDefaults, type ResolvedConsumerOptions } from './options.js';
 
 /** `concurrency`: requests handled at once (across aggregates), default 16. */
