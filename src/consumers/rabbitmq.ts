@@ -25,7 +25,7 @@ import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
-import type { AmqpConnection } from '../publishers/rabbitmq.js';
+import type { AmqpConnection } from '../publishers/rabbitmq/index.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 
