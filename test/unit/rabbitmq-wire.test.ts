@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { OutboxMessage, PublishOutcome } from '../../src/publishers/contract.js';
+import { defaultDestination } from '../../src/publishers/core/destination.js';
 import {
+  defaultRoutingKey,
   frameMaxOf,
   headerTableBytes,
   type Item,
@@ -135,5 +137,15 @@ describe('size rules', () => {
     expect(frameMaxOf({ frameMax: 0 })).toBe(131_072);
     expect(frameMaxOf({})).toBe(131_072);
     expect(frameMaxOf(undefined)).toBe(131_072);
+  });
+});
+
+describe('defaultRoutingKey', () => {
+  it('is the shared default destination: the topic, else aggregateType.type', () => {
+    expect(defaultRoutingKey).toBe(defaultDestination);
+    expect(defaultRoutingKey(message())).toBe('orders.created');
+    expect(defaultRoutingKey(message({ topic: null, aggregateType: 'order', type: 'order.paid' }))).toBe(
+      'order.order.paid',
+    );
   });
 });

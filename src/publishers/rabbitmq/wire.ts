@@ -21,7 +21,7 @@ export const SHORTSTR_MAX = 255;
 /** amqplib encodes a message's properties (headers included) into a 64 KiB buffer. */
 export const PROPERTIES_BUFFER = 65_536;
 
-/** `message.topic`, else `${aggregateType}.${type}` (the shared default destination). */
+/** `message.topic`, else `${aggregateType}.${type}`: the same function as `defaultDestination` of `tx-outbox`. */
 export const defaultRoutingKey: (message: OutboxMessage) => string = defaultDestination;
 
 /** A message ready to publish. */
