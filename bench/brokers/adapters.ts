@@ -14,7 +14,7 @@ import { createClient, type RedisArgument } from 'redis';
 import type { OutboxMessage, Publisher } from '../../src/index.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { kafkaPublisher, partitionFor } from '../../src/publishers/kafka/index.js';
-import { mqttPublisher } from '../../src/publishers/mqtt.js';
+import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { natsPublisher } from '../../src/publishers/nats.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
 import { redisPublisher } from '../../src/publishers/redis.js';

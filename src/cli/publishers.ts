@@ -80,7 +80,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
       return redisPublisher({ url: spec.url });
     }
     case 'mqtt': {
-      const { mqttPublisher } = await load('mqtt', () => import('../publishers/mqtt.js'));
+      const { mqttPublisher } = await load('mqtt', () => import('../publishers/mqtt/index.js'));
       return mqttPublisher({ url: spec.url });
     }
   }

@@ -26,7 +26,7 @@ import { createInbox, type HandleStatus, type Inbox, type InboxHandler } from '.
 import type { InboxMessage } from '../../src/inbox/message.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
-import { mqttPublisher } from '../../src/publishers/mqtt.js';
+import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { natsPublisher } from '../../src/publishers/nats.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
 import { redisPublisher } from '../../src/publishers/redis.js';
@@ -264,7 +264,7 @@ const cases: Case[] = [
     async open() {
       const topic = `txo-crash-${tag}/events`;
       const clientId = `txo-crash-${tag}`;
-      const publisher = mqttPublisher({ url: MQTT_URL, topic: () => topic });
+      const publisher = mqttPublisher({ url: MQTT_URL, destination: () => topic });
       /** DUP flags of the PUBLISH packets the second consumer's session received. */
       const dups: boolean[] = [];
       return {
