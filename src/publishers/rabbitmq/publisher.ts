@@ -6,7 +6,7 @@ import { CallAbort } from '../core/call-abort.js';
 import { connectError } from '../core/closed.js';
 import { raceDeadline } from '../core/deadline.js';
 import { DeadlineSweep } from '../core/deadline-sweep.js';
-import { closeWithin, PublisherLifecycle } from '../core/lifecycle.js';
+import { closeWithin, InFlight, PublisherLifecycle } from '../core/lifecycle.js';
 import { acquireSlot, Slots } from '../core/slots.js';
 import {
   abortedCall,
@@ -47,7 +47,7 @@ export class RabbitMqPublisher implements Publisher {
   #token = 0;
   /** `maxMessageBytes`, lowered to the broker's limit once it refused a message for its size. */
   #maxMessageBytes: number;
-  readonly #runs = new Set<Run>();
+  readonly #inFlight = new InFlight();
   readonly #connector: Connector;
 
   constructor(options: ResolvedRabbitMqOptions) {
@@ -64,9 +64,17 @@ export class RabbitMqPublisher implements Publisher {
     const run = new Run(batch.map((message) => prepare(message, wire)));
     if (run.done) return run.promise;
 
+    return this.#inFlight.track(this.#call(run, signal));
+  }
+
+  close(): Promise<void> {
+    return this.#lifecycle.close(() => this.#shutdown());
+  }
+
+  /** One call: sends, then waits for every outcome; aborted by its signal or a close out of time. */
+  async #call(run: Run, signal: AbortSignal): Promise<PublishOutcome[]> {
     const abort = new CallAbort({ signal, closing: this.#forceClose.signal });
     abort.onAbort((cause, reason) => this.#abortRun(run, abortedCall(cause, reason)));
-    this.#runs.add(run);
     try {
       await this.#send(run, abort).catch((error: unknown) => {
         const outcome = publishDefect(error);
@@ -79,12 +87,7 @@ export class RabbitMqPublisher implements Publisher {
       return await run.promise;
     } finally {
       abort.dispose();
-      this.#runs.delete(run);
     }
-  }
-
-  close(): Promise<void> {
-    return this.#lifecycle.close(() => this.#shutdown());
   }
 
   /** Connects, checks the exchanges, then writes every message, many confirms in flight. */
@@ -268,11 +271,11 @@ export class RabbitMqPublisher implements Publisher {
 
   async #shutdown(): Promise<void> {
     const { timeoutMs } = this.#o;
-    if (this.#runs.size > 0) {
-      const runs = Promise.all([...this.#runs].map((run) => run.promise));
-      if (!(await closeWithin(runs, timeoutMs))) {
+    if (this.#inFlight.size > 0) {
+      const calls = this.#inFlight.settled();
+      if (!(await closeWithin(calls, timeoutMs))) {
         this.#forceClose.abort();
-        await runs;
+        await calls;
       }
     }
     await this.#connector.terminate();
