@@ -16,7 +16,7 @@ import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { kafkaPublisher, partitionFor } from '../../src/publishers/kafka/index.js';
 import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { natsPublisher } from '../../src/publishers/nats.js';
-import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
+import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
 import { redisPublisher } from '../../src/publishers/redis.js';
 import { brokerCeiling } from '../systems/broker-ceiling.js';
 import type { BenchContext } from '../systems/types.js';

@@ -69,7 +69,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
       return kafkaPublisher({ url: list(spec.url), clientId: spec.clientId });
     }
     case 'rabbitmq': {
-      const { rabbitmqPublisher } = await load('rabbitmq', () => import('../publishers/rabbitmq.js'));
+      const { rabbitmqPublisher } = await load('rabbitmq', () => import('../publishers/rabbitmq/index.js'));
       return rabbitmqPublisher({
         url: spec.url,
         ...(spec.exchange === undefined ? {} : { exchange: spec.exchange }),

@@ -2,7 +2,7 @@
 import type { Options, SocketOptions } from 'amqplib';
 import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { renamedOptions } from '../options/renamed.js';
-import type { AmqpConnection } from '../publishers/rabbitmq.js';
+import type { AmqpConnection } from '../publishers/rabbitmq/index.js';
 import {
   type ConsumerOptions,
   checkUrlOrClient,

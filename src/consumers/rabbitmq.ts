@@ -15,7 +15,7 @@
 import { type Channel, type ConfirmChannel, type ConsumeMessage, connect } from 'amqplib';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
-import type { AmqpConnection } from '../publishers/rabbitmq.js';
+import type { AmqpConnection } from '../publishers/rabbitmq/index.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { ConsumerLifecycle } from './lifecycle.js';

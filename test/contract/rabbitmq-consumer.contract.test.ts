@@ -3,7 +3,7 @@ import amqp, { type Channel, type ChannelModel } from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeRabbitMq } from '../../src/consumers/rabbitmq.js';
 import type { Publisher } from '../../src/publishers/contract.js';
-import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
+import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { publishAll } from '../helpers/messages.js';
@@ -21,7 +21,7 @@ beforeAll(async () => {
   publisher = rabbitmqPublisher({
     url: RABBITMQ_URL,
     exchange: '',
-    routingKey: (m) => queueOf(m.topic ?? ''),
+    destination: (m) => queueOf(m.topic ?? ''),
   });
 });
 afterAll(async () => {

@@ -28,7 +28,7 @@ import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publish
 import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { natsPublisher } from '../../src/publishers/nats.js';
-import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
+import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
 import { redisPublisher } from '../../src/publishers/redis.js';
 import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
@@ -186,7 +186,7 @@ const cases: Case[] = [
       const conn = await amqp.connect(RABBITMQ_URL);
       const admin = await conn.createChannel();
       await admin.assertQueue(queue, { durable: false });
-      const publisher = rabbitmqPublisher({ url: RABBITMQ_URL, exchange: '', routingKey: () => queue });
+      const publisher = rabbitmqPublisher({ url: RABBITMQ_URL, exchange: '', destination: () => queue });
       return {
         fixture: { url: RABBITMQ_URL, queue },
         publish: (m) => publisher.publish([m], new AbortController().signal),

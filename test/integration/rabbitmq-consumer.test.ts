@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeRabbitMq } from '../../src/consumers/rabbitmq.js';
 import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
-import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
+import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
@@ -55,7 +55,7 @@ async function setup(queueArgs: Record<string, unknown> = {}): Promise<Setup> {
   const consumerName = `rabbitmq-${ROOT}-${counter}`;
   await admin.assertQueue(queue, { durable: false, arguments: queueArgs });
   queues.push(queue);
-  const publisher = rabbitmqPublisher({ url: RABBITMQ_URL, exchange: '', routingKey: () => queue });
+  const publisher = rabbitmqPublisher({ url: RABBITMQ_URL, exchange: '', destination: () => queue });
   publishers.push(publisher);
   const handler = effectsHandler(db, consumerName);
   return {

@@ -1,104 +1,33 @@
-import { randomBytes } from 'node:crypto';
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import amqp, { type Channel, type ChannelModel, type ConfirmChannel, type ConsumeMessage } from 'amqplib';
+import type { ChannelModel, ConfirmChannel } from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
-import { type RabbitMqPublisherOptions, rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
-import { contractMessage, publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
-
-const HOST = process.env['RABBITMQ_HOST'] ?? '127.0.0.1';
-const PORT = Number(process.env['RABBITMQ_PORT'] ?? 5672);
-const url = (host: string, port: number): string => `amqp://guest:guest@${host}:${port}`;
-const RABBITMQ_URL = url(HOST, PORT);
-
-// Every namespace has its own exchange and queue (random suffix): test files run in parallel.
-const exchangeOf = (ns: string): string => `txo-${ns}`;
-const queueOf = (ns: string): string => `txo-${ns}`;
-const topicOf = (ns: string): string => `${ns}.event`;
+import { type RabbitMqPublisherOptions, rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
+import { contractMessage } from '../../src/testing/index.js';
+import {
+  closeAdmin,
+  created,
+  exchangeOf,
+  HOST,
+  newNamespace,
+  openAdmin,
+  PORT,
+  queueDepth,
+  RABBITMQ_URL,
+  readQueue,
+  topicOf,
+  topology,
+  url,
+  withChannel,
+} from '../helpers/rabbitmq.js';
 
 let admin: ChannelModel;
-const created = new Set<string>();
 const publishers: Publisher[] = [];
 const unhandled: unknown[] = [];
 const onUnhandled = (reason: unknown): void => {
   unhandled.push(reason);
 };
-
-/** Runs `fn` on a fresh channel of the admin connection (a refused operation closes its channel). */
-async function withChannel<T>(fn: (channel: Channel) => Promise<T>): Promise<T> {
-  const channel = await admin.createChannel();
-  channel.on('error', () => undefined);
-  try {
-    return await fn(channel);
-  } finally {
-    await channel.close().catch(() => undefined);
-  }
-}
-
-/** A durable topic exchange and a durable queue bound to it for the namespace's topic. */
-async function topology(ns: string, queueArguments?: Record<string, unknown>): Promise<void> {
-  created.add(ns);
-  await withChannel(async (ch) => {
-    await ch.assertExchange(exchangeOf(ns), 'topic', { durable: true });
-    await ch.assertQueue(queueOf(ns), { durable: true, arguments: queueArguments });
-    await ch.bindQueue(queueOf(ns), exchangeOf(ns), topicOf(ns));
-  });
-}
-
-async function cleanup(ns: string): Promise<void> {
-  await withChannel(async (ch) => {
-    await ch.deleteQueue(queueOf(ns));
-    await ch.deleteExchange(exchangeOf(ns));
-  });
-}
-
-/**
- * Every message in the namespace's queue, in queue order, once `expected` arrived (or after
- * 10 s). Non-destructive: the messages are left unacknowledged and requeued on close.
- */
-async function readQueue(ns: string, expected: number): Promise<ConsumeMessage[]> {
-  return withChannel(async (ch) => {
-    const got: ConsumeMessage[] = [];
-    let enough: () => void = () => undefined;
-    const arrived = new Promise<void>((resolve) => {
-      enough = resolve;
-    });
-    await ch.consume(queueOf(ns), (m) => {
-      if (m === null) return;
-      got.push(m);
-      if (got.length >= expected) enough();
-    });
-    if (expected === 0) enough();
-    await Promise.race([arrived, sleep(10_000)]);
-    await sleep(100); // anything beyond `expected` that is already on its way
-    return got;
-  });
-}
-
-function received(m: ConsumeMessage): ReceivedMessage {
-  const headers: Record<string, string> = {};
-  for (const [k, v] of Object.entries(m.properties.headers ?? {})) headers[k] = String(v);
-  return {
-    eventId: String(m.properties.messageId ?? headers['ce-id']),
-    aggregateId: headers['ce-aggregateid'] ?? '',
-    sequence: Number(headers['ce-sequence']),
-    headers,
-    payload: m.content,
-  };
-}
-
-async function queueDepth(ns: string): Promise<number> {
-  return withChannel(async (ch) => (await ch.checkQueue(queueOf(ns))).messageCount);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-function newNamespace(): string {
-  return `r${randomBytes(4).toString('hex')}`;
-}
 
 function publisher(options: RabbitMqPublisherOptions): Publisher {
   const p = rabbitmqPublisher({ timeoutMs: 5_000, ...options });
@@ -236,43 +165,15 @@ async function unusedPort(): Promise<number> {
 
 beforeAll(async () => {
   process.on('unhandledRejection', onUnhandled);
-  admin = await amqp.connect(RABBITMQ_URL);
-  admin.on('error', () => undefined);
+  admin = await openAdmin();
 });
 
 afterAll(async () => {
   await Promise.allSettled(publishers.map((p) => p.close()));
-  for (const ns of created) await cleanup(ns).catch(() => undefined);
-  await admin.close();
+  await closeAdmin();
   process.off('unhandledRejection', onUnhandled);
   expect(unhandled).toEqual([]);
 }, 30_000);
-
-publisherContract(
-  { describe, it, expect, beforeAll, afterAll },
-  {
-    name: 'rabbitmq',
-    features: { orderedPerKey: true, brokerDedup: false, persistent: true },
-    broker: { host: HOST, port: PORT },
-    async create(address, ns) {
-      await topology(ns);
-      return rabbitmqPublisher({
-        url: url(address.host, address.port),
-        exchange: exchangeOf(ns),
-        assertExchange: true,
-        timeoutMs: 5_000,
-      });
-    },
-    topic: topicOf,
-    async read(ns, expected) {
-      return (await readQueue(ns, expected)).map(received);
-    },
-    // No queue is bound for this routing key: the broker returns the mandatory message.
-    poison: (ns, message) => ({ ...message, topic: `${ns}.unroutable` }),
-    cleanup,
-    reconnectMs: 15_000,
-  },
-);
 
 describe('rabbitmqPublisher', () => {
   it('publishes persistent messages with message-id, type, content type, timestamp and the envelope', async () => {
@@ -314,7 +215,7 @@ describe('rabbitmqPublisher', () => {
     const ns = newNamespace();
     await topology(ns);
     const { connection, stats } = instrumented(1024);
-    const p = publisher({ connection, exchange: exchangeOf(ns), maxInFlight: 512 });
+    const p = publisher({ client: connection, exchange: exchangeOf(ns), maxInFlight: 512 });
     const batch = messages(ns, 2_000);
     const outcomes = await p.publish(batch, never());
     expect(outcomes.filter((o) => !o.ok)).toEqual([]);
@@ -336,7 +237,7 @@ describe('rabbitmqPublisher', () => {
     const ns = newNamespace();
     await topology(ns);
     const { connection, stats } = instrumented(16);
-    const p = publisher({ connection, exchange: exchangeOf(ns), maxInFlight: 256 });
+    const p = publisher({ client: connection, exchange: exchangeOf(ns), maxInFlight: 256 });
     const batch = messages(ns, 5_000);
     const outcomes = await p.publish(batch, never());
     expect(outcomes.filter((o) => !o.ok)).toEqual([]);
@@ -514,7 +415,7 @@ describe('rabbitmqPublisher', () => {
       }
     };
     expect(field({})).toBe('url');
-    expect(field({ url: RABBITMQ_URL, connection: admin })).toBe('connection');
+    expect(field({ url: RABBITMQ_URL, client: admin })).toBe('client');
     expect(field({ url: 'http://127.0.0.1:5672' })).toBe('url');
     expect(field({ url: RABBITMQ_URL, timeoutMs: 0 })).toBe('timeoutMs');
     expect(field({ url: RABBITMQ_URL, maxInFlight: 1.5 })).toBe('maxInFlight');
@@ -522,5 +423,28 @@ describe('rabbitmqPublisher', () => {
     expect(field({ url: RABBITMQ_URL, exchange: '', assertExchange: true })).toBe('assertExchange');
     expect(field({ url: RABBITMQ_URL, exchange: 'x'.repeat(256) })).toBe('exchange');
     expect(field({ url: RABBITMQ_URL })).toBeUndefined();
+  });
+
+  it('still takes the old spellings connection and routingKey, with one DeprecationWarning each', async () => {
+    const ns = newNamespace();
+    await topology(ns);
+    const warnings: string[] = [];
+    const onWarning = (warning: Error): void => {
+      if (warning.name === 'DeprecationWarning') warnings.push(warning.message);
+    };
+    process.on('warning', onWarning);
+    try {
+      const old = { connection: admin, exchange: exchangeOf(ns), routingKey: () => topicOf(ns) };
+      const p = publisher(old);
+      publisher(old); // warned once per spelling for the process
+      const batch = messages(ns, 2).map((m) => ({ ...m, topic: 'ignored: routingKey decides' }));
+      expect(await p.publish(batch, never())).toEqual([{ ok: true }, { ok: true }]);
+      expect(await queueDepth(ns)).toBe(2);
+      await new Promise((resolve) => setImmediate(resolve)); // warnings are emitted on next tick
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(warnings.filter((w) => w.includes('`connection`'))).toHaveLength(1);
+    expect(warnings.filter((w) => w.includes('`routingKey`'))).toHaveLength(1);
   });
 });

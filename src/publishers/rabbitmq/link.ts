@@ -1,0 +1,163 @@
+/**
+ * The connection under the publisher: the one it opened from `url` (owned: it listens for its
+ * errors and closes it) or the one it was given (`client`: never closed here), with what the
+ * broker said about it (closed, why, blocked by a resource alarm).
+ */
+import { type ChannelModel, connect, type Options, type SocketOptions } from 'amqplib';
+import { redactUrl } from '../../redact.js';
+import { publisherClosed } from '../core/closed.js';
+import { closeWithin } from '../core/lifecycle.js';
+import type { AmqpConnection, ResolvedRabbitMqOptions } from './options.js';
+import { Session } from './session.js';
+
+/** A connection: the one the publisher opened from `url`, or the one it was given. */
+export interface Link {
+  readonly model: AmqpConnection;
+  readonly owned: boolean;
+  closed: boolean;
+  /** Why the connection closed (owned connections only). */
+  error: Error | undefined;
+  /** The broker's reason while it blocks publishing (memory or disk alarm). */
+  blocked: string | undefined;
+  detach(): void;
+}
+
+/** Opens a connection from `url`, named `tx-outbox publisher` unless `clientOptions` names it. */
+export function connectOwned(
+  url: string | Options.Connect,
+  clientOptions: SocketOptions | undefined,
+  timeoutMs: number,
+): Promise<ChannelModel> {
+  const clientProperties = { connection_name: 'tx-outbox publisher', ...clientOptions?.clientProperties };
+  return connect(url, { timeout: timeoutMs, ...clientOptions, clientProperties });
+}
+
+/**
+ * Follows a connection's `blocked`/`unblocked` (and, when owned, its `error` and `close`: an
+ * unheard `error` event would crash the process).
+ */
+export function attachLink(model: AmqpConnection, owned: boolean): Link {
+  const link: Link = {
+    model,
+    owned,
+    closed: false,
+    error: undefined,
+    blocked: undefined,
+    detach: () => undefined,
+  };
+  const onError = (error: Error): void => {
+    link.error = error;
+  };
+  const onClose = (error?: Error): void => {
+    link.closed = true;
+    if (error !== undefined) link.error ??= error;
+    link.blocked = undefined;
+  };
+  const onBlocked = (reason: string): void => {
+    link.blocked = String(reason || 'resource alarm');
+  };
+  const onUnblocked = (): void => {
+    link.blocked = undefined;
+  };
+  model.on('blocked', onBlocked);
+  model.on('unblocked', onUnblocked);
+  if (owned) {
+    model.on('error', onError);
+    model.on('close', onClose);
+  }
+  link.detach = () => {
+    model.off('blocked', onBlocked);
+    model.off('unblocked', onUnblocked);
+    // An owned connection keeps its 'error' listener: a late error must not crash anything.
+  };
+  return link;
+}
+
+/**
+ * Stops following the link and closes it when owned, each step within `timeoutMs`; a
+ * connection whose close handshake never completes (broker gone silent) has its socket dropped.
+ */
+export async function closeLink(link: Link, timeoutMs: number): Promise<void> {
+  link.detach();
+  if (!link.owned || link.closed) return;
+  const closed = await closeWithin(link.model.close(), timeoutMs);
+  if (!closed)
+    (link.model as { connection?: { stream?: { destroy?(): void } } }).connection?.stream?.destroy?.();
+}
+
+/** The URL for an error message, without its password. */
+export function describeUrl(url: string | Options.Connect): string {
+  if (typeof url !== 'string') {
+    return `${url.protocol ?? 'amqp'}://${url.hostname ?? 'localhost'}:${url.port ?? 5672}${url.vhost ? `/${url.vhost}` : ''}`;
+  }
+  return redactUrl(url);
+}
+
+/**
+ * The publisher's link and its confirm channel: opened at the first publish, opened again at
+ * the next publish after either dropped (one connect at a time), closed by {@link terminate}.
+ */
+export class Connector {
+  readonly #o: Pick<ResolvedRabbitMqOptions, 'client' | 'url' | 'clientOptions' | 'timeoutMs'>;
+  #link: Link | undefined;
+  #session: Session | undefined;
+  #connecting: Promise<Session> | undefined;
+  /** Set when the publisher starts tearing down: a connection arriving later is closed at once. */
+  #terminated = false;
+
+  constructor(options: Pick<ResolvedRabbitMqOptions, 'client' | 'url' | 'clientOptions' | 'timeoutMs'>) {
+    this.#o = options;
+  }
+
+  /** The open session, or a new one on the open (or a new) link. */
+  session(): Promise<Session> {
+    const session = this.#session;
+    if (session !== undefined && !session.closed) return Promise.resolve(session);
+    this.#connecting ??= this.#openSession().finally(() => {
+      this.#connecting = undefined;
+    });
+    return this.#connecting;
+  }
+
+  /** Closes the channel and the link it opened; a connect still under way closes what it opens. */
+  async terminate(): Promise<void> {
+    this.#terminated = true;
+    // A connect still under way closes what it opens on arrival (it sees #terminated).
+    if (this.#connecting !== undefined) await closeWithin(this.#connecting, this.#o.timeoutMs);
+    const link = this.#link;
+    if (link !== undefined) await this.#teardown(this.#session, link);
+  }
+
+  async #openSession(): Promise<Session> {
+    let link = this.#link;
+    if (link === undefined || link.closed) {
+      link = await this.#openLink();
+      this.#link = link;
+    }
+    const channel = await link.model.createConfirmChannel();
+    const session = new Session(link, channel);
+    if (this.#terminated) {
+      await this.#teardown(session, link);
+      throw publisherClosed('RabbitMQ');
+    }
+    this.#session = session;
+    return session;
+  }
+
+  async #openLink(): Promise<Link> {
+    const { client, url, clientOptions, timeoutMs } = this.#o;
+    const model = client ?? (await connectOwned(url!, clientOptions, timeoutMs));
+    const link = attachLink(model, client === undefined);
+    if (this.#terminated && link.owned) {
+      await closeWithin(model.close(), timeoutMs);
+      throw publisherClosed('RabbitMQ');
+    }
+    return link;
+  }
+
+  async #teardown(session: Session | undefined, link: Link): Promise<void> {
+    const { timeoutMs } = this.#o;
+    if (session !== undefined && !session.closed) await closeWithin(session.channel.close(), timeoutMs);
+    await closeLink(link, timeoutMs);
+  }
+}

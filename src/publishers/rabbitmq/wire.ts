@@ -1,0 +1,123 @@
+/**
+ * What a message becomes on the wire: its exchange, routing key, content and AMQP properties,
+ * and the size rules AMQP and amqplib set (short strings, the header table, the frame).
+ *
+ * Every message is persistent (delivery mode 2) and `mandatory`, with the event id as its AMQP
+ * `message-id`, the event type as `type`, the stored content type, the creation time as
+ * `timestamp` (unix seconds) and the CloudEvents envelope (`ce-*`, plus the user headers and
+ * `traceparent`) as its headers. The payload bytes are sent untouched.
+ */
+import type { Options } from 'amqplib';
+import { errorMessage } from '../../errors.js';
+import type { OutboxMessage, PublishOutcome } from '../contract.js';
+import { asBuffer } from '../core/bytes.js';
+import { defaultDestination } from '../core/destination.js';
+import { permanent } from '../core/outcomes.js';
+import { envelopeHeaders } from '../envelope.js';
+import { tooLarge } from './classify.js';
+
+/** AMQP short strings (exchange, routing key, message id) are at most 255 bytes. */
+export const SHORTSTR_MAX = 255;
+/** amqplib encodes a message's properties (headers included) into a 64 KiB buffer. */
+export const PROPERTIES_BUFFER = 65_536;
+
+/** `message.topic`, else `${aggregateType}.${type}`: the same function as `defaultDestination` of `tx-outbox`. */
+export const defaultRoutingKey: (message: OutboxMessage) => string = defaultDestination;
+
+/** A message ready to publish. */
+export interface Item {
+  readonly eventId: string;
+  readonly exchange: string;
+  readonly routingKey: string;
+  readonly content: Buffer;
+  readonly options: Options.Publish;
+  /** Rough encoded size of the properties (headers included), for the frame-size check. */
+  readonly propertiesBytes: number;
+}
+
+/** What {@link prepare} needs to know. */
+export interface WireOptions {
+  readonly exchange: string | ((message: OutboxMessage) => string);
+  readonly destination: (message: OutboxMessage) => string;
+  readonly source: string;
+  /** The current limit (`maxMessageBytes`, or the broker's once learned). */
+  readonly maxMessageBytes: number;
+}
+
+/** Exchange, routing key, content and properties; a message RabbitMQ cannot carry gets its outcome here. */
+export function prepare(message: OutboxMessage, wire: WireOptions): Item | PublishOutcome {
+  const { eventId, payload } = message;
+  let exchange: string;
+  let routingKey: string;
+  try {
+    exchange = typeof wire.exchange === 'string' ? wire.exchange : wire.exchange(message);
+    routingKey = wire.destination(message);
+  } catch (error) {
+    return permanent(
+      `The exchange or routingKey function threw for event ${eventId}: ${errorMessage(error)}`,
+      error,
+    );
+  }
+  if (typeof exchange !== 'string' || typeof routingKey !== 'string') {
+    return permanent(`The exchange and routingKey functions must return strings (event ${eventId})`);
+  }
+  if (Buffer.byteLength(exchange) > SHORTSTR_MAX || Buffer.byteLength(routingKey) > SHORTSTR_MAX) {
+    return permanent(
+      `Exchange "${exchange.slice(0, 64)}" or routing key "${routingKey.slice(0, 64)}" of event ${eventId} ` +
+        `is longer than AMQP's ${SHORTSTR_MAX} bytes`,
+    );
+  }
+  if (payload.byteLength > wire.maxMessageBytes) {
+    return tooLarge(eventId, payload.byteLength, wire.maxMessageBytes);
+  }
+  const headers = envelopeHeaders(message, wire.source);
+  const tableBytes = headerTableBytes(headers);
+  if (tableBytes > PROPERTIES_BUFFER) {
+    return permanent(
+      `The headers of event ${eventId} take ${tableBytes} bytes encoded: more than the ` +
+        `${PROPERTIES_BUFFER} bytes an AMQP header table can carry (amqplib)`,
+    );
+  }
+  const propertiesBytes = tableBytes + 64 + eventId.length + message.type.length + message.contentType.length;
+  return {
+    eventId,
+    exchange,
+    routingKey,
+    content: asBuffer(payload),
+    options: {
+      persistent: true,
+      mandatory: true,
+      messageId: eventId,
+      contentType: message.contentType,
+      type: message.type,
+      timestamp: Math.floor(message.createdAt.getTime() / 1000),
+      headers,
+    },
+    propertiesBytes,
+  };
+}
+
+/** Encoded size of string headers as an AMQP field table: name length, name, type tag, value length, value. */
+export function headerTableBytes(headers: Readonly<Record<string, string>>): number {
+  let bytes = 0;
+  for (const name in headers) bytes += 6 + Buffer.byteLength(name) + Buffer.byteLength(headers[name]!);
+  return bytes;
+}
+
+/**
+ * The refusal of a message whose properties do not fit one frame of the broker's `frame_max`
+ * (checked only below amqplib's own 64 KiB properties buffer), else undefined.
+ */
+export function overFrame(item: Item, frameMax: number): PublishOutcome | undefined {
+  if (frameMax >= PROPERTIES_BUFFER || item.propertiesBytes <= frameMax - 8) return undefined;
+  return permanent(
+    `The headers of event ${item.eventId} take about ${item.propertiesBytes} bytes: more than ` +
+      `the broker's frame_max of ${frameMax} bytes`,
+  );
+}
+
+/** The broker's `frame_max` of a channel's connection, or AMQP's usual 128 KiB when unknown. */
+export function frameMaxOf(connection: unknown): number {
+  const frameMax = (connection as { frameMax?: unknown } | undefined)?.frameMax;
+  return typeof frameMax === 'number' && frameMax > 0 ? frameMax : 131_072;
+}
