@@ -17,7 +17,7 @@ import { kafkaPublisher, partitionFor } from '../../src/publishers/kafka.js';
 import { mqttPublisher } from '../../src/publishers/mqtt.js';
 import { natsPublisher } from '../../src/publishers/nats.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
-import { redisPublisher } from '../../src/publishers/redis.js';
+import { redisPublisher } from '../../src/publishers/redis/index.js';
 import { brokerCeiling } from '../systems/broker-ceiling.js';
 import type { BenchContext } from '../systems/types.js';
 import { benchEvent } from '../systems/workload.js';

@@ -76,7 +76,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
       });
     }
     case 'redis': {
-      const { redisPublisher } = await load('redis', () => import('../publishers/redis.js'));
+      const { redisPublisher } = await load('redis', () => import('../publishers/redis/index.js'));
       return redisPublisher({ url: spec.url });
     }
     case 'mqtt': {

@@ -14,7 +14,7 @@ import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
-import { PAYLOAD_FIELD } from '../publishers/redis.js';
+import { PAYLOAD_FIELD } from '../publishers/redis/wire.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 

@@ -29,7 +29,7 @@ import { kafkaPublisher } from '../../src/publishers/kafka.js';
 import { mqttPublisher } from '../../src/publishers/mqtt.js';
 import { natsPublisher } from '../../src/publishers/nats.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
-import { redisPublisher } from '../../src/publishers/redis.js';
+import { redisPublisher } from '../../src/publishers/redis/index.js';
 import { webhookPublisher } from '../../src/publishers/webhook.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
@@ -136,7 +136,7 @@ const cases: Case[] = [
       const group = 'inventory';
       const redis = createClient({ url: REDIS_URL });
       await redis.connect();
-      const publisher = redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 0, stream: () => stream });
+      const publisher = redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 0, destination: () => stream });
       /** XPENDING summary: how many entries are pending, and for which consumers. */
       const pending = async () => {
         const [count, , , consumers] = (await redis.sendCommand(['XPENDING', stream, group])) as [
