@@ -23,7 +23,7 @@ import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
-import { apiErrorCode } from '../publishers/nats-shared.js';
+import { apiErrorCode } from '../publishers/nats/classify.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { type DeferPolicy, deferDelay, deferPolicy } from './defer.js';
 import { KeyedQueue } from './keyed-queue.js';

@@ -27,7 +27,7 @@ import type { InboxMessage } from '../../src/inbox/message.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka.js';
 import { mqttPublisher } from '../../src/publishers/mqtt.js';
-import { natsPublisher } from '../../src/publishers/nats.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
 import { redisPublisher } from '../../src/publishers/redis/index.js';
 import { webhookPublisher } from '../../src/publishers/webhook.js';
@@ -102,7 +102,7 @@ const cases: Case[] = [
       const nc = await natsConnect({ servers: NATS_URL });
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: stream, subjects: [`crash${tag}.>`], storage: StorageType.Memory });
-      const publisher = natsPublisher({ servers: NATS_URL, stream, subject: () => subject });
+      const publisher = natsPublisher({ url: NATS_URL, stream, destination: () => subject });
       const info = () => jsm.consumers.info(stream, durable);
       return {
         fixture: { servers: NATS_URL, stream, durable },

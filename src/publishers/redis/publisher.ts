@@ -10,6 +10,7 @@ import { errorMessage, PublishError } from '../../errors.js';
 import { redactUrl } from '../../redact.js';
 import { DELIVERED, failed, type OutboxMessage, type Publisher, type PublishOutcome } from '../contract.js';
 import { CallAbort } from '../core/call-abort.js';
+import { InFlight } from '../core/in-flight.js';
 import { PublisherLifecycle } from '../core/lifecycle.js';
 import {
   abortedBeforeReply,
@@ -111,7 +112,7 @@ class RedisPublisher implements Publisher {
   readonly #owned: OwnedClient | undefined;
   readonly #where: string;
   readonly #life = new PublisherLifecycle('Redis');
-  readonly #inFlight = new Set<Promise<unknown>>();
+  readonly #inFlight = new InFlight();
   #scriptLoaded = false;
   #connecting: Promise<void> | undefined;
   #lastError: Error | undefined;
@@ -144,12 +145,7 @@ class RedisPublisher implements Publisher {
       return Promise.reject(error);
     }
     const run = this.#publish(batch, signal);
-    const settled = run.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.#inFlight.add(settled);
-    void settled.then(() => this.#inFlight.delete(settled));
+    this.#inFlight.track(run);
     return run;
   }
 
@@ -300,7 +296,7 @@ class RedisPublisher implements Publisher {
 
   async #shutdown(): Promise<void> {
     // Every publish in flight settles within timeoutMs (replies, errors or the deadline).
-    await Promise.allSettled([...this.#inFlight]);
+    await this.#inFlight.settled();
     const owned = this.#owned;
     if (owned === undefined) {
       this.#client.off('error', this.#onError);
