@@ -1,10 +1,16 @@
 import { randomBytes } from 'node:crypto';
-import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisPublisher } from '../../src/publishers/redis/index.js';
 import { publisherContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
-import { deleteKeys, entries, REDIS_URL, type RedisTestClient, toReceived } from '../helpers/redis.js';
+import {
+  connectRedis,
+  deleteKeys,
+  entries,
+  REDIS_URL,
+  type RedisTestClient,
+  toReceived,
+} from '../helpers/redis.js';
 
 const broker = new URL(REDIS_URL);
 // Unique per run: test files run in parallel against one shared Redis. Every key this file
@@ -20,9 +26,7 @@ const onUnhandled = (reason: unknown): void => {
 
 beforeAll(async () => {
   process.on('unhandledRejection', onUnhandled);
-  redis = createClient({ url: REDIS_URL });
-  redis.on('error', () => undefined);
-  await redis.connect();
+  redis = await connectRedis();
 });
 
 afterAll(async () => {

@@ -1,11 +1,19 @@
 /** Reading what the Redis publisher wrote: stream entries as bytes, as the contract suite's messages. */
-import { type createClient, RESP_TYPES } from 'redis';
+import { createClient, RESP_TYPES } from 'redis';
 import { PAYLOAD_FIELD } from '../../src/publishers/redis/index.js';
 import type { ReceivedMessage } from '../../src/testing/index.js';
 
 export const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 
 export type RedisTestClient = ReturnType<typeof createClient>;
+
+/** A connected client for the test's own reads and writes (errors ignored: the tests stop servers). */
+export async function connectRedis(url = REDIS_URL): Promise<RedisTestClient> {
+  const client = createClient({ url });
+  client.on('error', () => undefined);
+  await client.connect();
+  return client;
+}
 
 export interface Entry {
   readonly id: string;

@@ -16,7 +16,14 @@ import {
 } from '../../src/publishers/redis/index.js';
 import { makeMessage } from '../helpers/messages.js';
 import { exited, freePort, waitForPort } from '../helpers/processes.js';
-import { deleteKeys, type Entry, entries, REDIS_URL, type RedisTestClient } from '../helpers/redis.js';
+import {
+  connectRedis,
+  deleteKeys,
+  type Entry,
+  entries,
+  REDIS_URL,
+  type RedisTestClient,
+} from '../helpers/redis.js';
 
 const broker = new URL(REDIS_URL);
 // Unique per run: test files run in parallel against one shared Redis. Every key this file
@@ -99,9 +106,7 @@ async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promis
 
 beforeAll(async () => {
   process.on('unhandledRejection', onUnhandled);
-  redis = createClient({ url: REDIS_URL });
-  redis.on('error', () => undefined);
-  await redis.connect();
+  redis = await connectRedis();
 });
 
 afterAll(async () => {
