@@ -25,12 +25,12 @@ import { createWebhookServer } from '../../src/consumers/webhook.js';
 import { createInbox, type HandleStatus, type Inbox, type InboxHandler } from '../../src/inbox/inbox.js';
 import type { InboxMessage } from '../../src/inbox/message.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
-import { kafkaPublisher } from '../../src/publishers/kafka.js';
-import { mqttPublisher } from '../../src/publishers/mqtt.js';
+import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
+import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
 import { redisPublisher } from '../../src/publishers/redis/index.js';
-import { webhookPublisher } from '../../src/publishers/webhook.js';
+import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 import { KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
@@ -224,9 +224,9 @@ const cases: Case[] = [
       const admin = new Admin({ clientId: 'txo-crash-test', bootstrapBrokers: [KAFKA_BROKER] });
       await admin.createTopics({ topics: [topic], partitions: 1, replicas: 1 });
       const publisher = kafkaPublisher({
-        brokers: [KAFKA_BROKER],
+        url: [KAFKA_BROKER],
         clientId: 'txo-crash-test',
-        topic: () => topic,
+        destination: () => topic,
       });
       const committed = async (): Promise<bigint | undefined> => {
         const [group] = await admin.listConsumerGroupOffsets({
@@ -264,7 +264,7 @@ const cases: Case[] = [
     async open() {
       const topic = `txo-crash-${tag}/events`;
       const clientId = `txo-crash-${tag}`;
-      const publisher = mqttPublisher({ url: MQTT_URL, topic: () => topic });
+      const publisher = mqttPublisher({ url: MQTT_URL, destination: () => topic });
       /** DUP flags of the PUBLISH packets the second consumer's session received. */
       const dups: boolean[] = [];
       return {

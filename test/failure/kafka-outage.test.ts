@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeKafka } from '../../src/consumers/kafka.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
-import { kafkaPublisher } from '../../src/publishers/kafka.js';
+import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
@@ -46,7 +46,7 @@ describe.skipIf(!kafkaUp)('consumeKafka: broker outage', () => {
     const admin = new Admin({ clientId: 'txo-outage', bootstrapBrokers: [`127.0.0.1:${proxyPort}`] });
     await admin.createTopics({ topics: [TOPIC, REJOIN_TOPIC], partitions: 2, replicas: 1 });
     await admin.close();
-    publisher = kafkaPublisher({ brokers: [`127.0.0.1:${proxyPort}`], clientId: 'txo-outage' });
+    publisher = kafkaPublisher({ url: [`127.0.0.1:${proxyPort}`], clientId: 'txo-outage' });
   }, 240_000);
 
   afterAll(async () => {

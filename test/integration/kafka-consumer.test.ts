@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeKafka } from '../../src/consumers/kafka.js';
 import { createInbox, type Inbox, type InboxHandler } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
-import { kafkaPublisher } from '../../src/publishers/kafka.js';
+import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { committedToEnd, KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
@@ -29,9 +29,9 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     await createEffectsTable(db);
     admin = new Admin({ clientId: 'txo-kcons-test', bootstrapBrokers: [KAFKA_BROKER] });
     publisher = kafkaPublisher({
-      brokers: [KAFKA_BROKER],
+      url: [KAFKA_BROKER],
       clientId: 'txo-kcons-test',
-      topic: (m) => m.topic ?? '',
+      destination: (m) => m.topic ?? '',
     });
   });
 
