@@ -11,6 +11,7 @@ import {
   type RedisTestClient,
   toReceived,
 } from '../helpers/redis.js';
+import { expectNoUnhandledRejections } from '../helpers/unhandled.js';
 
 const broker = new URL(REDIS_URL);
 // Unique per run: test files run in parallel against one shared Redis. Every key this file
@@ -19,21 +20,16 @@ const ROOT = `txo-redis-contract-${randomBytes(4).toString('hex')}`;
 const contractKey = (ns: string, name: string): string => `${ROOT}:${ns}:${name}`;
 
 let redis: RedisTestClient;
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown): void => {
-  unhandled.push(reason);
-};
+
+expectNoUnhandledRejections();
 
 beforeAll(async () => {
-  process.on('unhandledRejection', onUnhandled);
   redis = await connectRedis();
 });
 
 afterAll(async () => {
   await deleteKeys(redis, `${ROOT}:*`);
   await redis.close();
-  process.off('unhandledRejection', onUnhandled);
-  expect(unhandled).toEqual([]);
 });
 
 publisherContract(

@@ -9,6 +9,7 @@ import { ensureStream, type NatsPublishMode, natsPublisher } from '../../src/pub
 import { NATS_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';
 import { PrivateNats } from '../helpers/processes.js';
+import { expectNoUnhandledRejections } from '../helpers/unhandled.js';
 
 const MODES: readonly NatsPublishMode[] = ['pipeline', 'client'];
 
@@ -23,10 +24,6 @@ const UNUSED_URL = 'nats://127.0.0.1:4999';
 let nc: NatsConnection;
 let jsm: JetStreamManager;
 const publishers: Publisher[] = [];
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown): void => {
-  unhandled.push(reason);
-};
 
 function publisher(options: Parameters<typeof natsPublisher>[0]): Publisher {
   const created = natsPublisher(options);
@@ -65,8 +62,9 @@ function expectFailure(outcome: PublishOutcome | undefined, retryable: boolean):
   return outcome.error as PublishError;
 }
 
+expectNoUnhandledRejections();
+
 beforeAll(async () => {
-  process.on('unhandledRejection', onUnhandled);
   nc = await connect({ servers: NATS_URL });
   jsm = await jetstreamManager(nc);
   await ensureStream(nc, { name: STREAM, subjects: [`${ROOT}.>`] });
@@ -78,8 +76,6 @@ afterAll(async () => {
   for (const name of [STREAM, OTHER_STREAM, ...MODES.map((m) => autoStream(m))])
     await jsm.streams.delete(name).catch(() => false);
   await nc.close();
-  process.off('unhandledRejection', onUnhandled);
-  expect(unhandled).toEqual([]);
 });
 
 describe.each(MODES)('natsPublisher in %s mode', (mode) => {

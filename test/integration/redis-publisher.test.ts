@@ -24,6 +24,7 @@ import {
   REDIS_URL,
   type RedisTestClient,
 } from '../helpers/redis.js';
+import { expectNoUnhandledRejections } from '../helpers/unhandled.js';
 
 const broker = new URL(REDIS_URL);
 // Unique per run: test files run in parallel against one shared Redis. Every key this file
@@ -33,10 +34,6 @@ const ROOT = `txo-redis-${randomBytes(4).toString('hex')}`;
 type Client = RedisTestClient;
 let redis: Client;
 const publishers: Publisher[] = [];
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown): void => {
-  unhandled.push(reason);
-};
 
 const never = (): AbortSignal => new AbortController().signal;
 
@@ -104,8 +101,9 @@ async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promis
   }
 }
 
+expectNoUnhandledRejections();
+
 beforeAll(async () => {
-  process.on('unhandledRejection', onUnhandled);
   redis = await connectRedis();
 });
 
@@ -113,8 +111,6 @@ afterAll(async () => {
   await Promise.allSettled(publishers.map((p) => p.close()));
   await deleteKeys(redis, `${ROOT}:*`);
   await redis.close();
-  process.off('unhandledRejection', onUnhandled);
-  expect(unhandled).toEqual([]);
 });
 
 // --- Redis-specific behaviour ---------------------------------------------------------------
