@@ -16,7 +16,7 @@ import {
   topicProblem,
 } from '../../src/publishers/kafka/index.js';
 import { contractMessage } from '../../src/testing/index.js';
-import { FaultProxy } from '../helpers/fault-proxy.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { KAFKA_BROKER, KAFKA_HOST, KAFKA_PORT, kafkaAvailable } from '../helpers/kafka.js';
 import { kafkaReader, readTopic as readStored, type Stored } from '../helpers/kafka-read.js';
 
@@ -283,7 +283,7 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
     it('a stalled link (socket open, nothing answered): BROKER_UNAVAILABLE, not an attempt; it goes on after', async () => {
       const topic = uniqueTopic('stall');
       await createTopic(topic, 1);
-      const proxy = await FaultProxy.start(KAFKA_PORT, { targetHost: KAFKA_HOST });
+      const proxy = await TcpProxy.start({ host: KAFKA_HOST, port: KAFKA_PORT }, { hangUp: 'reset' });
       try {
         const address = { host: '127.0.0.1', port: proxy.port };
         const pub = publisher({
