@@ -45,7 +45,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
     case 'nats': {
       const { natsPublisher } = await importNats();
       return natsPublisher({
-        url: list(spec.servers),
+        url: list(spec.url),
         stream: spec.stream,
         streamSubjects: spec.streamSubjects,
       });
@@ -66,7 +66,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
     }
     case 'kafka': {
       const { kafkaPublisher } = await load('kafka', () => import('../publishers/kafka/index.js'));
-      return kafkaPublisher({ url: list(spec.brokers), clientId: spec.clientId });
+      return kafkaPublisher({ url: list(spec.url), clientId: spec.clientId });
     }
     case 'rabbitmq': {
       const { rabbitmqPublisher } = await load('rabbitmq', () => import('../publishers/rabbitmq.js'));

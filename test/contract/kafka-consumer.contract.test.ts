@@ -1,6 +1,6 @@
 import { Admin, Producer } from '@platformatic/kafka';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { consumeKafka } from '../../src/consumers/kafka.js';
+import { consumeKafka } from '../../src/consumers/kafka/index.js';
 import type { Publisher } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { consumerContract } from '../../src/testing/index.js';
@@ -47,9 +47,9 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
         consumeKafka({
           inbox: setup.inbox,
           handler: setup.handler,
-          brokers: [KAFKA_BROKER],
+          url: [KAFKA_BROKER],
           topic: ns,
-          groupId: ns,
+          group: ns,
           clientId: `txo-kcc-${setup.instance}`,
           concurrency: setup.concurrency,
           deferMs: setup.deferMs,
