@@ -4,12 +4,12 @@
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { createRelay } from '../dist/index.js';
-import { natsPublisher } from '../dist/publishers/nats.js';
+import { natsPublisher } from '../dist/publishers/nats/index.js';
 
 const cfg = JSON.parse(process.env.TXO_BENCH_RELAY ?? '{}');
 const pool = new pg.Pool({ connectionString: cfg.databaseUrl, max: 4 });
 const publisher = natsPublisher({
-  servers: cfg.natsUrl,
+  url: cfg.natsUrl,
   stream: cfg.stream,
   ...(cfg.mode ? { mode: cfg.mode } : {}),
 });

@@ -6,7 +6,7 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { Admin } from '@platformatic/kafka';
-import { ensureStream } from '../dist/publishers/nats.js';
+import { ensureStream } from '../dist/publishers/nats/index.js';
 import { PrivateKafka } from '../test/helpers/kafka.js';
 import { PrivateNats } from '../test/helpers/processes.js';
 

@@ -15,9 +15,9 @@ import type { OutboxMessage, Publisher } from '../../src/index.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { kafkaPublisher, partitionFor } from '../../src/publishers/kafka/index.js';
 import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
-import { natsPublisher } from '../../src/publishers/nats.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
-import { redisPublisher } from '../../src/publishers/redis.js';
+import { redisPublisher } from '../../src/publishers/redis/index.js';
 import { brokerCeiling } from '../systems/broker-ceiling.js';
 import type { BenchContext } from '../systems/types.js';
 import { benchEvent } from '../systems/workload.js';
@@ -110,7 +110,7 @@ export const nats: BrokerAdapter = {
     // benchContext already made the stream (`${subjectPrefix}.>`); it deletes it on close.
     return {
       topic: topicOf(ctx),
-      publisher: () => natsPublisher({ servers: ctx.natsUrl, stream: ctx.stream }),
+      publisher: () => natsPublisher({ url: ctx.natsUrl, stream: ctx.stream }),
       async stored() {
         const { connect } = await import('@nats-io/transport-node');
         const { jetstreamManager } = await import('@nats-io/jetstream');

@@ -28,8 +28,8 @@ import {
 } from '@nats-io/transport-node';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
-import { natsPublisher } from '../../src/publishers/nats.js';
-import { buildHeaders } from '../../src/publishers/nats-shared.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
+import { buildHeaders } from '../../src/publishers/nats/wire.js';
 import type { BenchContext } from './types.js';
 import { benchEvent } from './workload.js';
 
@@ -271,7 +271,7 @@ async function ourPublisher(
   messages: readonly OutboxMessage[],
   options: BrokerCeilingOptions,
 ): Promise<Timing> {
-  const publisher = natsPublisher({ connection: nc, stream, mode: 'pipeline', timeoutMs: 30_000 });
+  const publisher = natsPublisher({ client: nc, stream, mode: 'pipeline', timeoutMs: 30_000 });
   const batchSize = options.batchSize ?? 1000;
   const signal = new AbortController().signal;
   let next = 0;

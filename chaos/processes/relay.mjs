@@ -4,8 +4,8 @@ import { cfg, logger, newPool, onStop, reportStats, untilStarted } from './commo
 
 async function publisher() {
   if (cfg.broker === 'nats') {
-    const { natsPublisher } = await import('../../dist/publishers/nats.js');
-    return natsPublisher({ servers: cfg.brokerUrl, stream: cfg.stream });
+    const { natsPublisher } = await import('../../dist/publishers/nats/index.js');
+    return natsPublisher({ url: cfg.brokerUrl, stream: cfg.stream });
   }
   const { kafkaPublisher } = await import('../../dist/publishers/kafka/index.js');
   return kafkaPublisher({ url: [cfg.brokerUrl] });

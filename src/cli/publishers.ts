@@ -35,8 +35,8 @@ const list = (value: string | readonly string[]): string[] =>
     .filter((s) => s.length > 0);
 
 /** The NATS publisher module (optional peer dependencies), with an install hint when missing. */
-export function importNats(): Promise<typeof import('../publishers/nats.js')> {
-  return load('nats', () => import('../publishers/nats.js'));
+export function importNats(): Promise<typeof import('../publishers/nats/index.js')> {
+  return load('nats', () => import('../publishers/nats/index.js'));
 }
 
 /** One publisher from its spec (a config entry, or what a flag says). */
@@ -45,7 +45,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
     case 'nats': {
       const { natsPublisher } = await importNats();
       return natsPublisher({
-        servers: list(spec.url),
+        url: list(spec.url),
         stream: spec.stream,
         streamSubjects: spec.streamSubjects,
       });
@@ -76,7 +76,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
       });
     }
     case 'redis': {
-      const { redisPublisher } = await load('redis', () => import('../publishers/redis.js'));
+      const { redisPublisher } = await load('redis', () => import('../publishers/redis/index.js'));
       return redisPublisher({ url: spec.url });
     }
     case 'mqtt': {

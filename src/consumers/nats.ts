@@ -20,7 +20,7 @@ import {
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
-import { apiErrorCode } from '../publishers/nats-shared.js';
+import { apiErrorCode } from '../publishers/nats/classify.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { deferDelay } from './defer.js';
 import { KeyedQueue } from './keyed-queue.js';

@@ -11,7 +11,7 @@
 import { createClient, RESP_TYPES, type RedisArgument } from 'redis';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
-import { PAYLOAD_FIELD } from '../publishers/redis.js';
+import { PAYLOAD_FIELD } from '../publishers/redis/wire.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { ConsumerLifecycle } from './lifecycle.js';

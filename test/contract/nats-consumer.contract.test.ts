@@ -3,7 +3,7 @@ import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/t
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeNats } from '../../src/consumers/nats.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
-import { ensureStream } from '../../src/publishers/nats.js';
+import { ensureStream } from '../../src/publishers/nats/index.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 

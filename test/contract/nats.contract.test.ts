@@ -1,7 +1,7 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { natsPublisher } from '../../src/publishers/nats.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 
@@ -48,12 +48,12 @@ publisherContract(
     broker: { host: broker.hostname, port: Number(broker.port || 4222) },
     create: (address, ns) =>
       natsPublisher({
-        servers: `nats://${address.host}:${address.port}`,
+        url: `nats://${address.host}:${address.port}`,
         stream: streamOf(ns),
         streamSubjects: [`${ns}.>`],
         timeoutMs: 3000,
         // Reconnect through the proxy only: do not follow the server's advertised URLs.
-        connectionOptions: { ignoreClusterUpdates: true, reconnectTimeWait: 100 },
+        clientOptions: { ignoreClusterUpdates: true, reconnectTimeWait: 100 },
       }),
     topic: (ns) => `${ns}.events`,
     read,

@@ -3,7 +3,7 @@ import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeRedis } from '../../src/consumers/redis.js';
 import type { Publisher } from '../../src/publishers/contract.js';
-import { redisPublisher } from '../../src/publishers/redis.js';
+import { redisPublisher } from '../../src/publishers/redis/index.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { publishAll } from '../helpers/messages.js';
@@ -21,7 +21,7 @@ beforeAll(async () => {
   publisher = redisPublisher({
     url: REDIS_URL,
     dedupWindowSeconds: 0,
-    stream: (m) => streamOf(m.topic ?? ''),
+    destination: (m) => streamOf(m.topic ?? ''),
   });
 });
 afterAll(async () => {

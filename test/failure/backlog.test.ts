@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { enqueue } from '../../src/producer/enqueue.js';
-import { natsPublisher } from '../../src/publishers/nats.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { createRelay } from '../../src/relay/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
@@ -46,7 +46,7 @@ describe('backlog', () => {
     }
     const insertSeconds = (performance.now() - insertStarted) / 1000;
 
-    const publisher = natsPublisher({ servers: NATS_URL, stream, streamSubjects: [`backlog${tag}.>`] });
+    const publisher = natsPublisher({ url: NATS_URL, stream, streamSubjects: [`backlog${tag}.>`] });
     const relay = createRelay({ pool: db.pool, publisher, schema: db.schema, batchSize: 1000 });
     const started = performance.now();
     await relay.start();

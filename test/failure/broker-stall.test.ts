@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isBrokerUnavailable } from '../../src/errors.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
-import { type NatsPublishMode, natsPublisher } from '../../src/publishers/nats.js';
+import { type NatsPublishMode, natsPublisher } from '../../src/publishers/nats/index.js';
 import { createRelay } from '../../src/relay/relay.js';
 import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
@@ -70,7 +70,7 @@ describe.each<NatsPublishMode>(['pipeline', 'client'])('failure: NATS link stall
     const stream = `TXO_STALL_${tag}`;
     const prefix = `stall${tag}`;
     const publisher = natsPublisher({
-      servers: `nats://127.0.0.1:${proxy.port}`,
+      url: `nats://127.0.0.1:${proxy.port}`,
       stream,
       streamSubjects: [`${prefix}.>`],
       timeoutMs: 400,
@@ -143,7 +143,7 @@ describe.each<NatsPublishMode>(['pipeline', 'client'])('NATS PubAck timeouts (%s
     const silent = await connect({ servers: nats.url });
     silent.subscribe(`${prefix}.silent`);
     await silent.flush();
-    const publisher = natsPublisher({ servers: `nats://127.0.0.1:${proxy.port}`, timeoutMs: 300, mode });
+    const publisher = natsPublisher({ url: `nats://127.0.0.1:${proxy.port}`, timeoutMs: 300, mode });
     try {
       const live = await publisher.publish([makeMessage({ topic: `${prefix}.silent` })], signal());
       expect(live[0]!.ok).toBe(false);
@@ -184,7 +184,7 @@ describe.each<NatsPublishMode>(['pipeline', 'client'])(
       shared.subscribe(`${prefix}-chatter`, { callback: () => undefined });
       await shared.flush();
       const chatter = setInterval(() => direct.publish(`${prefix}-chatter`), 20);
-      const publisher = natsPublisher({ connection: shared, timeoutMs: 400, mode });
+      const publisher = natsPublisher({ client: shared, timeoutMs: 400, mode });
       try {
         const [warm] = await publisher.publish([makeMessage({ topic: `${prefix}.x` })], signal());
         expect(warm).toEqual({ ok: true });
@@ -211,7 +211,7 @@ describe('NATS PubAck late within the probe (pipeline mode)', () => {
     const tag = randomBytes(4).toString('hex');
     const prefix = `late${tag}`;
     const publisher = natsPublisher({
-      servers: `nats://127.0.0.1:${proxy.port}`,
+      url: `nats://127.0.0.1:${proxy.port}`,
       stream: `TXO_LATE_${tag}`,
       streamSubjects: [`${prefix}.>`],
       timeoutMs: 400,

@@ -27,9 +27,9 @@ import type { InboxMessage } from '../../src/inbox/message.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
-import { natsPublisher } from '../../src/publishers/nats.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
-import { redisPublisher } from '../../src/publishers/redis.js';
+import { redisPublisher } from '../../src/publishers/redis/index.js';
 import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
@@ -102,7 +102,7 @@ const cases: Case[] = [
       const nc = await natsConnect({ servers: NATS_URL });
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: stream, subjects: [`crash${tag}.>`], storage: StorageType.Memory });
-      const publisher = natsPublisher({ servers: NATS_URL, stream, subject: () => subject });
+      const publisher = natsPublisher({ url: NATS_URL, stream, destination: () => subject });
       const info = () => jsm.consumers.info(stream, durable);
       return {
         fixture: { url: NATS_URL, stream, durable },
@@ -136,7 +136,7 @@ const cases: Case[] = [
       const group = 'inventory';
       const redis = createClient({ url: REDIS_URL });
       await redis.connect();
-      const publisher = redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 0, stream: () => stream });
+      const publisher = redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 0, destination: () => stream });
       /** XPENDING summary: how many entries are pending, and for which consumers. */
       const pending = async () => {
         const [count, , , consumers] = (await redis.sendCommand(['XPENDING', stream, group])) as [

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isBrokerUnavailable } from '../../src/errors.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
-import { type NatsPublishMode, natsPublisher } from '../../src/publishers/nats.js';
+import { type NatsPublishMode, natsPublisher } from '../../src/publishers/nats/index.js';
 import { createRelay } from '../../src/relay/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
@@ -39,7 +39,7 @@ describe.each<NatsPublishMode>(['pipeline', 'client'])(
       const tag = randomBytes(4).toString('hex');
       const prefix = `nostream${tag}`;
       const publisher = natsPublisher({
-        servers: NATS_URL,
+        url: NATS_URL,
         stream: `TXO_NOSTREAM_${tag}`,
         streamSubjects: [`${prefix}.ok.>`],
         timeoutMs: 2000,
@@ -91,7 +91,7 @@ describe.each<NatsPublishMode>(['pipeline', 'client'])(
     });
 
     it('is the broker being unavailable (no attempt) when JetStream itself does not answer', async () => {
-      const publisher = natsPublisher({ servers: coreOnly.url, timeoutMs: 1000, mode });
+      const publisher = natsPublisher({ url: coreOnly.url, timeoutMs: 1000, mode });
       try {
         const [outcome] = await publisher.publish(
           [makeMessage({ topic: 'nojs.order' })],

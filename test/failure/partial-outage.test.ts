@@ -10,7 +10,7 @@ import { createServer } from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
-import { natsPublisher } from '../../src/publishers/nats.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { routerPublisher } from '../../src/publishers/router.js';
 import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createRelay } from '../../src/relay/relay.js';
@@ -35,7 +35,7 @@ interface Line {
 it('a destination that is down does not slow the others, and its events wait unharmed', async () => {
   const tag = randomBytes(4).toString('hex');
   const nats = natsPublisher({
-    servers: NATS_URL,
+    url: NATS_URL,
     stream: `TXO_PARTIAL_${tag}`,
     streamSubjects: [`partial${tag}.>`],
   });

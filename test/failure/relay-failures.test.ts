@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
-import { natsPublisher } from '../../src/publishers/nats.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { createRelay, type Relay } from '../../src/relay/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
@@ -128,7 +128,7 @@ describe('failure: the broker is down while events commit', () => {
     cleanups.push(() => nats.destroy());
     const { stream, prefix } = names();
     const publisher = natsPublisher({
-      servers: nats.url,
+      url: nats.url,
       stream,
       streamSubjects: [`${prefix}.>`],
       timeoutMs: 1000,
@@ -188,7 +188,7 @@ describe('failure: kill -9 after publish, before the outcome is recorded', () =>
 
     const relay = createRelay({
       pool: db.pool,
-      publisher: natsPublisher({ servers: NATS_URL, stream }),
+      publisher: natsPublisher({ url: NATS_URL, stream }),
       schema: db.schema,
       pollIntervalMs: 50,
     });

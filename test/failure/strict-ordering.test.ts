@@ -23,7 +23,7 @@ import { consumeNats } from '../../src/consumers/nats.js';
 import { createInbox, type HandleStatus, type InboxHandler } from '../../src/inbox/inbox.js';
 import { listQuarantine, releaseQuarantined } from '../../src/inbox/quarantine.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
-import { natsPublisher } from '../../src/publishers/nats.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 import { makeMessage, publishAll } from '../helpers/messages.js';
@@ -37,7 +37,7 @@ const subject = `strict${tag}.events`;
 
 let db: TestDb;
 let nc: NatsConnection;
-const publisher = natsPublisher({ servers: NATS_URL, stream, subject: () => subject });
+const publisher = natsPublisher({ url: NATS_URL, stream, destination: () => subject });
 
 beforeAll(async () => {
   db = await createTestDb('strict_ordering');

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { Publisher } from '../../src/publishers/contract.js';
-import { ensureStream, natsPublisher } from '../../src/publishers/nats.js';
+import { ensureStream, natsPublisher } from '../../src/publishers/nats/index.js';
 import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createRelay } from '../../src/relay/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
@@ -76,7 +76,7 @@ describe('through NATS JetStream', () => {
   it('a unicode aggregate id and subject, edge header values, JSON and bytes payloads arrive unchanged', async () => {
     const aggregateId = 'commande été-€-😀 日本/x:y%20"q"';
     const topic = `${ROOT}.commandes.été`;
-    await relayThrough(natsPublisher({ servers: NATS_URL, stream: STREAM }), [
+    await relayThrough(natsPublisher({ url: NATS_URL, stream: STREAM }), [
       {
         aggregateType: 'order_line-item',
         aggregateId,

@@ -2,13 +2,14 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
 import { type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
 import type { Publisher, PublishOutcome } from '../../src/publishers/contract.js';
-import { ensureStream, type NatsPublishMode, natsPublisher } from '../../src/publishers/nats.js';
+import { ensureStream, type NatsPublishMode, natsPublisher } from '../../src/publishers/nats/index.js';
 import { NATS_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';
 import { PrivateNats } from '../helpers/processes.js';
+import { expectNoUnhandledRejections } from '../helpers/unhandled.js';
 
 const MODES: readonly NatsPublishMode[] = ['pipeline', 'client'];
 
@@ -23,10 +24,6 @@ const UNUSED_URL = 'nats://127.0.0.1:4999';
 let nc: NatsConnection;
 let jsm: JetStreamManager;
 const publishers: Publisher[] = [];
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown): void => {
-  unhandled.push(reason);
-};
 
 function publisher(options: Parameters<typeof natsPublisher>[0]): Publisher {
   const created = natsPublisher(options);
@@ -65,8 +62,9 @@ function expectFailure(outcome: PublishOutcome | undefined, retryable: boolean):
   return outcome.error as PublishError;
 }
 
+expectNoUnhandledRejections();
+
 beforeAll(async () => {
-  process.on('unhandledRejection', onUnhandled);
   nc = await connect({ servers: NATS_URL });
   jsm = await jetstreamManager(nc);
   await ensureStream(nc, { name: STREAM, subjects: [`${ROOT}.>`] });
@@ -78,8 +76,6 @@ afterAll(async () => {
   for (const name of [STREAM, OTHER_STREAM, ...MODES.map((m) => autoStream(m))])
     await jsm.streams.delete(name).catch(() => false);
   await nc.close();
-  process.off('unhandledRejection', onUnhandled);
-  expect(unhandled).toEqual([]);
 });
 
 describe.each(MODES)('natsPublisher in %s mode', (mode) => {
@@ -95,7 +91,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   }
 
   it('publishes a batch with the envelope headers, Nats-Msg-Id and the payload bytes unchanged', async () => {
-    const pub = publisher({ servers: NATS_URL, stream: STREAM, source: 'orders-service' });
+    const pub = publisher({ url: NATS_URL, stream: STREAM, source: 'orders-service' });
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const batch = Array.from({ length: 5 }, (_, i) =>
       makeMessage({
@@ -133,7 +129,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('reports a republished event id as delivered and the stream keeps one copy', async () => {
-    const pub = publisher({ servers: NATS_URL });
+    const pub = publisher({ url: NATS_URL });
     const subject = `${PREFIX}.dedup`;
     const message = makeMessage({ topic: subject });
     expect(await pub.publish([message], never())).toEqual([{ ok: true }]);
@@ -144,7 +140,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('derives the subject from topic, else aggregateType.type, or from the subject option', async () => {
-    const pub = publisher({ servers: NATS_URL, stream: STREAM });
+    const pub = publisher({ url: NATS_URL, stream: STREAM });
     const byTopic = makeMessage({ topic: `${PREFIX}.explicit` });
     const byDefault = makeMessage({ topic: null, aggregateType: `${PREFIX}`, type: 'invoice.paid' });
     const byEmptyTopic = makeMessage({ topic: '', aggregateType: `${PREFIX}`, type: 'invoice.voided' });
@@ -153,7 +149,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
       { ok: true },
       { ok: true },
     ]);
-    const custom = publisher({ connection: nc, subject: (m) => `${PREFIX}.custom.${m.aggregateId}` });
+    const custom = publisher({ client: nc, destination: (m) => `${PREFIX}.custom.${m.aggregateId}` });
     const byFunction = makeMessage({ topic: 'ignored.topic', aggregateId: 'a-42' });
     expect(await custom.publish([byFunction], never())).toEqual([{ ok: true }]);
 
@@ -165,7 +161,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('fails a bad subject permanently while the rest of the batch succeeds', async () => {
-    const pub = publisher({ servers: NATS_URL });
+    const pub = publisher({ url: NATS_URL });
     const bad = ['a..b', `${PREFIX}.*`, `${PREFIX}.>`, 'has space', `${PREFIX}.tab\there`, '.lead', 'trail.'];
     const batch = [
       makeMessage({ topic: `${PREFIX}.good.1` }),
@@ -181,8 +177,8 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
       expect(error.code).toBe('TXO_PUBLISH_PERMANENT');
     });
     const thrower = publisher({
-      servers: NATS_URL,
-      subject: () => {
+      url: NATS_URL,
+      destination: () => {
         throw new Error('no route');
       },
     });
@@ -190,7 +186,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('fails a payload over max_payload permanently while the rest of the batch succeeds', async () => {
-    const pub = publisher({ servers: NATS_URL });
+    const pub = publisher({ url: NATS_URL });
     const maxPayload = nc.info!.max_payload;
     const batch = [
       makeMessage({ topic: `${PREFIX}.big.ok` }),
@@ -212,7 +208,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('fails permanently when the subject belongs to another stream than the expected one', async () => {
-    const pub = publisher({ servers: NATS_URL, stream: OTHER_STREAM });
+    const pub = publisher({ url: NATS_URL, stream: OTHER_STREAM });
     const outcomes = await pub.publish(
       [makeMessage({ topic: `${PREFIX}.wrong-stream` }), makeMessage({ topic: `${OTHER}.right` })],
       never(),
@@ -222,7 +218,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('fails as retryable, an attempt, when no stream captures the subject (no responders)', async () => {
-    const pub = publisher({ servers: NATS_URL, timeoutMs: 2000 });
+    const pub = publisher({ url: NATS_URL, timeoutMs: 2000 });
     const subject = `txo-nostream-${suffix}.x`;
     const started = Date.now();
     const [outcome] = await pub.publish([makeMessage({ topic: subject })], never());
@@ -235,7 +231,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('fails a header NATS cannot carry permanently while the rest of the batch succeeds', async () => {
-    const pub = publisher({ servers: NATS_URL });
+    const pub = publisher({ url: NATS_URL });
     const outcomes = await pub.publish(
       [
         makeMessage({ topic: `${PREFIX}.hdr.bad`, headers: { 'x-note': 'line\nbreak' } }),
@@ -253,7 +249,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
 
   it('creates the stream at first use with file storage and the duplicate window', async () => {
     const pub = publisher({
-      servers: NATS_URL,
+      url: NATS_URL,
       stream: AUTO,
       streamSubjects: [`${LOOSE}-auto.>`],
       duplicateWindowMs: 30_000,
@@ -268,7 +264,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('bounds un-acked publishes with maxInFlight and still delivers everything', async () => {
-    const pub = publisher({ servers: NATS_URL, maxInFlight: 3 });
+    const pub = publisher({ url: NATS_URL, maxInFlight: 3 });
     const batch = Array.from({ length: 40 }, (_, i) => makeMessage({ topic: `${PREFIX}.bounded.${i % 4}` }));
     const [first, second] = await Promise.all([
       pub.publish(batch.slice(0, 20), never()),
@@ -298,7 +294,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
     });
     await nc.flush();
     try {
-      const pub = publisher({ servers: NATS_URL, maxInFlight: 3 });
+      const pub = publisher({ url: NATS_URL, maxInFlight: 3 });
       const batch = Array.from({ length: 12 }, (_, i) => makeMessage({ topic: `${subject}.${i}` }));
       const outcomes = await Promise.all([
         pub.publish(batch.slice(0, 6), never()),
@@ -325,7 +321,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
     });
 
     it('fails as retryable after timeoutMs', async () => {
-      const pub = publisher({ servers: NATS_URL, timeoutMs: 300 });
+      const pub = publisher({ url: NATS_URL, timeoutMs: 300 });
       const started = Date.now();
       const outcomes = await pub.publish([makeMessage({ topic: `${silent}.t` })], never());
       const error = expectFailure(outcomes[0], true);
@@ -336,7 +332,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
     });
 
     it('stops waiting as soon as the signal aborts', async () => {
-      const pub = publisher({ servers: NATS_URL, timeoutMs: 2000, maxInFlight: 2 });
+      const pub = publisher({ url: NATS_URL, timeoutMs: 2000, maxInFlight: 2 });
       await pub.publish([makeMessage({ topic: `${PREFIX}.warm` })], never());
       const controller = new AbortController();
       setTimeout(() => controller.abort(new Error('relay stopping')), 100);
@@ -348,7 +344,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
     });
 
     it('closes within timeoutMs with un-acked publishes in flight', async () => {
-      const pub = publisher({ servers: NATS_URL, timeoutMs: 500 });
+      const pub = publisher({ url: NATS_URL, timeoutMs: 500 });
       await pub.publish([makeMessage({ topic: `${PREFIX}.warm` })], never());
       const started = Date.now();
       const pending = pub.publish([makeMessage({ topic: `${silent}.close` })], never());
@@ -368,13 +364,13 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as { port: number };
     try {
-      const pub = publisher({ servers: `nats://127.0.0.1:${port}`, timeoutMs: 400 });
+      const pub = publisher({ url: `nats://127.0.0.1:${port}`, timeoutMs: 400 });
       const started = Date.now();
       expectFailure((await pub.publish([makeMessage()], never()))[0], true);
       expect(Date.now() - started).toBeLessThan(1200);
       const controller = new AbortController();
       setTimeout(() => controller.abort(), 50);
-      const slow = publisher({ servers: `nats://127.0.0.1:${port}`, timeoutMs: 10_000 });
+      const slow = publisher({ url: `nats://127.0.0.1:${port}`, timeoutMs: 10_000 });
       const abortedAt = Date.now();
       expectFailure((await slow.publish([makeMessage()], controller.signal))[0], true);
       expect(Date.now() - abortedAt).toBeLessThan(1000);
@@ -388,7 +384,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('fails as retryable within the timeout when NATS is unavailable, without crashing', async () => {
-    const pub = publisher({ servers: 'nats://user:secret@127.0.0.1:4999', timeoutMs: 1000 });
+    const pub = publisher({ url: 'nats://user:secret@127.0.0.1:4999', timeoutMs: 1000 });
     for (let round = 0; round < 2; round += 1) {
       const started = Date.now();
       const outcomes = await pub.publish(
@@ -407,12 +403,12 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('stops waiting when the signal aborts, with retryable outcomes', async () => {
-    const pub = publisher({ servers: UNUSED_URL, timeoutMs: 10_000 });
+    const pub = publisher({ url: UNUSED_URL, timeoutMs: 10_000 });
     const aborted = new AbortController();
     aborted.abort(new Error('relay stopping'));
     expectFailure((await pub.publish([makeMessage()], aborted.signal))[0], true);
 
-    const live = publisher({ servers: NATS_URL });
+    const live = publisher({ url: NATS_URL });
     expectFailure(
       (await live.publish([makeMessage({ topic: `${PREFIX}.aborted` })], aborted.signal))[0],
       true,
@@ -420,7 +416,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('closes with publishes in flight without hanging, then rejects publishes', async () => {
-    const pub = publisher({ servers: NATS_URL, timeoutMs: 3000 });
+    const pub = publisher({ url: NATS_URL, timeoutMs: 3000 });
     await pub.publish([makeMessage({ topic: `${PREFIX}.warmup` })], never());
     const batch = Array.from({ length: 300 }, (_, i) => makeMessage({ topic: `${PREFIX}.closing.${i}` }));
     const started = Date.now();
@@ -437,14 +433,14 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   });
 
   it('closes while still connecting without hanging', async () => {
-    const pub = publisher({ servers: UNUSED_URL, timeoutMs: 1000 });
+    const pub = publisher({ url: UNUSED_URL, timeoutMs: 1000 });
     const pending = pub.publish([makeMessage()], never());
     await pub.close();
     expectFailure((await pending)[0], true);
   });
 
   it('leaves a connection it was given open on close', async () => {
-    const pub = publisher({ connection: nc });
+    const pub = publisher({ client: nc });
     expect(await pub.publish([makeMessage({ topic: `${PREFIX}.shared` })], never())).toEqual([{ ok: true }]);
     await pub.close();
     expect(nc.isClosed()).toBe(false);
@@ -454,20 +450,48 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
 describe('natsPublisher options', () => {
   it('rejects invalid options', () => {
     expect(() => natsPublisher({})).toThrow(OutboxValidationError);
-    expect(() => natsPublisher({ servers: NATS_URL, connection: nc })).toThrow(OutboxValidationError);
-    expect(() => natsPublisher({ servers: NATS_URL, streamSubjects: ['a.>'] })).toThrow(
-      OutboxValidationError,
-    );
-    expect(() => natsPublisher({ servers: NATS_URL, maxInFlight: 0 })).toThrow(OutboxValidationError);
-    expect(() => natsPublisher({ servers: NATS_URL, timeoutMs: -1 })).toThrow(OutboxValidationError);
-    expect(() => natsPublisher({ servers: NATS_URL, mode: 'fast' as NatsPublishMode })).toThrow(
+    expect(() => natsPublisher({ url: NATS_URL, client: nc })).toThrow(OutboxValidationError);
+    expect(() => natsPublisher({ url: NATS_URL, streamSubjects: ['a.>'] })).toThrow(OutboxValidationError);
+    expect(() => natsPublisher({ url: NATS_URL, maxInFlight: 0 })).toThrow(OutboxValidationError);
+    expect(() => natsPublisher({ url: NATS_URL, timeoutMs: -1 })).toThrow(OutboxValidationError);
+    expect(() => natsPublisher({ url: NATS_URL, mode: 'fast' as NatsPublishMode })).toThrow(
       OutboxValidationError,
     );
   });
 
+  it('still takes the deprecated spellings servers, connection, connectionOptions and subject, warning once each', async () => {
+    const subject = `${ROOT}.old-spelling`;
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const old = publisher({
+        servers: NATS_URL,
+        connectionOptions: { name: 'old' },
+        subject: () => subject,
+      });
+      publisher({ servers: NATS_URL, subject: () => subject });
+      const shared = publisher({ connection: nc, subject: () => subject });
+      expect(await old.publish([makeMessage({ topic: 'ignored' })], never())).toEqual([{ ok: true }]);
+      expect(await shared.publish([makeMessage({ topic: 'ignored' })], never())).toEqual([{ ok: true }]);
+      const info = await jsm.streams.info(STREAM, { subjects_filter: subject });
+      expect(subjectCount(info, subject)).toBe(2);
+      const deprecated = warn.mock.calls
+        .map(([text]) => String(text))
+        .filter((t) => t.startsWith('natsPublisher'));
+      expect(deprecated).toEqual([
+        'natsPublisher: option `servers` is deprecated, use `url` (the old spelling goes in the next minor version)',
+        'natsPublisher: option `connectionOptions` is deprecated, use `clientOptions` (the old spelling goes in the next minor version)',
+        'natsPublisher: option `subject` is deprecated, use `destination` (the old spelling goes in the next minor version)',
+        'natsPublisher: option `connection` is deprecated, use `client` (the old spelling goes in the next minor version)',
+      ]);
+    } finally {
+      warn.mockRestore();
+    }
+    expect(() => natsPublisher({ servers: NATS_URL, url: NATS_URL })).toThrow(OutboxValidationError);
+  });
+
   it('exposes the name nats', () => {
-    expect(publisher({ servers: NATS_URL }).name).toBe('nats');
-    expect(publisher({ servers: NATS_URL, mode: 'client' }).name).toBe('nats');
+    expect(publisher({ url: NATS_URL }).name).toBe('nats');
+    expect(publisher({ url: NATS_URL, mode: 'client' }).name).toBe('nats');
   });
 });
 
@@ -476,7 +500,7 @@ describe('natsPublisher pipeline', () => {
   const LOOSE = `${ROOT}-lean`;
 
   it('acknowledges 5,000 messages of one batch, stores each once, in batch order', async () => {
-    const pub = publisher({ servers: NATS_URL, stream: STREAM, maxInFlight: 500 });
+    const pub = publisher({ url: NATS_URL, stream: STREAM, maxInFlight: 500 });
     const subject = `${PREFIX}.bulk`;
     const batch = Array.from({ length: 5000 }, (_, i) =>
       makeMessage({ topic: subject, aggregateId: `bulk-${i}`, json: { i, pad: 'x'.repeat(200) } }),
@@ -496,7 +520,7 @@ describe('natsPublisher pipeline', () => {
     const sub = nc.subscribe(`${silent}.>`, { callback: () => undefined });
     await nc.flush();
     try {
-      const pub = publisher({ servers: NATS_URL, timeoutMs: 400, maxInFlight: 4 });
+      const pub = publisher({ url: NATS_URL, timeoutMs: 400, maxInFlight: 4 });
       const batch = Array.from({ length: 16 }, (_, i) =>
         makeMessage({ topic: i % 5 === 1 ? `${silent}.${i}` : `${PREFIX}.timeouts.${i}` }),
       );
@@ -528,11 +552,11 @@ describe('natsPublisher pipeline', () => {
     const stream = `TXO_NATS_RESTART_${suffix}`;
     try {
       const pub = publisher({
-        servers: server.url,
+        url: server.url,
         stream,
         streamSubjects: ['restart.>'],
         timeoutMs: 8000,
-        connectionOptions: { reconnectTimeWait: 100 },
+        clientOptions: { reconnectTimeWait: 100 },
       });
       const silentSub = await connect({ servers: server.url });
       silentSub.subscribe('mute.>', { callback: () => undefined });

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeRedis } from '../../src/consumers/redis.js';
 import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
-import { redisPublisher } from '../../src/publishers/redis.js';
+import { redisPublisher } from '../../src/publishers/redis/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
@@ -55,7 +55,7 @@ async function setup(): Promise<Setup> {
   const stream = `${ROOT}:s${counter}`;
   const group = `g${counter}`;
   const consumerName = `redis-${ROOT}-${counter}`;
-  const publisher = redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 0, stream: () => stream });
+  const publisher = redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 0, destination: () => stream });
   publishers.push(publisher);
   const handler = effectsHandler(db, consumerName);
   return {

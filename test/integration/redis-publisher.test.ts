@@ -5,29 +5,35 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createClient, RESP_TYPES } from 'redis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClient } from 'redis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
-import { PAYLOAD_FIELD, type RedisPublisherOptions, redisPublisher } from '../../src/publishers/redis.js';
-import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
-import { DATABASE_URL } from '../helpers/env.js';
+import {
+  PAYLOAD_FIELD,
+  type RedisPublisherOptions,
+  redisPublisher,
+} from '../../src/publishers/redis/index.js';
 import { makeMessage } from '../helpers/messages.js';
 import { exited, freePort, waitForPort } from '../helpers/processes.js';
+import {
+  connectRedis,
+  deleteKeys,
+  type Entry,
+  entries,
+  REDIS_URL,
+  type RedisTestClient,
+} from '../helpers/redis.js';
+import { expectNoUnhandledRejections } from '../helpers/unhandled.js';
 
-const REDIS_URL = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const broker = new URL(REDIS_URL);
 // Unique per run: test files run in parallel against one shared Redis. Every key this file
 // creates starts with ROOT and is deleted in afterAll.
 const ROOT = `txo-redis-${randomBytes(4).toString('hex')}`;
 
-type Client = ReturnType<typeof createClient>;
+type Client = RedisTestClient;
 let redis: Client;
 const publishers: Publisher[] = [];
-const unhandled: unknown[] = [];
-const onUnhandled = (reason: unknown): void => {
-  unhandled.push(reason);
-};
 
 const never = (): AbortSignal => new AbortController().signal;
 
@@ -39,43 +45,6 @@ function publisher(options: Partial<RedisPublisherOptions> = {}): Publisher {
   });
   publishers.push(created);
   return created;
-}
-
-interface Entry {
-  readonly id: string;
-  readonly fields: Record<string, Buffer>;
-}
-
-/** XRANGE of a stream, field values as bytes. */
-async function entries(client: Client, stream: string): Promise<Entry[]> {
-  const reply = (await client.sendCommand(['XRANGE', stream, '-', '+'], {
-    typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer },
-  })) as Array<[Buffer, Buffer[]]>;
-  return reply.map(([id, flat]) => {
-    const fields: Record<string, Buffer> = {};
-    for (let i = 0; i < flat.length; i += 2) fields[flat[i]!.toString()] = flat[i + 1]!;
-    return { id: id.toString(), fields };
-  });
-}
-
-function toReceived(entry: Entry): ReceivedMessage {
-  const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(entry.fields)) {
-    if (name !== PAYLOAD_FIELD) headers[name] = value.toString();
-  }
-  return {
-    eventId: headers['ce-id'] ?? '',
-    aggregateId: headers['ce-aggregateid'] ?? '',
-    sequence: Number(headers['ce-sequence']),
-    headers,
-    payload: entry.fields[PAYLOAD_FIELD] ?? Buffer.alloc(0),
-  };
-}
-
-async function deleteKeys(client: Client, pattern: string): Promise<void> {
-  for await (const keys of client.scanIterator({ MATCH: pattern, COUNT: 1000 })) {
-    if (keys.length > 0) await client.del(keys);
-  }
 }
 
 /**
@@ -132,56 +101,17 @@ async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promis
   }
 }
 
+expectNoUnhandledRejections();
+
 beforeAll(async () => {
-  process.on('unhandledRejection', onUnhandled);
-  redis = createClient({ url: REDIS_URL });
-  redis.on('error', () => undefined);
-  await redis.connect();
+  redis = await connectRedis();
 });
 
 afterAll(async () => {
   await Promise.allSettled(publishers.map((p) => p.close()));
   await deleteKeys(redis, `${ROOT}:*`);
   await redis.close();
-  process.off('unhandledRejection', onUnhandled);
-  expect(unhandled).toEqual([]);
 });
-
-// --- the shared contract suite -------------------------------------------------------------
-
-const contractKey = (ns: string, name: string): string => `${ROOT}:contract:${ns}:${name}`;
-
-publisherContract(
-  { describe, it, expect, beforeAll, afterAll },
-  {
-    name: 'redis',
-    features: { orderedPerKey: true, brokerDedup: true, persistent: false },
-    broker: { host: broker.hostname, port: Number(broker.port || 6379) },
-    create: async (address, ns) => {
-      // The suite's poison() is synchronous, so the key that makes XADD fail is made here,
-      // before any publish of the namespace, where it can be awaited.
-      await redis.set(contractKey(ns, 'poison'), 'not a stream');
-      return redisPublisher({
-        url: `redis://${address.host}:${address.port}`,
-        keyPrefix: contractKey(ns, 'guard'),
-        timeoutMs: 3000,
-      });
-    },
-    topic: (ns) => contractKey(ns, 'events'),
-    read: async (ns, expected) => {
-      const deadline = Date.now() + 5000;
-      let got = await entries(redis, contractKey(ns, 'events'));
-      while (got.length < expected && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 25));
-        got = await entries(redis, contractKey(ns, 'events'));
-      }
-      return got.map(toReceived);
-    },
-    poison: (ns, m) => ({ ...m, topic: contractKey(ns, 'poison') }),
-    cleanup: (ns) => deleteKeys(redis, `${ROOT}:contract:${ns}:*`),
-  },
-  { relay: { databaseUrl: DATABASE_URL } },
-);
 
 // --- Redis-specific behaviour ---------------------------------------------------------------
 
@@ -251,7 +181,7 @@ describe('redisPublisher', () => {
 
     const routed = publisher({
       keyPrefix: prefix,
-      stream: (m) => {
+      destination: (m) => {
         if (m.aggregateId === 'boom') throw new Error('no route');
         return m.aggregateId === 'empty' ? '' : `${prefix}:by-aggregate:${m.aggregateId}`;
       },
@@ -268,6 +198,22 @@ describe('redisPublisher', () => {
     expect(expectFailure(outcomes[1], false).message).toContain('no route');
     expect(expectFailure(outcomes[2], false).message).toContain('Invalid stream key');
     expect(await redis.xLen(`${prefix}:by-aggregate:a`)).toBe(1);
+  });
+
+  it('still takes the deprecated `stream` spelling of `destination`, warning once', async () => {
+    const prefix = key('old-spelling');
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const pub = publisher({ keyPrefix: prefix, stream: () => `${prefix}:old` });
+      publisher({ keyPrefix: prefix, stream: () => `${prefix}:old` });
+      expect(await pub.publish([makeMessage({ topic: `${prefix}:topic` })], never())).toEqual([{ ok: true }]);
+      expect(await redis.xLen(`${prefix}:old`)).toBe(1);
+      const deprecations = warn.mock.calls.filter(([text]) => /`stream` is deprecated/.test(String(text)));
+      expect(deprecations).toHaveLength(1);
+    } finally {
+      warn.mockRestore();
+    }
+    expect(() => publisher({ stream: () => 'a', destination: () => 'b' })).toThrow(OutboxValidationError);
   });
 
   it('WRONGTYPE fails only that message, permanently, and writes no guard (both or neither)', async () => {

@@ -161,7 +161,7 @@ async function openNatsSink(
     logger: inventoryLogger,
   });
   cleanup.add('stop the inventory consumer', () => consumer.stop());
-  const publisher = natsPublisher({ servers: servers.split(','), stream, streamSubjects: [`${prefix}.>`] });
+  const publisher = natsPublisher({ url: servers.split(','), stream, streamSubjects: [`${prefix}.>`] });
   cleanup.add('close the NATS publisher', () => publisher.close());
   return {
     publisher,

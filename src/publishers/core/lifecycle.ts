@@ -59,30 +59,3 @@ export function closeWithin(closing: Promise<unknown>, timeoutMs: number): Promi
     timeout,
   ]).finally(() => clearTimeout(timer));
 }
-
-/**
- * The publish calls still running, for `close()` to wait for: {@link track} counts a call until
- * it settles, {@link settled} waits for those running now.
- */
-export class InFlight {
-  readonly #calls = new Set<Promise<unknown>>();
-
-  get size(): number {
-    return this.#calls.size;
-  }
-
-  /** `call` itself, counted as in flight until it settles. */
-  track<T>(call: Promise<T>): Promise<T> {
-    this.#calls.add(call);
-    const done = (): void => {
-      this.#calls.delete(call);
-    };
-    call.then(done, done);
-    return call;
-  }
-
-  /** Resolves (never rejects) once every call in flight now has settled. */
-  settled(): Promise<void> {
-    return Promise.allSettled([...this.#calls]).then(() => undefined);
-  }
-}

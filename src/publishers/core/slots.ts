@@ -44,6 +44,14 @@ export class Slots {
     else next.value(true);
   }
 
+  /**
+   * Every waiter gets false, but the pool stays open: for a link that went down (the waiters
+   * give up now, later acquires wait as usual).
+   */
+  cancelWaits(): void {
+    for (const wake of [...this.#waiters]) wake(false);
+  }
+
   /** Every waiter gets false; later acquires fail at once. */
   close(): void {
     this.#closed = true;

@@ -6,7 +6,8 @@ import { CallAbort } from '../core/call-abort.js';
 import { connectError } from '../core/closed.js';
 import { raceDeadline } from '../core/deadline.js';
 import { DeadlineSweep } from '../core/deadline-sweep.js';
-import { closeWithin, InFlight, PublisherLifecycle } from '../core/lifecycle.js';
+import { InFlight } from '../core/in-flight.js';
+import { closeWithin, PublisherLifecycle } from '../core/lifecycle.js';
 import { acquireSlot, Slots } from '../core/slots.js';
 import {
   abortedCall,

@@ -12,9 +12,10 @@
  *   replies that mention `"error"` (or look unusual) are parsed;
  * - there is no timer per message: every publish has the same deadline offset, so the Map's
  *   insertion order is deadline order and one timer, armed for the oldest entry, expires them;
- * - a batch is one promise, settled when its last message is;
+ * - a batch is one promise, settled when its last message is; at most `maxInFlight`
+ *   messages await their PubAck (a slot each, handed to the waiting batches in turn);
  * - a PubAck overdue on a link that went silent fails as the broker's fault, not the
- *   message's (see nats-link.ts).
+ *   message's (see link.ts).
  */
 import {
   createInbox,
@@ -24,15 +25,15 @@ import {
   type PublishOptions,
   type Subscription,
 } from '@nats-io/transport-node';
-import { errorMessage, PublishError } from '../errors.js';
-import { DELIVERED, failed, type PublishOutcome } from './contract.js';
-import { abortError } from './core/abort-watch.js';
-import { BatchRun } from './core/batch-run.js';
-import { DeadlineSweep } from './core/deadline-sweep.js';
-import { JetStreamProbe, LinkProbe } from './nats-link.js';
+import { errorMessage, PublishError } from '../../errors.js';
+import { failed, type PublishOutcome } from '../contract.js';
+import { abortError } from '../core/abort-watch.js';
+import { BatchRun, isOutcome } from '../core/batch-run.js';
+import type { CallAbort } from '../core/call-abort.js';
+import { DeadlineSweep } from '../core/deadline-sweep.js';
+import { acquireSlot, Slots } from '../core/slots.js';
 import {
   abortedBeforeAck,
-  apiRefusal,
   cancelledBeforeSend,
   classify,
   connectionLost,
@@ -40,14 +41,10 @@ import {
   noResponders,
   noStreamCaptures,
   timedOut,
-} from './nats-shared.js';
-
-/** A message ready to go: its header block was encoded by `encodeHeaders`. */
-export interface PipelineItem {
-  readonly subject: string;
-  readonly payload: Uint8Array;
-  readonly headers: Uint8Array;
-}
+} from './classify.js';
+import { JetStreamProbe, LinkProbe } from './link.js';
+import { pubAckOutcome, replySubject, replyToken } from './puback.js';
+import type { PipelineItem } from './wire.js';
 
 export interface PipelineOptions {
   /** Deadline of each PubAck, in ms. */
@@ -71,11 +68,8 @@ class EncodedHeaders extends MsgHdrsImpl {
   }
 }
 
-/** One `publish()` call, and the room it waits for. */
-class Run extends BatchRun<PipelineItem> {
-  /** Set while the run waits for room; resolves false when it must stop sending. */
-  wake: ((granted: boolean) => void) | undefined;
-}
+/** One `publish()` call. */
+type Run = BatchRun<PipelineItem>;
 
 interface Pending {
   readonly run: Run;
@@ -86,15 +80,12 @@ interface Pending {
   readonly token: number;
 }
 
-export function isItem(item: PipelineItem | PublishOutcome): item is PipelineItem {
-  return 'subject' in item;
-}
-
 /** The PubAck pipeline of one connection. */
 export class AckPipeline {
   readonly #nc: NatsConnection;
   readonly #timeoutMs: number;
-  readonly #maxInFlight: number;
+  /** A slot per publish awaiting its PubAck (held while it is in #pending). */
+  readonly #slots: Slots;
   readonly #onNoResponders: () => void;
   readonly #headers = new EncodedHeaders();
   readonly #publishOptions: PublishOptions = { headers: this.#headers, reply: '' };
@@ -112,10 +103,6 @@ export class AckPipeline {
   readonly #jetStream: JetStreamProbe;
   /** token → publish past its deadline (or refused 503), waiting for a probe's verdict. */
   readonly #probing = new Map<number, Pending>();
-  /** Runs waiting for room, first come first served. */
-  readonly #waiting: Run[] = [];
-  /** Slots handed to woken runs that have not sent yet. */
-  #reserved = 0;
   #sub!: Subscription;
   /** `<inbox>.`: the reply subjects' common prefix. */
   #replyPrefix = '';
@@ -128,23 +115,22 @@ export class AckPipeline {
   constructor(nc: NatsConnection, options: PipelineOptions) {
     this.#nc = nc;
     this.#timeoutMs = options.timeoutMs;
-    this.#maxInFlight = options.maxInFlight;
+    this.#slots = new Slots(options.maxInFlight);
     this.#onNoResponders = options.onNoResponders ?? (() => undefined);
     this.#probe = new LinkProbe(nc, options.timeoutMs);
     this.#jetStream = new JetStreamProbe(nc, options.timeoutMs);
     this.#subscribe();
   }
 
-  /** Publishes the items concurrently (outcomes pass through); one outcome per entry, in order. */
-  publish(items: readonly (PipelineItem | PublishOutcome)[], signal: AbortSignal): Promise<PublishOutcome[]> {
-    const run = new Run(items);
-    if (signal.aborted) {
-      this.#stop(run, signal.reason);
-      return run.promise;
-    }
-    const onAbort = (): void => this.#stop(run, signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    void this.#sendAll(run).catch((error: unknown) => {
+  /**
+   * Publishes the items concurrently (outcomes pass through); one outcome per entry, in order.
+   * When `abort` fires, the open messages fail at once.
+   */
+  publish(items: readonly (PipelineItem | PublishOutcome)[], abort: CallAbort): Promise<PublishOutcome[]> {
+    const run: Run = new BatchRun(items);
+    const unsubscribe = abort.onAbort((_cause, reason) => this.#stop(run, reason));
+    if (abort.cause !== undefined) return run.promise;
+    void this.#sendAll(run, abort).catch((error: unknown) => {
       const failure = failed(
         new PublishError(`Publish failed: ${errorMessage(error)}`, { retryable: true, cause: error }),
         true,
@@ -155,7 +141,7 @@ export class AckPipeline {
         () => failure,
       );
     });
-    return run.promise.finally(() => signal.removeEventListener('abort', onAbort));
+    return run.promise.finally(unsubscribe);
   }
 
   /** The connection dropped: every pending publish fails now, as the broker's fault. */
@@ -165,7 +151,7 @@ export class AckPipeline {
     for (const p of this.#probing.values())
       p.run.settle(p.index, failed(connectionLost(p.subject, cause), true));
     this.#probing.clear();
-    this.#wakeAll();
+    this.#slots.cancelWaits();
   }
 
   /** The client reconnected (and re-sent its subscriptions); sending resumes. */
@@ -182,7 +168,7 @@ export class AckPipeline {
    */
   async close(): Promise<void> {
     this.#closed = true;
-    this.#wakeAll();
+    this.#slots.close();
     if (this.#pending.size > 0 || this.#probing.size > 0) {
       await new Promise<void>((resolve) => {
         this.#idle = resolve;
@@ -198,22 +184,26 @@ export class AckPipeline {
     this.#sub = this.#nc.subscribe(`${inbox}.*`, { callback: this.#onReply });
   }
 
-  async #sendAll(run: Run): Promise<void> {
+  async #sendAll(run: Run, abort: CallAbort): Promise<void> {
     const { items } = run;
     let now = performance.now();
-    if (this.#cannotSend(run, 0)) return;
+    if (this.#cannotSend(run, 0, false)) return;
     for (let i = 0; i < items.length; i += 1) {
       if (run.done) return;
       const item = items[i]!;
-      if (!isItem(item)) continue;
-      if (this.#pending.size + this.#reserved >= this.#maxInFlight || this.#waiting.length > 0) {
-        const granted = await this.#room(run);
-        if (granted) this.#reserved -= 1;
+      if (isOutcome(item)) continue;
+      if (!this.#slots.tryAcquire()) {
+        // Waits its turn for a slot; none while closed or disconnected.
+        const granted = !this.#closed && !this.#down && (await acquireSlot(this.#slots, abort));
         if (run.done) {
-          if (granted) this.#wake(); // pass the slot on
+          if (granted) this.#slots.release(); // pass the slot on
           return;
         }
-        if (this.#cannotSend(run, i)) return;
+        if (this.#cannotSend(run, i, granted)) return;
+        if (!granted) {
+          i -= 1; // a wait ended by a disconnect that is over already: wait again
+          continue;
+        }
         now = performance.now();
       }
       run.next = i + 1;
@@ -221,10 +211,13 @@ export class AckPipeline {
     }
   }
 
-  /** When closed or disconnected, settles the run's unsent items from `from` on and says so. */
-  #cannotSend(run: Run, from: number): boolean {
+  /**
+   * When closed or disconnected, settles the run's unsent items from `from` on (freeing the slot
+   * it `holds`) and says so.
+   */
+  #cannotSend(run: Run, from: number, holds: boolean): boolean {
     if (!this.#closed && !this.#down && !this.#nc.isClosed()) return false;
-    this.#wake();
+    if (holds) this.#slots.release();
     const closed = this.#closed;
     // Items already sent are settled by their PubAck, their timeout or the disconnect.
     run.settleRest(
@@ -239,11 +232,12 @@ export class AckPipeline {
     const token = this.#counter;
     this.#counter = token >= 0x3fffffff ? 0 : token + 1;
     this.#headers.bytes = item.headers;
-    this.#publishOptions.reply = this.#replyPrefix + token.toString(36);
+    this.#publishOptions.reply = replySubject(this.#replyPrefix, token);
     try {
       this.#nc.publish(item.subject, item.payload, this.#publishOptions);
     } catch (error) {
       // Refused by the client before sending: max_payload with headers, closed connection …
+      this.#slots.release();
       const verdict = classify(error, item.subject, this.#timeoutMs);
       run.settle(index, failed(verdict, verdict.retryable));
       return;
@@ -258,43 +252,11 @@ export class AckPipeline {
     this.#sweep.added(this.#timeoutMs);
   }
 
-  /** Waits for a free slot; resolves true with it reserved, false when the run must stop. */
-  #room(run: Run): Promise<boolean> {
-    if (this.#closed || this.#down) return Promise.resolve(false);
-    return new Promise<boolean>((resolve) => {
-      run.wake = resolve;
-      this.#waiting.push(run);
-    });
-  }
-
-  /** Hands free slots to waiting runs, oldest first. */
-  #wake(): void {
-    while (this.#waiting.length > 0 && this.#pending.size + this.#reserved < this.#maxInFlight) {
-      const run = this.#waiting.shift()!;
-      const wake = run.wake;
-      run.wake = undefined;
-      this.#reserved += 1;
-      wake?.(true);
-    }
-  }
-
-  #wakeAll(): void {
-    for (const run of this.#waiting.splice(0)) {
-      const wake = run.wake;
-      run.wake = undefined;
-      wake?.(false);
-    }
-  }
-
-  /** The batch's signal aborted: its open messages fail now (their slots free on ack or timeout). */
+  /**
+   * The call was aborted: its open messages fail now (their slots free on ack or timeout; a wait
+   * for one ends by the same abort).
+   */
   #stop(run: Run, reason: unknown): void {
-    const at = this.#waiting.indexOf(run);
-    if (at >= 0) {
-      this.#waiting.splice(at, 1);
-      const wake = run.wake;
-      run.wake = undefined;
-      wake?.(false);
-    }
     const cause = abortError(reason);
     run.settleRest(
       0,
@@ -309,23 +271,24 @@ export class AckPipeline {
       this.#failPending((subject) => failed(classify(error, subject, this.#timeoutMs), true));
       return;
     }
-    const token = parseToken(msg.subject, this.#replyPrefix.length);
+    const token = replyToken(msg.subject, this.#replyPrefix.length);
     const pending = this.#pending.get(token);
     if (pending === undefined) {
       // Overdue, the link being probed: its PubAck is its outcome (a stall just ended).
       const probed = this.#probing.get(token);
       if (probed === undefined || msg.headers?.code === 503) return; // late, or settled meanwhile
       this.#probing.delete(token);
-      probed.run.settle(probed.index, this.#outcome(msg, probed.subject));
+      probed.run.settle(probed.index, pubAckOutcome(msg, probed.subject));
       this.#released();
       return;
     }
     this.#pending.delete(token);
+    this.#slots.release();
     if (msg.data.length === 0 && msg.headers?.code === 503) {
       this.#noResponders(pending);
       return;
     }
-    pending.run.settle(pending.index, this.#outcome(msg, pending.subject));
+    pending.run.settle(pending.index, pubAckOutcome(msg, pending.subject));
     this.#released();
   };
 
@@ -341,48 +304,12 @@ export class AckPipeline {
     });
   }
 
-  #outcome(msg: Msg, subject: string): PublishOutcome {
-    const data = msg.data;
-    if (data.length === 0) {
-      const status = msg.headers;
-      return failed(
-        new PublishError(`Publish to "${subject}" got an empty reply (${status?.status ?? 'no status'})`, {
-          retryable: true,
-        }),
-        true,
-      );
-    }
-    // A PubAck is `{"stream":"NAME","seq":N}` (plus `"duplicate":true`): no need to parse it.
-    if (isPlainPubAck(data)) return DELIVERED;
-    let reply: { stream?: unknown; error?: { code?: number; err_code?: number; description?: string } };
-    try {
-      reply = JSON.parse(decoder.decode(data)) as typeof reply;
-    } catch (error) {
-      return failed(
-        new PublishError(`Publish to "${subject}" got a reply that is not a PubAck: ${errorMessage(error)}`, {
-          retryable: true,
-          cause: error,
-        }),
-        true,
-      );
-    }
-    if (reply.error !== undefined && reply.error !== null) {
-      const { err_code: errCode, code, description } = reply.error;
-      const refusal = apiRefusal(subject, errCode, description ?? `error ${code ?? errCode ?? 'unknown'}`);
-      return failed(refusal, refusal.retryable);
-    }
-    if (typeof reply.stream === 'string' && reply.stream !== '') return DELIVERED;
-    return failed(
-      new PublishError(`Publish to "${subject}" got a reply that is not a PubAck`, { retryable: true }),
-      true,
-    );
-  }
-
   /**
    * No PubAck within timeoutMs: the message's failure (an attempt) if the server was heard from
    * since it was sent, the broker's (no attempt) if the link stayed silent through the probe.
    */
   #overdue(p: Pending): void {
+    this.#slots.release();
     this.#probing.set(p.token, p);
     void this.#probe.alive().then((alive) => {
       if (this.#probing.get(p.token) !== p) return; // settled by a PubAck or a disconnect meanwhile
@@ -395,49 +322,19 @@ export class AckPipeline {
     });
   }
 
-  /** A slot came free: wake a waiting run, or report idleness to close(). */
+  /** A publish was settled: report idleness to close() when it was the last. */
   #released(): void {
-    if (this.#waiting.length > 0) this.#wake();
-    else if (this.#pending.size === 0 && this.#probing.size === 0 && this.#idle !== undefined) this.#idle();
+    if (this.#pending.size === 0 && this.#probing.size === 0 && this.#idle !== undefined) this.#idle();
   }
 
   #failPending(outcome: (subject: string) => PublishOutcome): void {
     if (this.#pending.size === 0) return;
     const pending = [...this.#pending.values()];
     this.#pending.clear();
-    for (const p of pending) p.run.settle(p.index, outcome(p.subject));
+    for (const p of pending) {
+      this.#slots.release();
+      p.run.settle(p.index, outcome(p.subject));
+    }
     this.#released();
   }
-}
-
-const decoder = new TextDecoder();
-const PUBACK_PREFIX = new TextEncoder().encode('{"stream":');
-/** `"error"` */
-const ERROR_KEY = new TextEncoder().encode('"error"');
-
-/** `{"stream":…` without an `"error"` key anywhere. */
-function isPlainPubAck(data: Uint8Array): boolean {
-  if (data.length < PUBACK_PREFIX.length) return false;
-  for (let i = 0; i < PUBACK_PREFIX.length; i += 1) if (data[i] !== PUBACK_PREFIX[i]) return false;
-  const last = data.length - ERROR_KEY.length;
-  for (let i = PUBACK_PREFIX.length; i <= last; i += 1) {
-    if (data[i] !== 0x22) continue;
-    let k = 1;
-    while (k < ERROR_KEY.length && data[i + k] === ERROR_KEY[k]) k += 1;
-    if (k === ERROR_KEY.length) return false;
-  }
-  return true;
-}
-
-/** The base-36 token after the reply prefix; -1 when it is not one of ours. */
-function parseToken(subject: string, from: number): number {
-  let token = 0;
-  if (from >= subject.length) return -1;
-  for (let i = from; i < subject.length; i += 1) {
-    const c = subject.charCodeAt(i);
-    if (c >= 48 && c <= 57) token = token * 36 + (c - 48);
-    else if (c >= 97 && c <= 122) token = token * 36 + (c - 87);
-    else return -1;
-  }
-  return token;
 }

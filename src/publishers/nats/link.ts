@@ -12,7 +12,7 @@
  * is shared by every publish that asks while it is under way.
  */
 import type { NatsConnection } from '@nats-io/transport-node';
-import { raceDeadline } from './core/deadline.js';
+import { raceDeadline } from '../core/deadline.js';
 
 /** Longest wait for the PONG of a probe, in ms (shorter when the publish timeout is). */
 const MAX_PROBE_MS = 5_000;

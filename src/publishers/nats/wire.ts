@@ -1,0 +1,164 @@
+/**
+ * What a NATS JetStream publish carries, the same in both modes: the subject (and NATS's rules
+ * for it), the envelope headers with `Nats-Msg-Id` and the expected stream, the payload bytes.
+ */
+import { type MsgHdrs, headers as natsHeaders } from '@nats-io/transport-node';
+import { errorMessage } from '../../errors.js';
+import type { OutboxMessage, PublishOutcome } from '../contract.js';
+import { defaultDestination } from '../core/destination.js';
+import { permanent } from '../core/outcomes.js';
+import { envelopeHeaders } from '../envelope.js';
+
+export const MSG_ID_HEADER = 'Nats-Msg-Id';
+export const EXPECTED_STREAM_HEADER = 'Nats-Expected-Stream';
+
+/** `message.topic`, else `${aggregateType}.${type}`. */
+export const defaultSubject: (message: OutboxMessage) => string = defaultDestination;
+
+/** A message ready for the pipeline: its header block encoded by {@link encodeHeaders}. */
+export interface PipelineItem {
+  readonly subject: string;
+  readonly payload: Uint8Array;
+  readonly headers: Uint8Array;
+}
+
+/** A message ready for `js.publish()`: the envelope headers (the client adds `Nats-Msg-Id` and the expected stream). */
+export interface ClientItem {
+  readonly subject: string;
+  readonly payload: Uint8Array;
+  readonly eventId: string;
+  readonly headers: MsgHdrs;
+}
+
+/** A message whose subject and headers were built without errors, for one mode or the other. */
+export type Prepared = PipelineItem | ClientItem;
+
+/** What {@link prepareMessage} needs of the options. */
+export interface PrepareRule {
+  readonly destination: (message: OutboxMessage) => string;
+  readonly source: string;
+  readonly stream: string | undefined;
+  readonly pipelined: boolean;
+}
+
+/** Builds subject and headers; a message NATS would refuse gets its permanent outcome here. */
+export function prepareMessage(message: OutboxMessage, rule: PrepareRule): Prepared | PublishOutcome {
+  let subject: string;
+  try {
+    subject = rule.destination(message);
+  } catch (error) {
+    return permanent(
+      `The subject function threw for event ${message.eventId}: ${errorMessage(error)}`,
+      error,
+    );
+  }
+  const problem = subjectProblem(subject);
+  if (problem !== undefined) {
+    return permanent(`NATS rejects subject "${subject}" (event ${message.eventId}): it ${problem}`);
+  }
+  const { eventId, payload } = message;
+  try {
+    const envelope = envelopeHeaders(message, rule.source);
+    return rule.pipelined
+      ? { subject, payload, headers: encodeHeaders(envelope, eventId, rule.stream) }
+      : { subject, payload, eventId, headers: buildHeaders(envelope) };
+  } catch (error) {
+    return permanent(`Invalid header for subject "${subject}": ${errorMessage(error)}`, error);
+  }
+}
+
+/** Subjects already found fine: a relay publishes on few subjects, over and over. */
+const validSubjects = new Set<string>();
+
+/** Why NATS would refuse to publish on `subject`, or undefined when it is fine. */
+export function subjectProblem(subject: string): string | undefined {
+  if (validSubjects.has(subject)) return undefined;
+  const problem = findSubjectProblem(subject);
+  if (problem === undefined) {
+    if (validSubjects.size >= 4096) validSubjects.clear();
+    validSubjects.add(subject);
+  }
+  return problem;
+}
+
+function findSubjectProblem(subject: string): string | undefined {
+  if (subject.length === 0) return 'is empty';
+  if (/\s/.test(subject)) return 'contains whitespace';
+  const tokens = subject.split('.');
+  if (tokens.some((token) => token.length === 0))
+    return 'has an empty token (leading, trailing or double dot)';
+  if (tokens.some((token) => token === '*' || token === '>')) return 'contains a wildcard token (* or >)';
+  return undefined;
+}
+
+/** Why a payload can never fit the server's `max_payload`, or undefined. */
+export function payloadProblem(
+  payloadBytes: number,
+  subject: string,
+  maxPayload: number | undefined,
+): PublishOutcome | undefined {
+  if (maxPayload === undefined || payloadBytes <= maxPayload) return undefined;
+  return permanent(
+    `Payload of ${payloadBytes} bytes for subject "${subject}" exceeds the server's ` +
+      `max_payload of ${maxPayload} bytes`,
+  );
+}
+
+/** Client-side headers for `js.publish` (the client adds `Nats-Msg-Id` and the expected stream). */
+export function buildHeaders(values: Record<string, string>): MsgHdrs {
+  const headers = natsHeaders();
+  for (const [key, value] of Object.entries(values)) headers.set(key, value);
+  return headers;
+}
+
+/** Header names already checked; names repeat (ce-*, user headers), so the check runs once each. */
+const validNames = new Set<string>();
+
+/**
+ * The encoded NATS header block (`NATS/1.0\r\nName: value\r\n…\r\n\r\n`) of a JetStream publish:
+ * `values` (the envelope), then `Nats-Msg-Id` and, with `stream`, `Nats-Expected-Stream`, in the
+ * same order and with the same validation as the client's `MsgHdrs` would give. Built as text
+ * and encoded once: the client's header object costs several scans per header on the hot path.
+ * Throws on a header name or value NATS cannot carry.
+ */
+export function encodeHeaders(
+  values: Readonly<Record<string, string>>,
+  msgId: string,
+  stream: string | undefined,
+): Uint8Array {
+  let text = 'NATS/1.0';
+  for (const name in values) {
+    if (name === MSG_ID_HEADER || name === EXPECTED_STREAM_HEADER) continue; // ours win, as with js.publish
+    text += `\r\n${checkedName(name)}: ${checkedValue(values[name]!)}`;
+  }
+  text += `\r\n${MSG_ID_HEADER}: ${checkedValue(msgId)}`;
+  if (stream !== undefined) text += `\r\n${EXPECTED_STREAM_HEADER}: ${checkedValue(stream)}`;
+  // Buffer.from takes small strings from a shared pool: cheaper than a TextEncoder buffer each.
+  return Buffer.from(`${text}\r\n\r\n`);
+}
+
+/** The client's rule (RFC 822 field name): printable ASCII, no colon. */
+function checkedName(name: string): string {
+  if (validNames.has(name)) return name;
+  if (name.length === 0) throw new Error('a header name cannot be empty');
+  for (let i = 0; i < name.length; i += 1) {
+    const c = name.charCodeAt(i);
+    if (c === 58 || c < 33 || c > 126) {
+      throw new Error(`'${name[i]}' is not a valid character in a header name`);
+    }
+  }
+  if (validNames.size >= 1024) validNames.clear();
+  validNames.add(name);
+  return name;
+}
+
+/** The client's rule: no CR or LF; surrounding whitespace trimmed. */
+function checkedValue(value: string): string {
+  if (value.includes('\n') || value.includes('\r')) {
+    throw new Error('header values cannot contain \\r or \\n');
+  }
+  // Printable ASCII at both ends (the usual case): nothing to trim.
+  const first = value.charCodeAt(0);
+  const last = value.charCodeAt(value.length - 1);
+  return first > 32 && first < 127 && last > 32 && last < 127 ? value : value.trim();
+}
