@@ -1,3 +1,4 @@
+import { aggregateKey } from '../aggregate-key.js';
 import {
   brokerUnavailable,
   errorMessage,
@@ -14,7 +15,7 @@ import { fullJitterDelay } from './backoff.js';
 import { CLAIM_SQL } from './claim-sql.js';
 import { PartitionLeases } from './leases.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
-import { aggregateKey, waves } from './ordering-gate.js';
+import { waves } from './ordering-gate.js';
 import { OutageLog, RefusedAggregates } from './outage.js';
 import { RECORD_OUTCOME_SQL } from './outcome-sql.js';
 import { RelaySession } from './session.js';
