@@ -1,4 +1,12 @@
-export { isRetryableDatabaseError, OutboxError, OutboxValidationError, PublishError } from './errors.js';
+export {
+  BROKER_UNAVAILABLE,
+  brokerUnavailable,
+  isBrokerUnavailable,
+  isRetryableDatabaseError,
+  OutboxError,
+  OutboxValidationError,
+  PublishError,
+} from './errors.js';
 export {
   type AcceptedEvent,
   createInbox,
@@ -25,12 +33,20 @@ export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/
 export { type OutboxStatus, outboxStatus } from './ops/status.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
-export { assertInTransaction, type SqlExecutor } from './producer/executor.js';
+export type { SqlExecutor } from './producer/executor.js';
 export { inTransaction } from './producer/transaction.js';
-export type { OutboxMessage, Publisher, PublishOutcome } from './publishers/contract.js';
+export {
+  DELIVERED,
+  failed,
+  type OutboxMessage,
+  type Publisher,
+  type PublishOutcome,
+} from './publishers/contract.js';
+export { isPublisherClosed, PUBLISHER_CLOSED, publisherClosed } from './publishers/core/closed.js';
+export { defaultDestination } from './publishers/core/destination.js';
+export { permanent } from './publishers/core/outcomes.js';
 export { envelopeHeaders } from './publishers/envelope.js';
 export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';
-export { fullJitterDelay } from './relay/backoff.js';
 export type { RelayOptions } from './relay/options.js';
 export { createRelay, type Relay, type RelayStats } from './relay/relay.js';
 export {

@@ -51,7 +51,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
       });
     }
     case 'webhook': {
-      const { webhookPublisher } = await import('../publishers/webhook.js');
+      const { webhookPublisher } = await import('../publishers/webhook/index.js');
       const secret =
         spec.secret ??
         (spec.secretFile === undefined ? undefined : readSecretFile(spec.secretFile, 'secretFile')) ??

@@ -20,7 +20,7 @@ import { errorMessage, OutboxValidationError } from '../errors.js';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { type Logger, silentLogger } from '../logger.js';
-import { decodeSecret, verifyWebhookEvent, type WebhookSecret } from '../publishers/webhook-signature.js';
+import { decodeSecret, verifyWebhookEvent, type WebhookSecret } from '../publishers/webhook/signature.js';
 import { aggregateKey } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 

@@ -13,215 +13,45 @@
  * choosing) and a consumer name of its own; the suite owns a scratch PostgreSQL schema holding
  * the inbox tables and an `effects` table its handler writes, one row per applied event.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
-import type { Consumer } from '../consumers/consumer.js';
-import {
-  createInbox,
-  type HandleResult,
-  type Inbox,
-  type InboxHandler,
-  type InboxOptions,
-} from '../inbox/inbox.js';
-import type { InboxMessage } from '../inbox/message.js';
+import type { InboxOptions } from '../inbox/inbox.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import { migrate } from '../schema/migrate.js';
-import { contractMessage, type TestApi } from './publisher-contract.js';
+import {
+  type ConsumerUnderTest,
+  ContractRun,
+  pause,
+  scenario as runScenario,
+  until as untilIn,
+} from './consumer-scenario.js';
+import type { TestApi } from './publisher-contract.js';
 
-/** What the suite hands to {@link ConsumerUnderTest.consume}. */
-export interface ConsumerSetup {
-  readonly inbox: Inbox;
-  readonly handler: InboxHandler;
-  /** 0, 1 …: instances of one namespace share the broker-side identity (group, durable, queue) where the broker has one. */
-  readonly instance: number;
-  readonly concurrency: number;
-  /** How soon a deferred delivery should come back, ms (small: the suite waits for it). */
-  readonly deferMs: number;
-  readonly signal?: AbortSignal;
-}
-
-export interface ConsumerUnderTest {
-  readonly name: string;
-  /** PostgreSQL for the inbox; the suite creates a scratch schema and drops it afterwards. */
-  readonly databaseUrl: string;
-  /** Creates the namespace's destination (stream, topic, queue …), before anything is published or consumed. */
-  prepare?(namespace: string): Promise<void>;
-  /**
-   * Publishes the messages to the namespace's destination in this order, as the relay would, and
-   * resolves once the broker holds them (a webhook sender may keep retrying in the background).
-   * A repeated event id must reach the broker again: no broker-side deduplication here.
-   */
-  publish(namespace: string, messages: readonly OutboxMessage[]): Promise<void>;
-  /** Puts a message without a tx-outbox envelope where the namespace's consumer reads. */
-  publishForeign(namespace: string): Promise<void>;
-  /** Starts a consumer instance for the namespace. */
-  consume(namespace: string, setup: ConsumerSetup): Promise<Consumer>;
-  /** Whether every delivery of the namespace was acknowledged (nothing pending or awaiting redelivery). */
-  settled?(namespace: string): Promise<boolean>;
-  /** Removes what the namespace created on the broker. */
-  cleanup?(namespace: string): Promise<void>;
-  /** Upper bound for one wait of the suite, ms. Default 20000. */
-  readonly timeoutMs?: number;
-}
-
-/** What the inbox answered, per event id, in the order answered. */
-class Tally {
-  readonly results = new Map<string, HandleResult['status'][]>();
-
-  record(eventId: string, status: HandleResult['status']): void {
-    const list = this.results.get(eventId) ?? [];
-    list.push(status);
-    this.results.set(eventId, list);
-  }
-
-  count(status: HandleResult['status'], eventId?: string): number {
-    const lists = eventId ? [this.results.get(eventId) ?? []] : [...this.results.values()];
-    return lists.reduce((n, list) => n + list.filter((s) => s === status).length, 0);
-  }
-
-  handled(eventId: string): number {
-    return this.results.get(eventId)?.length ?? 0;
-  }
-}
-
-interface Effect {
-  readonly event_id: string;
-  readonly aggregate_id: string;
-  readonly sequence: number;
-}
+export type { ConsumerSetup, ConsumerUnderTest } from './consumer-scenario.js';
 
 export function consumerContract(api: TestApi, subject: ConsumerUnderTest): void {
   const { describe, it, expect, beforeAll, afterAll } = api;
-  const timeoutMs = subject.timeoutMs ?? 20_000;
+  const ctx = new ContractRun(subject);
+  const { schema, timeoutMs } = ctx;
   const testTimeout = timeoutMs * 3;
-  const schema = `txo_cc_${subject.name.replace(/\W/g, '_').slice(0, 20)}_${randomBytes(4).toString('hex')}`;
-  const run = randomUUID().slice(0, 8);
-  let pool: pg.Pool;
-  let counter = 0;
-  const namespaces: string[] = [];
-  const consumers: Consumer[] = [];
-
-  /** A fresh namespace, its consumer name and its tally; `start` runs an instance through a counting inbox. */
-  async function scenario(inboxOptions: Partial<InboxOptions> = {}, jitter = false) {
-    counter += 1;
-    const namespace = `txo-cc-${run}-${counter}`;
-    namespaces.push(namespace);
-    await subject.prepare?.(namespace);
-    const tally = new Tally();
-    const consumer = namespace;
-    const inbox = createInbox({ pool, consumer, schema, ...inboxOptions });
-    const counting: Inbox = {
-      consumer: inbox.consumer,
-      replayReleased: (handler, options) => inbox.replayReleased(handler, options),
-      stats: () => inbox.stats(),
-      async handle(message: InboxMessage, handler) {
-        const result = await inbox.handle(message, handler);
-        tally.record(message.eventId, result.status);
-        return result;
-      },
-    };
-    let failing: ((aggregateId: string) => boolean) | undefined;
-    let gate: Promise<void> | undefined;
-    let running = 0;
-    let maxRunning = 0;
-    const handler: InboxHandler = async (tx, event) => {
-      running += 1;
-      maxRunning = Math.max(maxRunning, running);
-      try {
-        if (gate) await gate;
-        if (failing?.(event.aggregateId)) throw new Error(`refused ${event.aggregateId} on purpose`);
-        await tx.query(
-          `INSERT INTO "${schema}".effects (consumer, event_id, aggregate_id, sequence) VALUES ($1, $2, $3, $4)`,
-          [consumer, event.eventId, event.aggregateId, event.sequence],
-        );
-        // A random pause: deliveries of one aggregate run side by side, they would finish out of order.
-        await new Promise((resolve) => setTimeout(resolve, jitter ? Math.random() * 10 : 1));
-      } finally {
-        running -= 1;
-      }
-    };
-    const s = {
-      namespace,
-      tally,
-      message: (aggregateId: string, sequence: number, extra: Partial<OutboxMessage> = {}) =>
-        contractMessage(namespace, aggregateId, sequence, { schemaVersion: 1, ...extra }),
-      publish: (...messages: OutboxMessage[]) => subject.publish(namespace, messages),
-      async start(instance = 0, options: { concurrency?: number; signal?: AbortSignal } = {}) {
-        const c = await subject.consume(namespace, {
-          inbox: counting,
-          handler,
-          instance,
-          concurrency: options.concurrency ?? 4,
-          deferMs: 150,
-          ...(options.signal ? { signal: options.signal } : {}),
-        });
-        consumers.push(c);
-        return c;
-      },
-      async applied(): Promise<Effect[]> {
-        const { rows } = await pool.query<Effect>(
-          `SELECT event_id, aggregate_id, sequence FROM "${schema}".effects WHERE consumer = $1 ORDER BY n`,
-          [consumer],
-        );
-        return rows;
-      },
-      async quarantined(): Promise<Array<{ event_id: string; reason: string }>> {
-        const { rows } = await pool.query(
-          `SELECT event_id::text, reason FROM "${schema}".inbox_quarantine WHERE consumer = $1 ORDER BY event_id`,
-          [consumer],
-        );
-        return rows;
-      },
-      settled: async () => (subject.settled ? subject.settled(namespace) : true),
-      failWhen(predicate: (aggregateId: string) => boolean) {
-        failing = predicate;
-      },
-      hold(): () => void {
-        let release!: () => void;
-        gate = new Promise((resolve) => {
-          release = resolve;
-        });
-        return () => {
-          gate = undefined;
-          release();
-        };
-      },
-      get running() {
-        return running;
-      },
-      get maxRunning() {
-        return maxRunning;
-      },
-    };
-    return s;
-  }
-
-  async function until(what: string, check: () => Promise<boolean> | boolean): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      if (await check()) return;
-      if (Date.now() > deadline) throw new Error(`${subject.name}: timed out waiting for ${what}`);
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
-  }
-
-  const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+  const scenario = (inboxOptions: Partial<InboxOptions> = {}, jitter = false) =>
+    runScenario(ctx, inboxOptions, jitter);
+  const until = (what: string, check: () => Promise<boolean> | boolean) => untilIn(ctx, what, check);
 
   describe(`consumer contract: ${subject.name}`, () => {
     beforeAll(async () => {
-      pool = new pg.Pool({ connectionString: subject.databaseUrl, max: 12 });
-      pool.on('error', () => undefined); // an idle connection the server closed: the pool replaces it
-      await migrate(pool, { schema });
-      await pool.query(
+      ctx.pool = new pg.Pool({ connectionString: subject.databaseUrl, max: 12 });
+      ctx.pool.on('error', () => undefined); // an idle connection the server closed: the pool replaces it
+      await migrate(ctx.pool, { schema });
+      await ctx.pool.query(
         `CREATE TABLE "${schema}".effects (n bigserial, consumer text, event_id uuid, aggregate_id text, sequence int)`,
       );
     }, testTimeout);
 
     afterAll(async () => {
-      await Promise.all(consumers.map((c) => c.stop().catch(() => undefined)));
-      for (const namespace of namespaces) await subject.cleanup?.(namespace).catch(() => undefined);
-      await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
-      await pool?.end();
+      await Promise.all(ctx.consumers.map((c) => c.stop().catch(() => undefined)));
+      for (const namespace of ctx.namespaces) await subject.cleanup?.(namespace).catch(() => undefined);
+      await ctx.pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
+      await ctx.pool?.end();
     }, testTimeout);
 
     it(

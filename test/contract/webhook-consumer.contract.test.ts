@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer } from '../../src/consumers/webhook.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
-import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook.js';
+import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 

@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { webhookPublisher } from '../../src/publishers/webhook.js';
+import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 

@@ -30,7 +30,7 @@ import { mqttPublisher } from '../../src/publishers/mqtt.js';
 import { natsPublisher } from '../../src/publishers/nats.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
 import { redisPublisher } from '../../src/publishers/redis.js';
-import { webhookPublisher } from '../../src/publishers/webhook.js';
+import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 import { KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';

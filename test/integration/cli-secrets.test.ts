@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/cli/config.js';
 import { enqueue } from '../../src/producer/enqueue.js';
-import { verifyWebhookEvent } from '../../src/publishers/webhook.js';
+import { verifyWebhookEvent } from '../../src/publishers/webhook/index.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { collectOutput } from '../helpers/processes.js';

@@ -10,7 +10,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { outboxStatus } from '../../src/ops/status.js';
 import { enqueue } from '../../src/producer/enqueue.js';
-import { verifyWebhook } from '../../src/publishers/webhook.js';
+import { verifyWebhook } from '../../src/publishers/webhook/index.js';
 import { migrate } from '../../src/schema/migrate.js';
 import { inTransaction, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';

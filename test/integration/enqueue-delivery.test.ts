@@ -12,7 +12,7 @@ import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { Publisher } from '../../src/publishers/contract.js';
 import { ensureStream, natsPublisher } from '../../src/publishers/nats.js';
-import { webhookPublisher } from '../../src/publishers/webhook.js';
+import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createRelay } from '../../src/relay/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';

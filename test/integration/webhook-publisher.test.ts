@@ -14,7 +14,7 @@ import {
   verifyWebhook,
   type WebhookPublisherOptions,
   webhookPublisher,
-} from '../../src/publishers/webhook.js';
+} from '../../src/publishers/webhook/index.js';
 import { makeMessage } from '../helpers/messages.js';
 
 const SECRET = `whsec_${Buffer.from('a-32-byte-secret-for-the-tests!!').toString('base64')}`;
@@ -287,7 +287,7 @@ describe('webhookPublisher — single mode', () => {
     expect(failure(outcome).error.message).toContain("caller's signal");
   });
 
-  it('never has more than `concurrency` requests in flight', async () => {
+  it('never has more than `maxInFlight` requests in flight', async () => {
     let inFlight = 0;
     let peak = 0;
     const server = await startServer((_req, res) => {
@@ -298,7 +298,7 @@ describe('webhookPublisher — single mode', () => {
         res.writeHead(200).end();
       }, 30);
     });
-    const target = publisher({ endpoints: server.url, concurrency: 2 });
+    const target = publisher({ endpoints: server.url, maxInFlight: 2 });
     const outcomes = await publish(
       target,
       Array.from({ length: 6 }, () => makeMessage()),
@@ -310,7 +310,7 @@ describe('webhookPublisher — single mode', () => {
 
   it("adds a bounded number of listeners to the caller's signal, however large the batch", async () => {
     const server = await startServer();
-    const target = publisher({ endpoints: server.url, concurrency: 4 });
+    const target = publisher({ endpoints: server.url, maxInFlight: 4 });
     const warnings: Error[] = [];
     const onWarning = (warning: Error): void => {
       warnings.push(warning);
@@ -519,7 +519,7 @@ describe('webhookPublisher — option validation', () => {
     ['secret', { secret: '' }],
     ['secret', { secret: 'whsec_***' }],
     ['timeoutMs', { timeoutMs: -1 }],
-    ['concurrency', { concurrency: 0 }],
+    ['maxInFlight', { maxInFlight: 0 }],
     ['batch.maxSize', { batch: { maxSize: 0 } }],
     ['headers.x-bad', { headers: { 'x-bad': 'line\nbreak' } }],
     ['source', { source: '' }],

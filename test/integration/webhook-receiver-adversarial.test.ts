@@ -13,7 +13,7 @@ import { createWebhookServer, type WebhookServer } from '../../src/consumers/web
 import { createInbox, type InboxHandler } from '../../src/inbox/inbox.js';
 import { listQuarantine } from '../../src/inbox/quarantine.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
-import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook.js';
+import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 import { makeMessage } from '../helpers/messages.js';
 

@@ -13,7 +13,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer, type WebhookServer } from '../../src/consumers/webhook.js';
 import { createInbox, type InboxHandler } from '../../src/inbox/inbox.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
-import { signWebhookRequest, verifyWebhookEvent, webhookPublisher } from '../../src/publishers/webhook.js';
+import {
+  signWebhookRequest,
+  verifyWebhookEvent,
+  webhookPublisher,
+} from '../../src/publishers/webhook/index.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 import { makeMessage } from '../helpers/messages.js';
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer, type WebhookServer } from '../../src/consumers/webhook.js';
 import { createInbox, type InboxHandler, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
-import { webhookPublisher } from '../../src/publishers/webhook.js';
+import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 import { makeMessage } from '../helpers/messages.js';
 
@@ -104,7 +104,7 @@ describe('webhookReceiver', () => {
 
   it('answers 400 to a signed request without an envelope', async () => {
     const s = await setup();
-    const { signWebhookRequest } = await import('../../src/publishers/webhook.js');
+    const { signWebhookRequest } = await import('../../src/publishers/webhook/index.js');
     const body = '{}';
     const headers = { 'content-type': 'application/json' };
     const res = await fetch(`${s.url}/events`, {

@@ -122,3 +122,29 @@ describe('renamedOptions', () => {
     }
   });
 });
+
+describe('the root export', () => {
+  it('gives a third-party publisher what the contract needs, and no internal helpers', async () => {
+    const root: Record<string, unknown> = await import('../../src/index.js');
+    for (const name of [
+      'BROKER_UNAVAILABLE',
+      'brokerUnavailable',
+      'isBrokerUnavailable',
+      'DELIVERED',
+      'failed',
+      'permanent',
+      'PUBLISHER_CLOSED',
+      'publisherClosed',
+      'isPublisherClosed',
+      'PublishError',
+      'envelopeHeaders',
+      'defaultDestination',
+    ]) {
+      expect(root[name], name).toBeDefined();
+    }
+    const closed = (root.publisherClosed as (b: string) => Error)('Acme');
+    expect((root.isPublisherClosed as (e: unknown) => boolean)(closed)).toBe(true);
+    expect(root.fullJitterDelay).toBeUndefined();
+    expect(root.assertInTransaction).toBeUndefined();
+  });
+});

@@ -5,7 +5,7 @@
  * event loop for ~146 ms) reads them a number of times that grows with the square of their count.
  */
 import { describe, expect, it } from 'vitest';
-import { signWebhookRequest, verifyWebhookEvent } from '../../src/publishers/webhook-signature.js';
+import { signWebhookRequest, verifyWebhookEvent } from '../../src/publishers/webhook/signature.js';
 
 const secret = 'whsec_' + Buffer.from('a test secret of the receiver').toString('base64');
 

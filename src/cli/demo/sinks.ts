@@ -16,7 +16,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Logger as PinoLogger } from 'pino';
 import { errorMessage } from '../../errors.js';
 import type { Publisher } from '../../publishers/contract.js';
-import { webhookPublisher } from '../../publishers/webhook.js';
+import { webhookPublisher } from '../../publishers/webhook/index.js';
 import { redactText } from '../../redact.js';
 import { CliError } from '../common.js';
 import { importNats } from '../publishers.js';

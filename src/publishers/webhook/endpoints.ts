@@ -7,9 +7,9 @@
  * from elsewhere (a response body, a socket error) that might repeat them.
  */
 
-import { OutboxValidationError, PublishError } from '../errors.js';
-import { redactText, redactUrl } from '../redact.js';
-import type { OutboxMessage } from './contract.js';
+import { OutboxValidationError, PublishError } from '../../errors.js';
+import { redactText, redactUrl } from '../../redact.js';
+import type { OutboxMessage } from '../contract.js';
 
 /**
  * Where to POST an event: one URL for everything; a map from the message's

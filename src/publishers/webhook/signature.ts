@@ -20,7 +20,7 @@
  */
 
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { OutboxValidationError } from '../errors.js';
+import { OutboxValidationError } from '../../errors.js';
 
 /**
  * A Standard Webhooks signing secret: `whsec_` followed by base64 (the key is
