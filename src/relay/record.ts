@@ -3,32 +3,29 @@ import type { RelaySession, Statement } from './session.js';
 import type { RelayCounters } from './stats.js';
 import type { Verdict } from './verdicts.js';
 
-export interface RecorderParts {
-  readonly session: RelaySession;
-  readonly statement: Statement;
-  readonly relayId: string;
-  readonly logger: Logger;
-  readonly counters: RelayCounters;
-}
-
 /**
  * The record step: a batch's verdict in one statement ({@link RECORD_OUTCOME_SQL}), fenced by
  * the epochs it was claimed under. An outcome the fence turned away (a partition changed owner
  * during the batch) is logged; the new owner republishes those events.
  */
 export class Recorder {
-  constructor(private readonly p: RecorderParts) {}
+  constructor(
+    private readonly session: RelaySession,
+    private readonly statement: Statement,
+    private readonly relayId: string,
+    private readonly logger: Logger,
+    private readonly counters: RelayCounters,
+  ) {}
 
   async record(verdict: Verdict): Promise<void> {
     const { delivered, failures, claimed } = verdict;
     if (delivered.length === 0 && failures.length === 0) return;
-    const p = this.p;
-    const client = await p.session.get();
+    const client = await this.session.get();
     const started = performance.now();
     const { rows: result } = await client.query<{ delivered: number; failed: number }>({
-      ...p.statement,
+      ...this.statement,
       values: [
-        p.relayId,
+        this.relayId,
         claimed.partitions,
         claimed.epochs,
         delivered,
@@ -38,13 +35,13 @@ export class Recorder {
         failures.map((f) => f.error),
       ],
     });
-    p.counters.watches.record.add(performance.now() - started);
+    this.counters.watches.record.add(performance.now() - started);
     const recorded = result[0];
-    p.counters.recorded(recorded?.delivered ?? 0, failures);
+    this.counters.recorded(recorded?.delivered ?? 0, failures);
     if (recorded && recorded.delivered + recorded.failed < delivered.length + failures.length) {
-      p.logger.warn(
+      this.logger.warn(
         {
-          relayId: p.relayId,
+          relayId: this.relayId,
           expected: delivered.length + failures.length,
           recorded: recorded.delivered + recorded.failed,
         },

@@ -94,13 +94,13 @@ class PollingRelay implements Relay {
       refused: this.refused,
       watch: this.counters.watches.claim,
     });
-    const recorder = new Recorder({
-      session: this.recordSession,
-      statement: relayStatement('outcome', RECORD_OUTCOME_SQL, o.schema, o.quotedSchema),
-      relayId: o.relayId,
-      logger: o.logger,
-      counters: this.counters,
-    });
+    const recorder = new Recorder(
+      this.recordSession,
+      relayStatement('outcome', RECORD_OUTCOME_SQL, o.schema, o.quotedSchema),
+      o.relayId,
+      o.logger,
+      this.counters,
+    );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
     this.batches = new BatchPublisher({
       publisher: o.publisher,
