@@ -1,7 +1,7 @@
 /**
  * The private broker of a chaos run (never the machine's shared one): a nats-server with
  * JetStream, or a single-node Kafka started by scripts/kafka.sh. `restart()` is a kill -9 and
- * a start on the same store. Components reach it through a FaultProxy.
+ * a start on the same store. Components reach it through a TcpProxy.
  */
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';

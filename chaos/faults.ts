@@ -1,7 +1,7 @@
 /** Applies one scheduled fault to the run's servers, proxies and components, and times it. */
+import type { TcpProxy } from '../dist/testing/tcp-proxy.js';
 import type { ChaosBroker } from './brokers.js';
 import type { PrivatePostgres } from './postgres.js';
-import type { FaultProxy } from './proxy.js';
 import type { Fault } from './schedule.js';
 import type { Supervisor } from './supervisor.js';
 
@@ -18,7 +18,7 @@ export class Injector {
   constructor(
     private readonly postgres: PrivatePostgres,
     private readonly broker: ChaosBroker,
-    private readonly proxies: ReadonlyMap<string, FaultProxy>,
+    private readonly proxies: ReadonlyMap<string, TcpProxy>,
     private readonly supervisor: Supervisor,
   ) {}
 
@@ -51,7 +51,8 @@ export class Injector {
           this.proxy(fault.target).reset();
           return done(true);
         case 'tcp-stall':
-          this.proxy(fault.target).stall(lasting);
+          // New connections wait unconnected until the stall ends (the link holds the handshake too).
+          this.proxy(fault.target).stall({ forMs: lasting, newConnections: 'held' });
           return done(true, startedMs + lasting);
         case 'tcp-latency':
           this.proxy(fault.target).delay(fault.latencyMs ?? 100, lasting);
@@ -62,7 +63,7 @@ export class Injector {
     }
   }
 
-  private proxy(link: string): FaultProxy {
+  private proxy(link: string): TcpProxy {
     const proxy = this.proxies.get(link);
     if (!proxy) throw new Error(`no proxy link ${link}`);
     return proxy;

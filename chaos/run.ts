@@ -14,6 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { migrate } from '../dist/index.js';
+import { TcpProxy } from '../dist/testing/tcp-proxy.js';
 import { freePort } from '../test/helpers/processes.js';
 import { BROKER_KINDS, type BrokerKind, type ChaosBroker, STREAM, startBroker, TOPIC } from './brokers.js';
 import { type FaultRecord, Injector } from './faults.js';
@@ -21,7 +22,6 @@ import { latencies, recoveryTimes } from './metrics.js';
 import { PrivatePostgres } from './postgres.js';
 import { seededRandom } from './prng.js';
 import { PROFILES, type Profile } from './profiles.js';
-import { FaultProxy } from './proxy.js';
 import { markdown, type RunResult, resultLine } from './report.js';
 import { describeFault, faultSchedule } from './schedule.js';
 import { type ComponentSpec, Supervisor } from './supervisor.js';
@@ -88,6 +88,11 @@ function linkNames(
   return [...components.map((c) => `${c.name}>pg`), ...brokerLinks];
 }
 
+/** A fault proxy on 127.0.0.1 (on `port`, default a free one) in front of a local server. */
+function proxyTo(targetPort: number, port = 0): Promise<TcpProxy> {
+  return TcpProxy.start({ host: '127.0.0.1', port: targetPort }, port);
+}
+
 async function main(): Promise<number> {
   const { profile, broker: brokerKind, seed } = options();
   const random = seededRandom(seed);
@@ -122,7 +127,7 @@ async function main(): Promise<number> {
   await migrate(db, { schema: SCHEMA });
   await db.query(TRUTH_SQL);
 
-  const proxies = new Map<string, FaultProxy>();
+  const proxies = new Map<string, TcpProxy>();
   releases.push(async () => {
     for (const p of proxies.values()) await p.close();
   });
@@ -130,13 +135,11 @@ async function main(): Promise<number> {
   const broker: ChaosBroker = await startBroker(brokerKind, kafkaProxyPort);
   releases.push(() => broker.destroy());
   log(`private ${brokerKind} on 127.0.0.1:${broker.port}`);
-  if (brokerKind === 'kafka')
-    proxies.set('all>kafka', await FaultProxy.start('all>kafka', broker.port, kafkaProxyPort));
+  if (brokerKind === 'kafka') proxies.set('all>kafka', await proxyTo(broker.port, kafkaProxyPort));
   await broker.setup();
   for (const c of components) {
-    proxies.set(`${c.name}>pg`, await FaultProxy.start(`${c.name}>pg`, postgres.port));
-    if (brokerKind === 'nats')
-      proxies.set(`${c.name}>nats`, await FaultProxy.start(`${c.name}>nats`, broker.port));
+    proxies.set(`${c.name}>pg`, await proxyTo(postgres.port));
+    if (brokerKind === 'nats') proxies.set(`${c.name}>nats`, await proxyTo(broker.port));
   }
 
   // Components.

@@ -13,8 +13,8 @@ import { connectAsync, type MqttClient } from 'mqtt';
 import { createClient, type RedisArgument } from 'redis';
 import type { OutboxMessage, Publisher } from '../../src/index.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
-import { kafkaPublisher, partitionFor } from '../../src/publishers/kafka.js';
-import { mqttPublisher } from '../../src/publishers/mqtt.js';
+import { kafkaPublisher, partitionFor } from '../../src/publishers/kafka/index.js';
+import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { natsPublisher } from '../../src/publishers/nats.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
 import { redisPublisher } from '../../src/publishers/redis.js';
@@ -152,7 +152,7 @@ export const kafka: BrokerAdapter = {
     await admin.createTopics({ topics: [topic] });
     return {
       topic,
-      publisher: () => kafkaPublisher({ brokers: [KAFKA_BROKER], createTopics: true }),
+      publisher: () => kafkaPublisher({ url: [KAFKA_BROKER], createTopics: true }),
       async stored() {
         const meta = await admin.metadata({ topics: [topic] });
         const count = meta.topics.get(topic)?.partitionsCount ?? 1;

@@ -20,19 +20,19 @@ async function consume() {
     return consumeNats({
       inbox,
       handler,
-      servers: cfg.brokerUrl,
+      url: cfg.brokerUrl,
       stream: cfg.stream,
       durable: 'chaos',
       logger,
     });
   }
-  const { consumeKafka } = await import('../../dist/consumers/kafka.js');
+  const { consumeKafka } = await import('../../dist/consumers/kafka/index.js');
   return consumeKafka({
     inbox,
     handler,
-    brokers: [cfg.brokerUrl],
+    url: [cfg.brokerUrl],
     topic: cfg.topic,
-    groupId: 'chaos',
+    group: 'chaos',
     logger,
   });
 }

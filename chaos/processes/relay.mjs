@@ -7,8 +7,8 @@ async function publisher() {
     const { natsPublisher } = await import('../../dist/publishers/nats.js');
     return natsPublisher({ servers: cfg.brokerUrl, stream: cfg.stream });
   }
-  const { kafkaPublisher } = await import('../../dist/publishers/kafka.js');
-  return kafkaPublisher({ brokers: [cfg.brokerUrl] });
+  const { kafkaPublisher } = await import('../../dist/publishers/kafka/index.js');
+  return kafkaPublisher({ url: [cfg.brokerUrl] });
 }
 
 const pool = newPool(10);

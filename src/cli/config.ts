@@ -5,18 +5,24 @@
  *
  *   {
  *     "publishers": {
- *       "events": { "kind": "nats", "servers": "nats://127.0.0.1:4222", "stream": "ORDERS" },
- *       "audit":  { "kind": "kafka", "brokers": ["127.0.0.1:9092"] }
+ *       "events": { "kind": "nats", "url": "nats://127.0.0.1:4222", "stream": "ORDERS" },
+ *       "audit":  { "kind": "kafka", "url": ["127.0.0.1:9092"] }
  *     },
  *     "routes": [ { "match": { "aggregateType": "audit" }, "to": "audit", "topic": "audit-log" } ],
  *     "default": "events"
  *   }
+ *
+ * `url` is where every publisher's broker is; a NATS or Kafka publisher takes one or several
+ * (a list, or a comma-separated string). The earlier `servers` (NATS) and `brokers` (Kafka) are
+ * still read, with a deprecation warning naming the file and the field, until the next minor
+ * version.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, extname, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { CliError } from './common.js';
+import { type RenamedField, renamedConfigFields } from './config-renames.js';
 
 const nonEmpty = z.string().min(1);
 const list = z.union([nonEmpty, z.array(nonEmpty).min(1)]);
@@ -25,7 +31,7 @@ export const publisherSpecSchema = z.discriminatedUnion('kind', [
   z
     .object({
       kind: z.literal('nats'),
-      servers: list,
+      url: list,
       stream: nonEmpty.optional(),
       streamSubjects: z.array(nonEmpty).min(1).optional(),
     })
@@ -43,7 +49,7 @@ export const publisherSpecSchema = z.discriminatedUnion('kind', [
       message: 'give "secret" or "secretFile", not both',
       path: ['secretFile'],
     }),
-  z.object({ kind: z.literal('kafka'), brokers: list, clientId: nonEmpty.optional() }).strict(),
+  z.object({ kind: z.literal('kafka'), url: list, clientId: nonEmpty.optional() }).strict(),
   z.object({ kind: z.literal('rabbitmq'), url: nonEmpty, exchange: nonEmpty.optional() }).strict(),
   z.object({ kind: z.literal('redis'), url: nonEmpty }).strict(),
   z.object({ kind: z.literal('mqtt'), url: nonEmpty }).strict(),
@@ -122,6 +128,21 @@ export async function loadConfig(file: string): Promise<RelayConfig> {
     throw new CliError(`cannot read config file ${file}: ${(error as Error).message}${hint}`, 2, {
       cause: error,
     });
+  }
+  let renamed: RenamedField[];
+  ({ config: raw, renamed } = renamedConfigFields(raw));
+  for (const r of renamed) {
+    const where = `publishers.${r.publisher}`;
+    if (r.conflict) {
+      throw new CliError(
+        `config file ${file}: ${where}.${r.old}: is the deprecated spelling of "${r.name}", which is given too; keep "${r.name}" only`,
+        2,
+      );
+    }
+    process.emitWarning(
+      `config file ${file}: ${where}.${r.old} is deprecated, use "${r.name}" (the old spelling goes in the next minor version)`,
+      { type: 'DeprecationWarning', code: 'TXO_DEPRECATED_OPTION' },
+    );
   }
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) {

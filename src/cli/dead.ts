@@ -2,24 +2,15 @@
 
 import type { Command } from 'commander';
 import { type DeadEvent, listDead, replayDead } from '../ops/dead-letter.js';
-import {
-  addDatabaseOptions,
-  addLogLevelOption,
-  createLogger,
-  createPool,
-  type DatabaseOptions,
-  databaseUrl,
-  integerOption,
-  type LogLevelOptions,
-  usageError,
-} from './common.js';
+import { type DatabaseCommandOptions, withDatabaseOptions, withPool } from './command.js';
+import { integerOption, usageError } from './common.js';
 
-interface ListOptions extends DatabaseOptions, LogLevelOptions {
+interface ListOptions extends DatabaseCommandOptions {
   readonly json?: boolean;
   readonly limit: number;
 }
 
-interface ReplayCliOptions extends DatabaseOptions, LogLevelOptions {
+interface ReplayCliOptions extends DatabaseCommandOptions {
   readonly reason?: string;
   readonly all?: boolean;
   readonly actor?: string;
@@ -36,8 +27,7 @@ export function registerDead(program: Command): void {
     .description('list dead events, oldest first, with their last error')
     .option('--json', 'print a JSON array')
     .option('--limit <n>', 'at most this many (default 100)', integerOption(1, 100_000), 100);
-  addDatabaseOptions(list);
-  addLogLevelOption(list, 'warn');
+  withDatabaseOptions(list);
   list.action((options: ListOptions) => runList(options));
 
   const replay = dead
@@ -46,33 +36,29 @@ export function registerDead(program: Command): void {
     .option('--reason <text>', 'why (required; kept in the audit table)')
     .option('--all', 'replay every dead event')
     .option('--actor <name>', 'who (default: the database user)');
-  addDatabaseOptions(replay);
-  addLogLevelOption(replay, 'warn');
+  withDatabaseOptions(replay);
   replay.action((ids: string[], options: ReplayCliOptions) => runReplay(ids, options));
 }
 
 async function runList(options: ListOptions): Promise<void> {
-  const pool = createPool(databaseUrl(options), createLogger(options.logLevel), 1);
-  try {
+  await withPool(options, 1, async (pool) => {
     const events = await listDead(pool, { schema: options.schema, limit: options.limit });
     process.stdout.write(`${options.json ? JSON.stringify(events) : formatDead(events)}\n`);
-  } finally {
-    await pool.end();
-  }
+  });
 }
 
 async function runReplay(ids: string[], options: ReplayCliOptions): Promise<void> {
-  if (!options.reason) throw usageError('replay needs --reason "<why>"; it is kept in the audit table');
+  const reason = options.reason;
+  if (!reason) throw usageError('replay needs --reason "<why>"; it is kept in the audit table');
   if (options.all && ids.length > 0) throw usageError('give event ids or --all, not both');
   if (!options.all && ids.length === 0) throw usageError('give the event ids to replay, or --all');
   // An id given twice is one event (UUIDs in any case): counted once, replayed once.
   const eventIds = [...new Set(ids.map((id) => id.toLowerCase()))];
-  const pool = createPool(databaseUrl(options), createLogger(options.logLevel), 1);
-  try {
+  await withPool(options, 1, async (pool) => {
     const replayed = await replayDead(pool, {
       schema: options.schema,
       eventIds: options.all ? 'all' : eventIds,
-      reason: options.reason,
+      reason,
       actor: options.actor,
     });
     const skipped = options.all ? 0 : eventIds.length - replayed.length;
@@ -80,9 +66,7 @@ async function runReplay(ids: string[], options: ReplayCliOptions): Promise<void
       `Replayed ${replayed.length} dead event${replayed.length === 1 ? '' : 's'}` +
         `${skipped > 0 ? `; ${skipped} given id(s) were not dead` : ''}.\n`,
     );
-  } finally {
-    await pool.end();
-  }
+  });
 }
 
 function formatDead(events: readonly DeadEvent[]): string {

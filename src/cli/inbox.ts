@@ -11,19 +11,10 @@ import {
   releaseQuarantined,
   showQuarantined,
 } from '../inbox/quarantine.js';
-import {
-  addDatabaseOptions,
-  addLogLevelOption,
-  CliError,
-  createLogger,
-  createPool,
-  type DatabaseOptions,
-  databaseUrl,
-  type LogLevelOptions,
-  usageError,
-} from './common.js';
+import { type DatabaseCommandOptions, databaseCommand, withPool } from './command.js';
+import { CliError, usageError } from './common.js';
 
-interface Options extends DatabaseOptions, LogLevelOptions {
+interface Options extends DatabaseCommandOptions {
   readonly consumer?: string;
   readonly json?: boolean;
   readonly reason?: string;
@@ -56,43 +47,24 @@ function quarantineIds(ids: readonly string[]): string[] {
   return [...ids];
 }
 
-async function withPool<T>(
-  options: Options,
-  fn: (pool: ReturnType<typeof createPool>) => Promise<T>,
-): Promise<T> {
-  const pool = createPool(databaseUrl(options), createLogger(options.logLevel), 1);
-  try {
-    return await fn(pool);
-  } finally {
-    await pool.end();
-  }
-}
-
-function command(parent: Command, name: string, description: string): Command {
-  const c = parent.command(name).description(description);
-  addDatabaseOptions(c);
-  addLogLevelOption(c, 'warn');
-  return c;
-}
-
 export function registerInbox(program: Command): void {
   const inbox = program.command('inbox').description("a consumer's inbox: quarantined messages, pruning");
 
-  command(inbox, 'list', 'list quarantined messages, oldest first, with the reason')
+  databaseCommand(inbox, 'list', 'list quarantined messages, oldest first, with the reason')
     .option('--consumer <name>', 'only this consumer')
     .option('--json', 'print a JSON array')
     .action((o: Options) =>
-      withPool(o, async (pool) => {
+      withPool(o, 1, async (pool) => {
         const rows = await listQuarantine(pool, { schema: o.schema, consumer: o.consumer });
         process.stdout.write(`${o.json ? JSON.stringify(rows) : formatList(rows)}\n`);
       }),
     );
 
-  command(inbox, 'show <id>', 'one quarantined message, with its headers and payload')
+  databaseCommand(inbox, 'show <id>', 'one quarantined message, with its headers and payload')
     .option('--json', 'print JSON')
     .action((id: string, o: Options) => {
       quarantineIds([id]);
-      return withPool(o, async (pool) => {
+      return withPool(o, 1, async (pool) => {
         const m = await showQuarantined(pool, { schema: o.schema, id });
         if (!m) throw new CliError(`no quarantined message with id ${id}`, 1);
         const payload = m.payload ? Buffer.from(m.payload).toString('utf8') : '';
@@ -102,13 +74,17 @@ export function registerInbox(program: Command): void {
       });
     });
 
-  command(inbox, 'release <ids...>', 'release quarantined messages so the consumer handles them again')
+  databaseCommand(
+    inbox,
+    'release <ids...>',
+    'release quarantined messages so the consumer handles them again',
+  )
     .option('--reason <text>', 'why (required; kept in the audit table)')
     .option('--actor <name>', 'who (default: the database user)')
     .action((ids: string[], o: Options) => {
       if (!o.reason) throw usageError('release needs --reason "<why>"; it is kept in the audit table');
       const given = quarantineIds(ids);
-      return withPool(o, async (pool) => {
+      return withPool(o, 1, async (pool) => {
         const released = await releaseQuarantined(pool, {
           schema: o.schema,
           ids: given,
@@ -121,13 +97,17 @@ export function registerInbox(program: Command): void {
       });
     });
 
-  command(inbox, 'prune', 'delete dedup records older than --older-than (never inside the replay horizon)')
+  databaseCommand(
+    inbox,
+    'prune',
+    'delete dedup records older than --older-than (never inside the replay horizon)',
+  )
     .option('--older-than <duration>', 'e.g. 30d')
     .option('--replay-horizon <duration>', 'how far back a broker may redeliver, e.g. 7d (required)')
     .action((o: Options) => {
       const olderThanMs = parseDuration('--older-than', o.olderThan);
       const replayHorizonMs = parseDuration('--replay-horizon', o.replayHorizon);
-      return withPool(o, async (pool) => {
+      return withPool(o, 1, async (pool) => {
         const n = await pruneInbox(pool, { schema: o.schema, olderThanMs, replayHorizonMs });
         process.stdout.write(`Pruned ${n} dedup record(s).\n`);
       });

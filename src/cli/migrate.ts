@@ -3,18 +3,10 @@
 import type { Command } from 'commander';
 import { outboxStatus } from '../ops/status.js';
 import { migrate, migrationSql } from '../schema/migrate.js';
-import {
-  addDatabaseOptions,
-  addLogLevelOption,
-  createLogger,
-  createPool,
-  type DatabaseOptions,
-  databaseUrl,
-  integerOption,
-  type LogLevelOptions,
-} from './common.js';
+import { type DatabaseCommandOptions, withDatabaseOptions, withPool } from './command.js';
+import { integerOption } from './common.js';
 
-interface MigrateCliOptions extends DatabaseOptions, LogLevelOptions {
+interface MigrateCliOptions extends DatabaseCommandOptions {
   readonly partitions?: number;
 }
 
@@ -28,24 +20,18 @@ export function registerMigrate(program: Command): void {
       'partition count, fixed when the schema is created (default 16)',
       integerOption(1, 1024),
     );
-  addDatabaseOptions(command);
-  addLogLevelOption(command, 'warn');
+  withDatabaseOptions(command);
   command.action((options: MigrateCliOptions) => runMigrate(options));
 }
 
 async function runMigrate(options: MigrateCliOptions): Promise<void> {
-  const url = databaseUrl(options);
-  const logger = createLogger(options.logLevel);
-  const pool = createPool(url, logger, 2);
-  try {
+  await withPool(options, 2, async (pool) => {
     const result = await migrate(pool, { schema: options.schema, partitions: options.partitions });
     const status = await outboxStatus(pool, { schema: options.schema });
     process.stdout.write(
       `${describeResult(options.schema, result.applied, result.current, status.partitions.length)}\n`,
     );
-  } finally {
-    await pool.end();
-  }
+  });
 }
 
 function describeResult(

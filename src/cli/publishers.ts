@@ -45,7 +45,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
     case 'nats': {
       const { natsPublisher } = await importNats();
       return natsPublisher({
-        servers: list(spec.servers),
+        servers: list(spec.url),
         stream: spec.stream,
         streamSubjects: spec.streamSubjects,
       });
@@ -65,8 +65,8 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
       return webhookPublisher({ endpoints: spec.url, secret });
     }
     case 'kafka': {
-      const { kafkaPublisher } = await load('kafka', () => import('../publishers/kafka.js'));
-      return kafkaPublisher({ brokers: list(spec.brokers), clientId: spec.clientId });
+      const { kafkaPublisher } = await load('kafka', () => import('../publishers/kafka/index.js'));
+      return kafkaPublisher({ url: list(spec.url), clientId: spec.clientId });
     }
     case 'rabbitmq': {
       const { rabbitmqPublisher } = await load('rabbitmq', () => import('../publishers/rabbitmq.js'));
@@ -80,7 +80,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
       return redisPublisher({ url: spec.url });
     }
     case 'mqtt': {
-      const { mqttPublisher } = await load('mqtt', () => import('../publishers/mqtt.js'));
+      const { mqttPublisher } = await load('mqtt', () => import('../publishers/mqtt/index.js'));
       return mqttPublisher({ url: spec.url });
     }
   }

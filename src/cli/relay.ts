@@ -10,16 +10,13 @@ import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import { warnSecretsOnCommandLine } from './argv-secrets.js';
+import { type DatabaseCommandOptions, withDatabaseOptions } from './command.js';
 import {
-  addDatabaseOptions,
-  addLogLevelOption,
   createLogger,
   createPool,
-  type DatabaseOptions,
   databaseUrl,
   EXIT_INTERRUPTED,
   integerOption,
-  type LogLevelOptions,
   nonEmptyOption,
   usageError,
 } from './common.js';
@@ -31,7 +28,7 @@ import { WEBHOOK_SECRET_ENV, webhookSecretFromFlags } from './webhook-secret.js'
 /** How long the first SIGTERM/SIGINT lets the batch in flight finish. */
 const STOP_TIMEOUT_MS = 30_000;
 
-interface RelayCliOptions extends DatabaseOptions, LogLevelOptions {
+interface RelayCliOptions extends DatabaseCommandOptions {
   readonly nats?: string;
   readonly natsStream?: string;
   readonly natsSubjects?: string[];
@@ -98,8 +95,7 @@ export function registerRelay(program: Command): void {
       nonEmptyOption,
     )
     .option('--no-listen', 'do not LISTEN for NOTIFY wake-ups from producers; rely on polling');
-  addDatabaseOptions(command);
-  addLogLevelOption(command, 'info');
+  withDatabaseOptions(command, 'info');
   command.action((options: RelayCliOptions) => runRelay(options));
 }
 
@@ -199,7 +195,7 @@ async function publisherSource(options: RelayCliOptions): Promise<Source> {
 
 function specFromFlags(options: RelayCliOptions): PublisherSpec {
   if (options.webhook !== undefined) return { kind: 'webhook', url: checkedWebhookUrl(options.webhook) };
-  if (options.kafka !== undefined) return { kind: 'kafka', brokers: nonEmptyList('--kafka', options.kafka) };
+  if (options.kafka !== undefined) return { kind: 'kafka', url: nonEmptyList('--kafka', options.kafka) };
   if (options.rabbitmq !== undefined) {
     return {
       kind: 'rabbitmq',
@@ -211,7 +207,7 @@ function specFromFlags(options: RelayCliOptions): PublisherSpec {
   if (options.mqtt !== undefined) return { kind: 'mqtt', url: options.mqtt };
   return {
     kind: 'nats',
-    servers: nonEmptyList('--nats', options.nats ?? ''),
+    url: nonEmptyList('--nats', options.nats ?? ''),
     ...(options.natsStream === undefined ? {} : { stream: options.natsStream }),
     ...(options.natsSubjects === undefined ? {} : { streamSubjects: options.natsSubjects }),
   };
@@ -269,7 +265,7 @@ function describe(spec: PublisherSpec): Record<string, string> {
     case 'nats':
       return {
         type: 'nats',
-        servers: commaList(typeof spec.servers === 'string' ? spec.servers : spec.servers.join(','))
+        servers: commaList(typeof spec.url === 'string' ? spec.url : spec.url.join(','))
           .map((server) => redactUrl(server))
           .join(','),
         ...(spec.stream ? { stream: spec.stream } : {}),
@@ -277,7 +273,7 @@ function describe(spec: PublisherSpec): Record<string, string> {
     case 'kafka':
       return {
         type: 'kafka',
-        brokers: typeof spec.brokers === 'string' ? spec.brokers : spec.brokers.join(','),
+        brokers: typeof spec.url === 'string' ? spec.url : spec.url.join(','),
       };
     default:
       return { type: spec.kind, url: redactUrl(spec.url) };

@@ -2,17 +2,9 @@
 
 import type { Command } from 'commander';
 import { type OutboxStatus, outboxStatus, type PartitionStatus } from '../ops/status.js';
-import {
-  addDatabaseOptions,
-  addLogLevelOption,
-  createLogger,
-  createPool,
-  type DatabaseOptions,
-  databaseUrl,
-  type LogLevelOptions,
-} from './common.js';
+import { type DatabaseCommandOptions, withDatabaseOptions, withPool } from './command.js';
 
-interface StatusCliOptions extends DatabaseOptions, LogLevelOptions {
+interface StatusCliOptions extends DatabaseCommandOptions {
   readonly json?: boolean;
 }
 
@@ -22,23 +14,18 @@ export function registerStatus(program: Command): void {
     .command('status')
     .description('show pending and dead events, the oldest pending age, partition owners and relays')
     .option('--json', 'print one JSON object instead of a table');
-  addDatabaseOptions(command);
-  addLogLevelOption(command, 'warn');
+  withDatabaseOptions(command);
   command.action((options: StatusCliOptions) => runStatus(options));
 }
 
 async function runStatus(options: StatusCliOptions): Promise<void> {
-  const url = databaseUrl(options);
-  const pool = createPool(url, createLogger(options.logLevel), 1);
-  try {
+  await withPool(options, 1, async (pool) => {
     const status = await outboxStatus(pool, { schema: options.schema });
     const text = options.json
       ? JSON.stringify({ schema: options.schema, ...status })
       : formatStatus(options.schema, status);
     process.stdout.write(`${text}\n`);
-  } finally {
-    await pool.end();
-  }
+  });
 }
 
 /** The human view: summary, partitions grouped by owner, relays. */

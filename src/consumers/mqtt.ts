@@ -19,50 +19,22 @@
  * on the resumed session (the inbox deduplicates them). A message without a tx-outbox envelope
  * cannot be deduplicated nor quarantined: it is acked (dropped) and logged.
  */
-import { connect, type IClientOptions, type IPublishPacket, type MqttClient } from 'mqtt';
-import { errorMessage, OutboxValidationError } from '../errors.js';
-import type { Inbox, InboxHandler } from '../inbox/inbox.js';
+import { connect, type IPublishPacket, type MqttClient } from 'mqtt';
+import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
-import { type Logger, silentLogger } from '../logger.js';
-import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { sleep } from '../sleep.js';
-import { aggregateKey, type Consumer } from './consumer.js';
-import { type DeferPolicy, deferDelay, deferPolicy } from './defer.js';
+import { handleAttempt } from './attempt.js';
+import type { Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
+import { ConsumerLifecycle } from './lifecycle.js';
+import {
+  type MqttConsumerOptions,
+  type ResolvedMqttConsumerOptions,
+  resolveMqttConsumerOptions,
+} from './mqtt-options.js';
 
 export type { Consumer } from './consumer.js';
-
-export interface MqttConsumerOptions<T = unknown> {
-  readonly inbox: Inbox<T>;
-  readonly handler: InboxHandler<T>;
-  /** Broker URL, e.g. `mqtt://127.0.0.1:1883`; the adapter owns (and ends) this client. */
-  readonly url?: string;
-  /**
-   * An existing MQTT.js client (MQTT 5, `clean: false`) instead of `url`; never ended by the
-   * adapter. Its acks are taken over: give it to one consumer only.
-   */
-  readonly client?: MqttClient;
-  /** Extra MQTT.js options for the client made from `url` (auth, TLS …). */
-  readonly clientOptions?: Omit<
-    IClientOptions,
-    'protocolVersion' | 'clean' | 'clientId' | 'customHandleAcks'
-  >;
-  /** Topic filter to subscribe to at QoS 1 (wildcards allowed). */
-  readonly topic: string;
-  /** Fixed client id: the broker keeps the session (subscription, unacked messages) under it. */
-  readonly clientId: string;
-  /** Session expiry interval of the client made from `url`, in seconds. Default 86 400 (1 day). */
-  readonly sessionExpirySeconds?: number;
-  /** Deliveries handled at once (across aggregates). Default 16. */
-  readonly concurrency?: number;
-  /** Delay before a deferred delivery is handled again, in ms; it doubles with each deferral in a row. Default 1000. */
-  readonly deferMs?: number;
-  /** Upper bound of that delay, in ms. Default 10 000. */
-  readonly deferCapMs?: number;
-  /** Aborting it stops the consumer (like `stop()`). */
-  readonly signal?: AbortSignal;
-  readonly logger?: Logger;
-}
+export type { MqttConsumerOptions } from './mqtt-options.js';
 
 type SendPacket = (packet: { cmd: string; messageId?: number }, cb?: (error?: Error) => void) => void;
 
@@ -75,22 +47,19 @@ type SendPacket = (packet: { cmd: string; messageId?: number }, cb?: (error?: Er
  * await consumer.stop();
  */
 export async function consumeMqtt<T = unknown>(options: MqttConsumerOptions<T>): Promise<Consumer> {
-  validate(options);
-  const owned = options.client === undefined;
+  const o = resolveMqttConsumerOptions(options);
+  const owned = o.client === undefined;
   const client =
-    options.client ??
-    connect(options.url!, {
+    o.client ??
+    connect(o.url!, {
       reconnectPeriod: 1000,
-      ...options.clientOptions,
+      ...o.clientOptions,
       protocolVersion: 5,
       clean: false,
-      clientId: options.clientId,
-      properties: {
-        ...options.clientOptions?.properties,
-        sessionExpiryInterval: options.sessionExpirySeconds ?? 86_400,
-      },
+      clientId: o.clientId,
+      properties: { ...o.clientOptions?.properties, sessionExpiryInterval: o.sessionExpirySeconds },
     });
-  const adapter = new MqttConsumer(client, owned, options, options.logger ?? silentLogger);
+  const adapter = new MqttConsumer(client, owned, o);
   try {
     await adapter.start();
     return adapter;
@@ -100,48 +69,28 @@ export async function consumeMqtt<T = unknown>(options: MqttConsumerOptions<T>):
   }
 }
 
-function validate(options: MqttConsumerOptions<never>): void {
-  checkInboxAndHandler(options);
-  const hasUrl = typeof options.url === 'string' && options.url !== '';
-  checkExactlyOne('url', 'client', hasUrl, options.client !== undefined);
-  if (hasUrl && !URL.canParse(options.url!))
-    throw new OutboxValidationError('url', 'is not a URL', 'Give e.g. mqtt://127.0.0.1:1883.');
-  checkNames(options, ['topic', 'clientId']);
-  checkIntegers(
-    options,
-    { concurrency: 1, deferMs: 0, deferCapMs: 0, sessionExpirySeconds: 0 },
-    'Use a non-negative integer.',
-  );
-}
-
 class MqttConsumer<T> implements Consumer {
   readonly #queue: KeyedQueue;
-  readonly #defer: DeferPolicy;
-  /** Aborted by stop(): deferred deliveries stop waiting. */
-  readonly #halt = new AbortController();
-  readonly #inFlight = new Set<Promise<void>>();
+  readonly #life: ConsumerLifecycle;
   /** Deliveries being handled, by packet id: their PUBACK waits for them. */
   readonly #handling = new Map<number, Promise<boolean>>();
   /** Bumped on every (re)connection: a PUBACK of an older connection is never sent. */
   #generation = 0;
-  #stopping: Promise<void> | undefined;
   #originalSend: SendPacket | undefined;
-  readonly #onAbort = (): void => void this.stop();
   readonly #onConnect = (): void => {
     this.#generation += 1;
   };
   readonly #onError = (error: Error): void => {
-    this.logger.warn({ err: error, topic: this.o.topic }, 'MQTT consumer connection error');
+    this.o.logger.warn({ err: error, topic: this.o.topic }, 'MQTT consumer connection error');
   };
 
   constructor(
     private readonly client: MqttClient,
     private readonly owned: boolean,
-    private readonly o: MqttConsumerOptions<T>,
-    private readonly logger: Logger,
+    private readonly o: ResolvedMqttConsumerOptions<T>,
   ) {
-    this.#queue = new KeyedQueue(o.concurrency ?? 16);
-    this.#defer = deferPolicy(o);
+    this.#queue = new KeyedQueue(o.concurrency);
+    this.#life = new ConsumerLifecycle(o.signal, () => this.#shutdown());
   }
 
   async start(): Promise<void> {
@@ -184,19 +133,15 @@ class MqttConsumer<T> implements Consumer {
     const code = granted[0]?.qos;
     if (code === undefined || code > 2)
       throw new Error(`The broker refused the subscription to ${this.o.topic} (reason ${String(code)})`);
-    if (this.o.signal?.aborted) void this.stop();
-    else this.o.signal?.addEventListener('abort', this.#onAbort, { once: true });
+    this.#life.started();
   }
 
   stop(): Promise<void> {
-    this.#stopping ??= this.#shutdown();
-    return this.#stopping;
+    return this.#life.stop();
   }
 
   async #shutdown(): Promise<void> {
-    this.o.signal?.removeEventListener('abort', this.#onAbort);
-    this.#halt.abort();
-    while (this.#inFlight.size > 0) await Promise.all(this.#inFlight);
+    await this.#life.settled();
     const client = this.client;
     client.off('connect', this.#onConnect);
     client.off('error', this.#onError);
@@ -211,16 +156,14 @@ class MqttConsumer<T> implements Consumer {
   }
 
   #receive(packet: IPublishPacket, payload: Buffer): void {
-    if (this.#stopping) {
+    if (this.#life.stopping) {
       // Left unacked: redelivered to the next session.
       if (packet.messageId !== undefined) this.#handling.set(packet.messageId, Promise.resolve(false));
       return;
     }
     const task = this.#deliver(packet, payload);
     if (packet.messageId !== undefined) this.#handling.set(packet.messageId, task);
-    const done = task.then(() => undefined);
-    this.#inFlight.add(done);
-    void done.finally(() => this.#inFlight.delete(done));
+    this.#life.track(task.then(() => undefined));
   }
 
   /** Handles a delivery; resolves true when it may be acked. */
@@ -233,24 +176,16 @@ class MqttConsumer<T> implements Consumer {
       message = fromEnvelope(headers, payload);
     } catch (error) {
       const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
-      this.logger.error({ topic: packet.topic, reason }, 'message dropped');
+      this.o.logger.error({ topic: packet.topic, reason }, 'message dropped');
       return true;
     }
     for (;;) {
-      let delay = this.#defer.deferMs;
-      try {
-        const result = await this.#queue.run(aggregateKey(message), () =>
-          this.o.inbox.handle(message, this.o.handler),
-        );
-        if (result.status !== 'deferred') return true;
-        delay = deferDelay(this.#defer, result.attempts);
-      } catch (error) {
-        // Nothing was committed: handle it again later.
-        this.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; retrying later');
-      }
-      if (this.#stopping) return false;
-      await sleep(delay, this.#halt.signal);
-      if (this.#stopping) return false;
+      // Deferred, or the inbox failed (nothing was committed): handle it again later.
+      const delay = await handleAttempt(this.#queue, this.o, message, 'inbox failed; retrying later');
+      if (delay === undefined) return true;
+      if (this.#life.stopping) return false;
+      await sleep(delay, this.#life.halt);
+      if (this.#life.stopping) return false;
     }
   }
 }

@@ -12,45 +12,21 @@
  * envelope is rejected without requeue (dead-lettered when the queue has a dead-letter
  * exchange, dropped otherwise) and logged.
  */
-import {
-  type Channel,
-  type ConfirmChannel,
-  type ConsumeMessage,
-  connect,
-  type Options,
-  type SocketOptions,
-} from 'amqplib';
+import { type Channel, type ConfirmChannel, type ConsumeMessage, connect } from 'amqplib';
 import { errorMessage } from '../errors.js';
-import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
-import { type Logger, silentLogger } from '../logger.js';
-import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import type { AmqpConnection } from '../publishers/rabbitmq.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
+import { ConsumerLifecycle } from './lifecycle.js';
+import {
+  type RabbitMqConsumerOptions,
+  type ResolvedRabbitMqConsumerOptions,
+  resolveRabbitMqConsumerOptions,
+} from './rabbitmq-options.js';
 
 export type { Consumer } from './consumer.js';
-
-export interface RabbitMqConsumerOptions<T = unknown> {
-  readonly inbox: Inbox<T>;
-  readonly handler: InboxHandler<T>;
-  /** Broker URL or amqplib connect object; the adapter owns (and closes) this connection. */
-  readonly url?: string | Options.Connect;
-  readonly socketOptions?: SocketOptions;
-  /** An existing connection instead of `url`: the adapter opens (and closes) its own channel on it, never the connection. */
-  readonly connection?: AmqpConnection;
-  /** The queue to consume (it must exist). */
-  readonly queue: string;
-  /** Unacknowledged deliveries the broker sends at once. Default 32. */
-  readonly prefetch?: number;
-  /** Deliveries handled at once (across aggregates). Default 16. */
-  readonly concurrency?: number;
-  /** Delay before a deferred delivery is requeued, in ms. Default 1000. */
-  readonly deferMs?: number;
-  /** Aborting it stops the consumer (like `stop()`). */
-  readonly signal?: AbortSignal;
-  readonly logger?: Logger;
-}
+export type { RabbitMqConsumerOptions } from './rabbitmq-options.js';
 
 /**
  * Consumes a RabbitMQ queue through the inbox.
@@ -61,17 +37,15 @@ export interface RabbitMqConsumerOptions<T = unknown> {
  * await consumer.stop();
  */
 export async function consumeRabbitMq<T = unknown>(options: RabbitMqConsumerOptions<T>): Promise<Consumer> {
-  validate(options);
-  const logger = options.logger ?? silentLogger;
-  const owned = options.connection === undefined;
-  const connection: AmqpConnection =
-    options.connection ?? (await connect(options.url!, options.socketOptions));
+  const o = resolveRabbitMqConsumerOptions(options);
+  const owned = o.client === undefined;
+  const connection: AmqpConnection = o.client ?? (await connect(o.url!, o.clientOptions));
   let channel: Channel | undefined;
   try {
     channel = await connection.createChannel();
-    await channel.checkQueue(options.queue);
-    await channel.prefetch(options.prefetch ?? 32);
-    const adapter = new RabbitMqConsumer(connection, owned, channel, options, logger);
+    await channel.checkQueue(o.queue);
+    await channel.prefetch(o.prefetch);
+    const adapter = new RabbitMqConsumer(connection, owned, channel, o);
     await adapter.start();
     return adapter;
   } catch (error) {
@@ -79,18 +53,6 @@ export async function consumeRabbitMq<T = unknown>(options: RabbitMqConsumerOpti
     if (owned) await connection.close().catch(() => undefined);
     throw error;
   }
-}
-
-function validate(options: RabbitMqConsumerOptions<never>): void {
-  checkInboxAndHandler(options);
-  checkExactlyOne(
-    'url',
-    'connection',
-    options.url !== undefined && options.url !== '',
-    options.connection !== undefined,
-  );
-  checkNames(options, ['queue']);
-  checkIntegers(options, { prefetch: 1, concurrency: 1, deferMs: 0 });
 }
 
 /** AMQP header values as strings (amqplib may decode strings as Buffers, numbers as numbers). */
@@ -111,14 +73,11 @@ function headerStrings(msg: ConsumeMessage): Record<string, string> {
 
 class RabbitMqConsumer<T> implements Consumer {
   readonly #queue: KeyedQueue;
-  readonly #inFlight = new Set<Promise<void>>();
+  readonly #life: ConsumerLifecycle;
   /** Deferred deliveries waiting for their requeue. */
   readonly #timers = new Map<NodeJS.Timeout, ConsumeMessage>();
   #tag: string | undefined;
-  #stopping: Promise<void> | undefined;
   #closed = false;
-  readonly #onAbort = (): void => void this.stop();
-  readonly #deferMs: number;
   /** Publishes deferred copies to the tail of the queue; opened at the first deferral. */
   #republisher: Promise<Republisher> | undefined;
 
@@ -126,16 +85,15 @@ class RabbitMqConsumer<T> implements Consumer {
     private readonly connection: AmqpConnection,
     private readonly owned: boolean,
     private readonly channel: Channel,
-    private readonly o: RabbitMqConsumerOptions<T>,
-    private readonly logger: Logger,
+    private readonly o: ResolvedRabbitMqConsumerOptions<T>,
   ) {
-    this.#queue = new KeyedQueue(o.concurrency ?? 16);
-    this.#deferMs = o.deferMs ?? 1000;
+    this.#queue = new KeyedQueue(o.concurrency);
+    this.#life = new ConsumerLifecycle(o.signal, () => this.#shutdown());
   }
 
   async start(): Promise<void> {
     this.channel.on('error', (error: unknown) => {
-      this.logger.error({ err: error, queue: this.o.queue }, 'RabbitMQ consumer channel error');
+      this.o.logger.error({ err: error, queue: this.o.queue }, 'RabbitMQ consumer channel error');
     });
     this.channel.on('close', () => {
       this.#closed = true;
@@ -144,26 +102,23 @@ class RabbitMqConsumer<T> implements Consumer {
       noAck: false,
     });
     this.#tag = consumerTag;
-    if (this.o.signal?.aborted) void this.stop();
-    else this.o.signal?.addEventListener('abort', this.#onAbort, { once: true });
+    this.#life.started();
   }
 
   stop(): Promise<void> {
-    this.#stopping ??= this.#shutdown();
-    return this.#stopping;
+    return this.#life.stop();
   }
 
   async #shutdown(): Promise<void> {
-    this.o.signal?.removeEventListener('abort', this.#onAbort);
     if (this.#tag !== undefined && !this.#closed) await this.channel.cancel(this.#tag).catch(() => undefined);
-    await Promise.all(this.#inFlight);
+    await this.#life.settled();
     // Deferred deliveries go back to the queue now rather than after their delay.
     for (const [timer, msg] of this.#timers) {
       clearTimeout(timer);
       this.#settle(() => this.channel.nack(msg, false, true));
     }
     this.#timers.clear();
-    await Promise.all(this.#inFlight);
+    await this.#life.settled();
     if (this.#republisher) await this.#dropRepublisher(this.#republisher);
     if (!this.#closed) await this.channel.close().catch(() => undefined);
     if (this.owned) await this.connection.close().catch(() => undefined);
@@ -172,17 +127,15 @@ class RabbitMqConsumer<T> implements Consumer {
   #onMessage(msg: ConsumeMessage | null): void {
     if (msg === null) {
       // The broker cancelled the consumer (queue deleted …).
-      if (!this.#stopping)
-        this.logger.error({ queue: this.o.queue }, 'RabbitMQ consumer cancelled by the broker');
+      if (!this.#life.stopping)
+        this.o.logger.error({ queue: this.o.queue }, 'RabbitMQ consumer cancelled by the broker');
       return;
     }
-    if (this.#stopping) {
+    if (this.#life.stopping) {
       this.#settle(() => this.channel.nack(msg, false, true));
       return;
     }
-    const task = this.#deliver(msg);
-    this.#inFlight.add(task);
-    void task.finally(() => this.#inFlight.delete(task));
+    this.#life.track(this.#deliver(msg));
   }
 
   /** Acks/nacks; a closed channel makes the broker requeue anyway, so errors are only logged. */
@@ -191,21 +144,19 @@ class RabbitMqConsumer<T> implements Consumer {
     try {
       action();
     } catch (error) {
-      this.logger.warn({ err: error, queue: this.o.queue }, 'RabbitMQ ack/nack failed');
+      this.o.logger.warn({ err: error, queue: this.o.queue }, 'RabbitMQ ack/nack failed');
     }
   }
 
   #requeueLater(msg: ConsumeMessage): void {
-    if (this.#stopping || this.#deferMs === 0) {
+    if (this.#life.stopping || this.o.deferMs === 0) {
       this.#settle(() => this.channel.nack(msg, false, true));
       return;
     }
     const timer = setTimeout(() => {
       this.#timers.delete(timer);
-      const task = this.#toTail(msg);
-      this.#inFlight.add(task);
-      void task.finally(() => this.#inFlight.delete(task));
-    }, this.#deferMs);
+      this.#life.track(this.#toTail(msg));
+    }, this.o.deferMs);
     this.#timers.set(timer, msg);
   }
 
@@ -237,7 +188,10 @@ class RabbitMqConsumer<T> implements Consumer {
     } catch (error) {
       // Not published, or not known to be: the delivery goes back (a late copy is a duplicate,
       // which the inbox answers as such).
-      this.logger.warn({ err: error, queue: this.o.queue }, 'deferred copy not published; requeued instead');
+      this.o.logger.warn(
+        { err: error, queue: this.o.queue },
+        'deferred copy not published; requeued instead',
+      );
       await this.#dropRepublisher(pending);
       this.#settle(() => this.channel.nack(msg, false, true));
     }
@@ -262,11 +216,11 @@ class RabbitMqConsumer<T> implements Consumer {
    * consumer's acks must still get through.
    */
   async #openRepublisher(): Promise<Republisher> {
-    const connection = this.owned ? await connect(this.o.url!, this.o.socketOptions) : undefined;
+    const connection = this.owned ? await connect(this.o.url!, this.o.clientOptions) : undefined;
     try {
       const channel = await (connection ?? this.connection).createConfirmChannel();
       channel.on('error', (error: unknown) => {
-        this.logger.warn({ err: error, queue: this.o.queue }, 'RabbitMQ deferral channel error');
+        this.o.logger.warn({ err: error, queue: this.o.queue }, 'RabbitMQ deferral channel error');
       });
       return { channel, connection };
     } catch (error) {
@@ -290,7 +244,7 @@ class RabbitMqConsumer<T> implements Consumer {
       message = fromEnvelope(headerStrings(msg), msg.content);
     } catch (error) {
       const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
-      this.logger.error(
+      this.o.logger.error(
         {
           queue: this.o.queue,
           messageId: msg.properties.messageId,
@@ -310,7 +264,7 @@ class RabbitMqConsumer<T> implements Consumer {
       else this.#settle(() => this.channel.ack(msg));
     } catch (error) {
       // The inbox itself failed (database down …): nothing was committed, redeliver later.
-      this.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; redelivering later');
+      this.o.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; redelivering later');
       this.#requeueLater(msg);
     }
   }

@@ -8,49 +8,22 @@
  * pending entries of consumers that died). An entry without a tx-outbox envelope cannot
  * be deduplicated nor quarantined (no event id): it is logged and acknowledged.
  */
-import { createClient, RESP_TYPES, type RedisArgument, type RedisClientOptions } from 'redis';
+import { createClient, RESP_TYPES, type RedisArgument } from 'redis';
 import { errorMessage } from '../errors.js';
-import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
-import { type Logger, silentLogger } from '../logger.js';
-import { checkExactlyOne, checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { PAYLOAD_FIELD } from '../publishers/redis.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
+import { ConsumerLifecycle } from './lifecycle.js';
+import {
+  type RedisClient as Client,
+  type RedisConsumerOptions,
+  type ResolvedRedisConsumerOptions,
+  resolveRedisConsumerOptions,
+} from './redis-options.js';
 
 export type { Consumer } from './consumer.js';
-
-type Client = ReturnType<typeof createClient>;
-
-export interface RedisConsumerOptions<T = unknown> {
-  readonly inbox: Inbox<T>;
-  readonly handler: InboxHandler<T>;
-  /** `redis[s]://…`; the adapter owns (and closes) its clients. */
-  readonly url?: string;
-  /**
-   * An existing node-redis client instead of `url` (never closed by the adapter); it is
-   * `duplicate()`d for the blocking reads.
-   */
-  readonly client?: Client;
-  readonly clientOptions?: Omit<RedisClientOptions, 'url'>;
-  readonly stream: string;
-  readonly group: string;
-  /** This instance's name in the group: unique per running instance. */
-  readonly consumerName: string;
-  /** Where a group created here starts: `0` (the whole stream, default) or `$` (new entries only). */
-  readonly startId?: string;
-  /** Entries handled at once (across aggregates). Default 16. */
-  readonly concurrency?: number;
-  /** BLOCK of each XREADGROUP, in ms. Default 1000. */
-  readonly blockMs?: number;
-  /** Pending entries idle longer than this are claimed again (deferred ones, those of dead consumers). Default 30 000. */
-  readonly claimIdleMs?: number;
-  /** How often XAUTOCLAIM runs, in ms. Default `claimIdleMs / 2` (at least 100). */
-  readonly claimIntervalMs?: number;
-  /** Aborting it stops the consumer (like `stop()`). */
-  readonly signal?: AbortSignal;
-  readonly logger?: Logger;
-}
+export type { RedisConsumerOptions } from './redis-options.js';
 
 type Fields = Record<string, Buffer>;
 interface Entry {
@@ -68,14 +41,14 @@ const AS_BUFFERS = { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer } } as cons
  * const consumer = await consumeRedis({ inbox, handler, url: 'redis://127.0.0.1:6379', stream: 'orders', group: 'inventory', consumerName: hostname() });
  */
 export async function consumeRedis<T = unknown>(options: RedisConsumerOptions<T>): Promise<Consumer> {
-  validate(options);
+  const o = resolveRedisConsumerOptions(options);
   const owned: Client[] = [];
   try {
     let main: Client;
-    if (options.client) {
-      main = options.client;
+    if (o.client) {
+      main = o.client;
     } else {
-      main = createClient({ ...options.clientOptions, url: options.url! });
+      main = createClient({ ...o.clientOptions, url: o.url! });
       owned.push(main);
     }
     main.on('error', noop);
@@ -85,18 +58,11 @@ export async function consumeRedis<T = unknown>(options: RedisConsumerOptions<T>
     if (!main.isOpen) await main.connect();
     await reader.connect();
     try {
-      await main.sendCommand([
-        'XGROUP',
-        'CREATE',
-        options.stream,
-        options.group,
-        options.startId ?? '0',
-        'MKSTREAM',
-      ]);
+      await main.sendCommand(['XGROUP', 'CREATE', o.stream, o.group, o.startId, 'MKSTREAM']);
     } catch (error) {
       if (!errorMessage(error).startsWith('BUSYGROUP')) throw error;
     }
-    const consumer = new RedisConsumer(main, reader, owned, options);
+    const consumer = new RedisConsumer(main, reader, owned, o);
     consumer.start();
     return consumer;
   } catch (error) {
@@ -107,69 +73,46 @@ export async function consumeRedis<T = unknown>(options: RedisConsumerOptions<T>
 
 const noop = (): void => {};
 
-function validate(options: RedisConsumerOptions<never>): void {
-  checkInboxAndHandler(options);
-  checkExactlyOne(
-    'url',
-    'client',
-    options.url !== undefined && options.url !== '',
-    options.client !== undefined,
-  );
-  checkNames(options, ['stream', 'group', 'consumerName']);
-  checkIntegers(options, { concurrency: 1, blockMs: 1, claimIdleMs: 1, claimIntervalMs: 1 });
-}
-
 class RedisConsumer<T> implements Consumer {
   readonly #queue: KeyedQueue;
-  readonly #concurrency: number;
-  readonly #logger: Logger;
+  readonly #life: ConsumerLifecycle;
   /** Entry ids being handled here: a claim never hands them over twice. */
   readonly #handling = new Map<string, Promise<void>>();
   #loop: Promise<void> | undefined;
   #claimTimer: NodeJS.Timeout | undefined;
   #claiming: Promise<void> | undefined;
-  #stopped = false;
-  #stopping: Promise<void> | undefined;
-  readonly #onAbort = (): void => void this.stop();
 
   constructor(
     private readonly main: Client,
     private readonly reader: Client,
     private readonly owned: Client[],
-    private readonly o: RedisConsumerOptions<T>,
+    private readonly o: ResolvedRedisConsumerOptions<T>,
   ) {
-    this.#concurrency = o.concurrency ?? 16;
-    this.#queue = new KeyedQueue(this.#concurrency);
-    this.#logger = o.logger ?? silentLogger;
+    this.#queue = new KeyedQueue(o.concurrency);
+    this.#life = new ConsumerLifecycle(o.signal, () => this.#shutdown());
   }
 
   start(): void {
     this.#loop = this.#run();
-    const idle = this.o.claimIdleMs ?? 30_000;
-    const every = this.o.claimIntervalMs ?? Math.max(100, Math.floor(idle / 2));
     this.#claimTimer = setInterval(() => {
-      this.#claiming ??= this.#claim(idle).finally(() => {
+      this.#claiming ??= this.#claim(this.o.claimIdleMs).finally(() => {
         this.#claiming = undefined;
       });
-    }, every);
-    if (this.o.signal?.aborted) void this.stop();
-    else this.o.signal?.addEventListener('abort', this.#onAbort, { once: true });
+    }, this.o.claimIntervalMs);
+    this.#life.started();
   }
 
   stop(): Promise<void> {
-    this.#stopping ??= this.#shutdown();
-    return this.#stopping;
+    return this.#life.stop();
   }
 
   async #shutdown(): Promise<void> {
-    this.#stopped = true;
-    this.o.signal?.removeEventListener('abort', this.#onAbort);
     clearInterval(this.#claimTimer);
     // Interrupts a blocked XREADGROUP; the reader is ours alone.
     this.reader.destroy();
     await this.#loop;
     await this.#claiming;
-    while (this.#handling.size > 0) await Promise.all(this.#handling.values());
+    await this.#life.settled();
     for (const c of this.owned) {
       if (c === this.reader) continue;
       await c.close().catch(() => c.destroy());
@@ -178,11 +121,11 @@ class RedisConsumer<T> implements Consumer {
   }
 
   async #run(): Promise<void> {
-    while (!this.#stopped) {
+    while (!this.#life.stopping) {
       try {
-        while (this.#handling.size >= this.#concurrency * 2 && !this.#stopped)
-          await Promise.race(this.#handling.values());
-        if (this.#stopped) break;
+        while (this.#life.inFlight >= this.o.concurrency * 2 && !this.#life.stopping)
+          await this.#life.oneSettled();
+        if (this.#life.stopping) break;
         const reply = await this.reader.sendCommand(
           [
             'XREADGROUP',
@@ -190,9 +133,9 @@ class RedisConsumer<T> implements Consumer {
             this.o.group,
             this.o.consumerName,
             'COUNT',
-            String(this.#concurrency),
+            String(this.o.concurrency),
             'BLOCK',
-            String(this.o.blockMs ?? 1000),
+            String(this.o.blockMs),
             'STREAMS',
             this.o.stream,
             '>',
@@ -201,8 +144,8 @@ class RedisConsumer<T> implements Consumer {
         );
         for (const entry of readReply(reply)) this.#dispatch(entry);
       } catch (error) {
-        if (this.#stopped) break;
-        this.#logger.error({ err: error, stream: this.o.stream }, 'XREADGROUP failed; retrying');
+        if (this.#life.stopping) break;
+        this.o.logger.error({ err: error, stream: this.o.stream }, 'XREADGROUP failed; retrying');
         await new Promise((r) => setTimeout(r, 500));
       }
     }
@@ -212,7 +155,7 @@ class RedisConsumer<T> implements Consumer {
   async #claim(idle: number): Promise<void> {
     try {
       let cursor = '0-0';
-      for (let round = 0; round < 10 && !this.#stopped; round++) {
+      for (let round = 0; round < 10 && !this.#life.stopping; round++) {
         const reply = (await this.main.sendCommand(
           [
             'XAUTOCLAIM',
@@ -222,12 +165,12 @@ class RedisConsumer<T> implements Consumer {
             String(idle),
             cursor,
             'COUNT',
-            String(this.#concurrency * 2),
+            String(this.o.concurrency * 2),
           ] as RedisArgument[],
           AS_BUFFERS,
         )) as [Buffer, unknown, unknown?];
         for (const entry of readEntries(reply[1])) {
-          if (this.#stopped) break;
+          if (this.#life.stopping) break;
           // Deleted (trimmed) while pending: nothing to handle, nothing to keep.
           if (entry.fields === undefined) await this.#ack(entry.id);
           else this.#dispatch(entry);
@@ -236,7 +179,8 @@ class RedisConsumer<T> implements Consumer {
         if (cursor === '0-0') break;
       }
     } catch (error) {
-      if (!this.#stopped) this.#logger.error({ err: error, stream: this.o.stream }, 'XAUTOCLAIM failed');
+      if (!this.#life.stopping)
+        this.o.logger.error({ err: error, stream: this.o.stream }, 'XAUTOCLAIM failed');
     }
   }
 
@@ -244,6 +188,7 @@ class RedisConsumer<T> implements Consumer {
     if (this.#handling.has(entry.id) || entry.fields === undefined) return;
     const task = this.#deliver(entry.id, entry.fields).finally(() => this.#handling.delete(entry.id));
     this.#handling.set(entry.id, task);
+    this.#life.track(task);
   }
 
   async #deliver(id: string, fields: Fields): Promise<void> {
@@ -254,7 +199,7 @@ class RedisConsumer<T> implements Consumer {
         if (name !== PAYLOAD_FIELD) headers[name] = value.toString('utf8');
       message = fromEnvelope(headers, fields[PAYLOAD_FIELD] ?? Buffer.alloc(0));
     } catch (error) {
-      this.#logger.error(
+      this.o.logger.error(
         { stream: this.o.stream, entryId: id, reason: `no tx-outbox envelope: ${errorMessage(error)}` },
         'entry acknowledged without handling',
       );
@@ -268,7 +213,7 @@ class RedisConsumer<T> implements Consumer {
       if (result.status !== 'deferred') await this.#ack(id);
     } catch (error) {
       // The inbox itself failed (database down …): nothing committed; the entry stays pending.
-      this.#logger.error({ err: error, eventId: message.eventId }, 'inbox failed; entry stays pending');
+      this.o.logger.error({ err: error, eventId: message.eventId }, 'inbox failed; entry stays pending');
     }
   }
 
@@ -277,7 +222,7 @@ class RedisConsumer<T> implements Consumer {
       await this.main.sendCommand(['XACK', this.o.stream, this.o.group, id]);
     } catch (error) {
       // Left pending: claimed again later and deduplicated by the inbox.
-      this.#logger.warn({ err: error, entryId: id }, 'XACK failed');
+      this.o.logger.warn({ err: error, entryId: id }, 'XACK failed');
     }
   }
 }

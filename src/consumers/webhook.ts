@@ -16,31 +16,20 @@
  * client that goes away mid-request is logged at debug level only.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { errorMessage, OutboxValidationError } from '../errors.js';
-import type { Inbox, InboxHandler } from '../inbox/inbox.js';
+import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
-import { type Logger, silentLogger } from '../logger.js';
-import { decodeSecret, verifyWebhookEvent, type WebhookSecret } from '../publishers/webhook/signature.js';
+import { verifyWebhookEvent } from '../publishers/webhook/signature.js';
 import { aggregateKey } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
+import { ConsumerLifecycle } from './lifecycle.js';
+import {
+  resolveWebhookReceiverOptions,
+  resolveWebhookServerOptions,
+  type WebhookReceiverOptions,
+  type WebhookServerOptions,
+} from './webhook-options.js';
 
-export interface WebhookReceiverOptions<T = unknown> {
-  readonly inbox: Inbox<T>;
-  readonly handler: InboxHandler<T>;
-  /** The Standard Webhooks secret shared with the publisher. */
-  readonly secret: WebhookSecret;
-  /** Maximum distance between `webhook-timestamp` and now, in seconds. Default 300. */
-  readonly toleranceSeconds?: number;
-  /** Requests handled at once (across aggregates). Default 16. */
-  readonly concurrency?: number;
-  /** `Retry-After` of a deferred delivery, in seconds. Default 1. */
-  readonly retryAfterSeconds?: number;
-  /** Largest accepted body; larger requests get 413. Default 1 MiB. */
-  readonly maxBodyBytes?: number;
-  /** Time from the request's headers to the end of its body; a slower body gets 408 and the connection closed. Default 10 000 ms. */
-  readonly bodyTimeoutMs?: number;
-  readonly logger?: Logger;
-}
+export type { WebhookReceiverOptions, WebhookServerOptions } from './webhook-options.js';
 
 export type WebhookRequestListener = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -51,9 +40,6 @@ class TooSlow extends Error {}
 /** Thrown while reading a body when the client closed the connection first. */
 class ClientGone extends Error {}
 
-const DEFAULT_BODY_TIMEOUT_MS = 10_000;
-const DEFAULT_HEADERS_TIMEOUT_MS = 10_000;
-const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 /** How often node:http looks for connections past headersTimeout/requestTimeout (its default is 30 s). */
 const CONNECTIONS_CHECK_MS = 500;
 
@@ -68,13 +54,9 @@ const CONNECTIONS_CHECK_MS = 500;
  *   .listen(8080);
  */
 export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>): WebhookRequestListener {
-  validate(options);
-  const logger = options.logger ?? silentLogger;
-  const queue = new KeyedQueue(options.concurrency ?? 16);
-  const retryAfter = String(options.retryAfterSeconds ?? 1);
-  const maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
-  const tolerance = options.toleranceSeconds ?? 300;
-  const bodyTimeoutMs = options.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS;
+  const o = resolveWebhookReceiverOptions(options);
+  const { logger, retryAfter, maxBodyBytes, bodyTimeoutMs } = o;
+  const queue = new KeyedQueue(o.concurrency);
 
   const answer = (res: ServerResponse, status: number, headers: Record<string, string> = {}, text = '') => {
     if (res.headersSent) return;
@@ -106,10 +88,10 @@ export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>)
       throw error;
     }
     const verified = verifyWebhookEvent({
-      secret: options.secret,
+      secret: o.secret,
       headers: req.headers,
       body,
-      toleranceSeconds: tolerance,
+      toleranceSeconds: o.toleranceSeconds,
     });
     if (!verified.ok) {
       logger.warn({ webhookId: req.headers['webhook-id'], reason: verified.reason }, 'webhook rejected');
@@ -127,9 +109,7 @@ export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>)
       return answer(res, 400, {}, reason);
     }
     try {
-      const result = await queue.run(aggregateKey(message), () =>
-        options.inbox.handle(message, options.handler),
-      );
+      const result = await queue.run(aggregateKey(message), () => o.inbox.handle(message, o.handler));
       if (result.status === 'deferred') {
         // The sender learns that it must retry, not the receiver's internals: a handler's
         // error text stays in the receiver's log and inbox.
@@ -158,17 +138,6 @@ export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>)
   };
 }
 
-export interface WebhookServerOptions<T = unknown> extends WebhookReceiverOptions<T> {
-  /** Port to listen on; 0 picks a free one. Default 0. */
-  readonly port?: number;
-  /** Default `127.0.0.1`. */
-  readonly host?: string;
-  /** Time to receive a request's headers (node's `server.headersTimeout`); then 408 and closed. Default 10 000 ms. */
-  readonly headersTimeoutMs?: number;
-  /** Time to receive a whole request (node's `server.requestTimeout`); then 408 and closed. Default 30 000 ms. */
-  readonly requestTimeoutMs?: number;
-}
-
 export interface WebhookServer {
   readonly server: Server;
   /** `http://host:port` the server listens on. */
@@ -182,7 +151,7 @@ export async function createWebhookServer<T = unknown>(
   options: WebhookServerOptions<T>,
 ): Promise<WebhookServer> {
   const listener = webhookReceiver(options);
-  const { headersTimeoutMs, requestTimeoutMs } = serverTimeouts(options);
+  const { port: wanted, host, headersTimeoutMs, requestTimeoutMs } = resolveWebhookServerOptions(options);
   const server = createServer(
     {
       headersTimeout: headersTimeoutMs,
@@ -191,71 +160,28 @@ export async function createWebhookServer<T = unknown>(
     },
     listener,
   );
-  const host = options.host ?? '127.0.0.1';
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(options.port ?? 0, host, () => {
+    server.listen(wanted, host, () => {
       server.off('error', reject);
       resolve();
     });
   });
   const address = server.address();
-  const port = typeof address === 'object' && address !== null ? address.port : (options.port ?? 0);
-  let closing: Promise<void> | undefined;
+  const port = typeof address === 'object' && address !== null ? address.port : wanted;
+  const life = new ConsumerLifecycle(
+    undefined,
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+      }),
+  );
   return {
     server,
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
-    close() {
-      closing ??= new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-      });
-      return closing;
-    },
+    close: () => life.stop(),
   };
-}
-
-function validate(options: WebhookReceiverOptions<never>): void {
-  if (!options?.inbox || typeof options.inbox.handle !== 'function')
-    throw new OutboxValidationError('inbox', 'is missing', 'Pass the inbox from createInbox().');
-  if (typeof options.handler !== 'function')
-    throw new OutboxValidationError('handler', 'is missing', 'Pass the function that applies an event.');
-  if (options.secret === undefined || options.secret.length === 0)
-    throw new OutboxValidationError('secret', 'is missing', 'Pass the secret shared with the publisher.');
-  // A malformed secret throws here, not on the first request.
-  decodeSecret(options.secret);
-  for (const name of [
-    'toleranceSeconds',
-    'concurrency',
-    'retryAfterSeconds',
-    'maxBodyBytes',
-    'bodyTimeoutMs',
-  ] as const) {
-    const v = options[name];
-    if (v !== undefined && (!Number.isInteger(v) || v < (name === 'retryAfterSeconds' ? 0 : 1)))
-      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a positive integer.');
-  }
-}
-
-function serverTimeouts(options: WebhookServerOptions<never>): {
-  headersTimeoutMs: number;
-  requestTimeoutMs: number;
-} {
-  for (const name of ['headersTimeoutMs', 'requestTimeoutMs'] as const) {
-    const v = options[name];
-    if (v !== undefined && (!Number.isInteger(v) || v < 1))
-      throw new OutboxValidationError(name, `is ${String(v)}`, 'Use a positive integer of milliseconds.');
-  }
-  const headersTimeoutMs = options.headersTimeoutMs ?? DEFAULT_HEADERS_TIMEOUT_MS;
-  const requestTimeoutMs = options.requestTimeoutMs ?? Math.max(DEFAULT_REQUEST_TIMEOUT_MS, headersTimeoutMs);
-  if (headersTimeoutMs > requestTimeoutMs) {
-    throw new OutboxValidationError(
-      'headersTimeoutMs',
-      `is ${headersTimeoutMs}, more than requestTimeoutMs (${requestTimeoutMs})`,
-      'The headers are part of the request: make headersTimeoutMs <= requestTimeoutMs.',
-    );
-  }
-  return { headersTimeoutMs, requestTimeoutMs };
 }
 
 /** The whole body, within `max` bytes and `timeoutMs`; rejects with TooLarge, TooSlow or ClientGone. */

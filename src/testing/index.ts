@@ -7,4 +7,10 @@ export {
   type ReceivedMessage,
   type TestApi,
 } from './publisher-contract.js';
-export { type Address, TcpProxy } from './tcp-proxy.js';
+export {
+  type Address,
+  type HangUp,
+  type StallOptions,
+  TcpProxy,
+  type TcpProxyOptions,
+} from './tcp-proxy.js';

@@ -1,8 +1,8 @@
 import { Admin, Producer } from '@platformatic/kafka';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { consumeKafka } from '../../src/consumers/kafka.js';
+import { consumeKafka } from '../../src/consumers/kafka/index.js';
 import type { Publisher } from '../../src/publishers/contract.js';
-import { kafkaPublisher } from '../../src/publishers/kafka.js';
+import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { committedToEnd, KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
@@ -17,7 +17,11 @@ let raw: Producer<Buffer, Buffer, Buffer, Buffer>;
 describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
   beforeAll(async () => {
     admin = new Admin({ clientId: 'txo-kcc', bootstrapBrokers: [KAFKA_BROKER] });
-    publisher = kafkaPublisher({ brokers: [KAFKA_BROKER], clientId: 'txo-kcc', topic: (m) => m.topic ?? '' });
+    publisher = kafkaPublisher({
+      url: [KAFKA_BROKER],
+      clientId: 'txo-kcc',
+      destination: (m) => m.topic ?? '',
+    });
     raw = new Producer({ clientId: 'txo-kcc-raw', bootstrapBrokers: [KAFKA_BROKER] });
   });
   afterAll(async () => {
@@ -43,9 +47,9 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
         consumeKafka({
           inbox: setup.inbox,
           handler: setup.handler,
-          brokers: [KAFKA_BROKER],
+          url: [KAFKA_BROKER],
           topic: ns,
-          groupId: ns,
+          group: ns,
           clientId: `txo-kcc-${setup.instance}`,
           concurrency: setup.concurrency,
           deferMs: setup.deferMs,

@@ -2,7 +2,7 @@ import { connectAsync, type MqttClient, connect as mqttConnect } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeMqtt } from '../../src/consumers/mqtt.js';
 import type { Publisher } from '../../src/publishers/contract.js';
-import { mqttPublisher } from '../../src/publishers/mqtt.js';
+import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { publishAll } from '../helpers/messages.js';
@@ -13,7 +13,7 @@ let publisher: Publisher;
 let raw: MqttClient;
 
 beforeAll(async () => {
-  publisher = mqttPublisher({ url: MQTT_URL, topic: (m) => `${m.topic}/${m.aggregateId}` });
+  publisher = mqttPublisher({ url: MQTT_URL, destination: (m) => `${m.topic}/${m.aggregateId}` });
   raw = await connectAsync(MQTT_URL, { protocolVersion: 5 });
 });
 afterAll(async () => {

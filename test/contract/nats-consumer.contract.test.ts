@@ -41,7 +41,7 @@ consumerContract(
       consumeNats({
         inbox: setup.inbox,
         handler: setup.handler,
-        servers: NATS_URL,
+        url: NATS_URL,
         stream: streamOf(ns),
         durable: 'contract',
         concurrency: setup.concurrency,

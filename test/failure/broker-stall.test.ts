@@ -4,7 +4,7 @@
  * timeoutMs × maxAttempts. The overdue PubAcks must be the broker's fault (no attempt
  * charged), not the events': nothing goes dead, everything is published after the stall,
  * and the relay's log says the broker is unavailable, reminds, and says when it is back.
- * A private nats-server behind a FaultProxy (test/helpers/fault-proxy.ts).
+ * A private nats-server behind a TcpProxy (src/testing/tcp-proxy.ts) that hangs up with an RST.
  */
 import { randomBytes } from 'node:crypto';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -15,8 +15,8 @@ import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import { type NatsPublishMode, natsPublisher } from '../../src/publishers/nats.js';
 import { createRelay } from '../../src/relay/relay.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
-import { FaultProxy } from '../helpers/fault-proxy.js';
 import { makeMessage } from '../helpers/messages.js';
 import { orderViolations, readStream } from '../helpers/nats-stream.js';
 import { PrivateNats } from '../helpers/processes.js';
@@ -65,7 +65,7 @@ async function rows(): Promise<Array<{ status: string; attempts: number }>> {
 
 describe.each<NatsPublishMode>(['pipeline', 'client'])('failure: NATS link stalls (%s mode)', (mode) => {
   it('charges no attempt for PubAcks lost in the stall, publishes everything after it, and logs the outage', async () => {
-    const proxy = await FaultProxy.start(nats.port);
+    const proxy = await TcpProxy.start({ host: '127.0.0.1', port: nats.port }, { hangUp: 'reset' });
     const tag = randomBytes(4).toString('hex');
     const stream = `TXO_STALL_${tag}`;
     const prefix = `stall${tag}`;
@@ -137,7 +137,7 @@ describe.each<NatsPublishMode>(['pipeline', 'client'])('failure: NATS link stall
 
 describe.each<NatsPublishMode>(['pipeline', 'client'])('NATS PubAck timeouts (%s mode)', (mode) => {
   it('a PubAck overdue on a live link is still the message’s failure (an attempt), one on a stalled link is not', async () => {
-    const proxy = await FaultProxy.start(nats.port);
+    const proxy = await TcpProxy.start({ host: '127.0.0.1', port: nats.port }, { hangUp: 'reset' });
     const prefix = `ack${randomBytes(4).toString('hex')}`;
     // A core subscriber takes the message and never answers: no PubAck, while the link is fine.
     const silent = await connect({ servers: nats.url });
@@ -172,7 +172,7 @@ describe.each<NatsPublishMode>(['pipeline', 'client'])(
       // Messages reaching the client after the publish do not prove the server read it: here a
       // subscription on the same connection keeps receiving while nothing the client sends gets
       // through (as when a stall begins while earlier PubAcks are still on their way).
-      const proxy = await FaultProxy.start(nats.port);
+      const proxy = await TcpProxy.start({ host: '127.0.0.1', port: nats.port }, { hangUp: 'reset' });
       const tag = randomBytes(4).toString('hex');
       const prefix = `oneway${tag}`;
       const direct = await connect({ servers: nats.url });
@@ -207,7 +207,7 @@ describe.each<NatsPublishMode>(['pipeline', 'client'])(
 
 describe('NATS PubAck late within the probe (pipeline mode)', () => {
   it('a PubAck that arrives while the link is being probed is a delivery, not an attempt', async () => {
-    const proxy = await FaultProxy.start(nats.port);
+    const proxy = await TcpProxy.start({ host: '127.0.0.1', port: nats.port }, { hangUp: 'reset' });
     const tag = randomBytes(4).toString('hex');
     const prefix = `late${tag}`;
     const publisher = natsPublisher({

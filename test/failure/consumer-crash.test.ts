@@ -16,7 +16,7 @@ import amqp from 'amqplib';
 import { connect as mqttConnect } from 'mqtt';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { consumeKafka } from '../../src/consumers/kafka.js';
+import { consumeKafka } from '../../src/consumers/kafka/index.js';
 import { consumeMqtt } from '../../src/consumers/mqtt.js';
 import { type Consumer, consumeNats } from '../../src/consumers/nats.js';
 import { consumeRabbitMq } from '../../src/consumers/rabbitmq.js';
@@ -25,8 +25,8 @@ import { createWebhookServer } from '../../src/consumers/webhook.js';
 import { createInbox, type HandleStatus, type Inbox, type InboxHandler } from '../../src/inbox/inbox.js';
 import type { InboxMessage } from '../../src/inbox/message.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
-import { kafkaPublisher } from '../../src/publishers/kafka.js';
-import { mqttPublisher } from '../../src/publishers/mqtt.js';
+import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
+import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { natsPublisher } from '../../src/publishers/nats.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq.js';
 import { redisPublisher } from '../../src/publishers/redis.js';
@@ -105,7 +105,7 @@ const cases: Case[] = [
       const publisher = natsPublisher({ servers: NATS_URL, stream, subject: () => subject });
       const info = () => jsm.consumers.info(stream, durable);
       return {
-        fixture: { servers: NATS_URL, stream, durable },
+        fixture: { url: NATS_URL, stream, durable },
         publish: (m) => publisher.publish([m], new AbortController().signal),
         checkPublished: delivered,
         async checkUnacked() {
@@ -114,7 +114,7 @@ const cases: Case[] = [
           expect(c.ack_floor.stream_seq).toBe(0);
         },
         consume: (inbox, handler) =>
-          consumeNats({ inbox, handler, servers: NATS_URL, stream, durable, ackWaitMs: 1000 }),
+          consumeNats({ inbox, handler, url: NATS_URL, stream, durable, ackWaitMs: 1000 }),
         async checkSettled() {
           await waitFor(async () => (await info()).num_ack_pending === 0, { what: 'the JetStream ack' });
           expect((await info()).ack_floor.stream_seq).toBe(1);
@@ -224,9 +224,9 @@ const cases: Case[] = [
       const admin = new Admin({ clientId: 'txo-crash-test', bootstrapBrokers: [KAFKA_BROKER] });
       await admin.createTopics({ topics: [topic], partitions: 1, replicas: 1 });
       const publisher = kafkaPublisher({
-        brokers: [KAFKA_BROKER],
+        url: [KAFKA_BROKER],
         clientId: 'txo-crash-test',
-        topic: () => topic,
+        destination: () => topic,
       });
       const committed = async (): Promise<bigint | undefined> => {
         const [group] = await admin.listConsumerGroupOffsets({
@@ -236,7 +236,7 @@ const cases: Case[] = [
       };
       return {
         // The broker declares the dead member gone after its session timeout: keep it short.
-        fixture: { brokers: [KAFKA_BROKER], topic, groupId, sessionTimeoutMs: 6000 },
+        fixture: { url: [KAFKA_BROKER], topic, group: groupId, sessionTimeoutMs: 6000 },
         publish: (m) => publisher.publish([m], new AbortController().signal),
         checkPublished: delivered,
         async checkUnacked() {
@@ -244,7 +244,7 @@ const cases: Case[] = [
         },
         // The next member of the group: it gets the partition once the dead member's session expired.
         consume: (inbox, handler) =>
-          consumeKafka({ inbox, handler, brokers: [KAFKA_BROKER], topic, groupId }),
+          consumeKafka({ inbox, handler, url: [KAFKA_BROKER], topic, group: groupId }),
         async checkSettled() {
           await waitFor(async () => (await committed()) === 1n, { what: 'the offset commit' });
         },
@@ -264,7 +264,7 @@ const cases: Case[] = [
     async open() {
       const topic = `txo-crash-${tag}/events`;
       const clientId = `txo-crash-${tag}`;
-      const publisher = mqttPublisher({ url: MQTT_URL, topic: () => topic });
+      const publisher = mqttPublisher({ url: MQTT_URL, destination: () => topic });
       /** DUP flags of the PUBLISH packets the second consumer's session received. */
       const dups: boolean[] = [];
       return {

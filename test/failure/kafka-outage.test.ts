@@ -14,10 +14,10 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Admin, Consumer as KafkaClient } from '@platformatic/kafka';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Consumer, consumeKafka } from '../../src/consumers/kafka.js';
+import { type Consumer, consumeKafka } from '../../src/consumers/kafka/index.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
-import { kafkaPublisher } from '../../src/publishers/kafka.js';
+import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
@@ -46,7 +46,7 @@ describe.skipIf(!kafkaUp)('consumeKafka: broker outage', () => {
     const admin = new Admin({ clientId: 'txo-outage', bootstrapBrokers: [`127.0.0.1:${proxyPort}`] });
     await admin.createTopics({ topics: [TOPIC, REJOIN_TOPIC], partitions: 2, replicas: 1 });
     await admin.close();
-    publisher = kafkaPublisher({ brokers: [`127.0.0.1:${proxyPort}`], clientId: 'txo-outage' });
+    publisher = kafkaPublisher({ url: [`127.0.0.1:${proxyPort}`], clientId: 'txo-outage' });
   }, 240_000);
 
   afterAll(async () => {
@@ -67,9 +67,9 @@ describe.skipIf(!kafkaUp)('consumeKafka: broker outage', () => {
     consumer = await consumeKafka({
       inbox,
       handler: effectsHandler(db, 'outage'),
-      brokers: [`127.0.0.1:${proxy!.port}`],
+      url: [`127.0.0.1:${proxy!.port}`],
       topic: TOPIC,
-      groupId: `txo-outage-${TOPIC}`,
+      group: `txo-outage-${TOPIC}`,
     });
     await publishAll(publisher!, events(1));
     const applied = async (n: number) => (await appliedEffects(db, 'outage')).length >= n;
@@ -101,9 +101,9 @@ describe.skipIf(!kafkaUp)('consumeKafka: broker outage', () => {
     rejoining = await consumeKafka({
       inbox,
       handler: effectsHandler(db, 'rejoin'),
-      brokers,
+      url: brokers,
       topic: REJOIN_TOPIC,
-      groupId,
+      group: groupId,
       sessionTimeoutMs: 10_000,
       heartbeatIntervalMs: 300,
     });

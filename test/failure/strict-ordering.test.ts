@@ -91,7 +91,7 @@ describe('failure: strict ordering through consumer crashes and a real hole (NAT
     const durable = 'crashes';
     // Short ack wait and fast redelivery, so the successors are deferred many times meanwhile (the
     // old budget, 50 deliveries per event, was spent by them); the inbox's budgets are its defaults.
-    const nats = { servers: NATS_URL, stream, durable, ackWaitMs: 5000, deferMs: 50, deferCapMs: 1000 };
+    const nats = { url: NATS_URL, stream, durable, ackWaitMs: 5000, deferMs: 50, deferCapMs: 1000 };
     const [e1, e2, e3, e4, e5] = events('held', [1, 2, 3, 4, 5]);
     const seen = tally();
     const children: ChildProcess[] = [];
@@ -178,7 +178,7 @@ describe('failure: strict ordering through consumer crashes and a real hole (NAT
     const inbox = createInbox({ pool: db.pool, consumer, schema: db.schema, maxGapMs: 1500 });
     const seen = tally();
     const running = await consumeNats({
-      servers: NATS_URL,
+      url: NATS_URL,
       stream,
       durable: 'hole',
       filterSubject: subject,

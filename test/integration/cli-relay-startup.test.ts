@@ -2,7 +2,7 @@
  * `tx-outbox relay` started before its database is up (a deploy where both start together):
  * it waits and retries, logging the redacted address, until the database answers, then
  * relays; a signal while it waits stops it cleanly. The database "comes up" when a
- * FaultProxy starts listening on the port the relay was given, in front of the shared server.
+ * TcpProxy starts listening on the port the relay was given, in front of the shared server.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -12,9 +12,9 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { migrate } from '../../src/schema/migrate.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { inTransaction, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
-import { FaultProxy } from '../helpers/fault-proxy.js';
 import { deleteStream, readStream } from '../helpers/nats-stream.js';
 import { exited, freePort } from '../helpers/processes.js';
 
@@ -106,7 +106,10 @@ describe('tx-outbox relay started before its database', () => {
     );
     expect(relay.stderr()).not.toContain(PASSWORD);
 
-    const proxy = await FaultProxy.start(Number(new URL(DATABASE_URL).port || 5432), { port });
+    const proxy = await TcpProxy.start(
+      { host: '127.0.0.1', port: Number(new URL(DATABASE_URL).port || 5432) },
+      { port, hangUp: 'reset' },
+    );
     cleanups.push(() => proxy.close());
     await waitFor(
       async () => {
@@ -127,8 +130,9 @@ describe('tx-outbox relay started before its database', () => {
   it('a database that takes the connection but never answers is waited for, said, and a signal stops it', async () => {
     // A stalled link, or a server host that accepts TCP but hangs: each try must time out on
     // its own, or the relay hangs silently and ignores SIGTERM until the OS gives up.
-    const proxy = await FaultProxy.start(
-      new URL(DATABASE_URL).port ? Number(new URL(DATABASE_URL).port) : 5432,
+    const proxy = await TcpProxy.start(
+      { host: '127.0.0.1', port: new URL(DATABASE_URL).port ? Number(new URL(DATABASE_URL).port) : 5432 },
+      { hangUp: 'reset' },
     );
     cleanups.push(() => proxy.close());
     proxy.stall();

@@ -5,10 +5,10 @@
 import { randomBytes } from 'node:crypto';
 import { Admin } from '@platformatic/kafka';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Consumer, consumeKafka } from '../../src/consumers/kafka.js';
+import { type Consumer, consumeKafka } from '../../src/consumers/kafka/index.js';
 import { createInbox, type Inbox, type InboxHandler } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
-import { kafkaPublisher } from '../../src/publishers/kafka.js';
+import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { committedToEnd, KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
@@ -29,9 +29,9 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     await createEffectsTable(db);
     admin = new Admin({ clientId: 'txo-kcons-test', bootstrapBrokers: [KAFKA_BROKER] });
     publisher = kafkaPublisher({
-      brokers: [KAFKA_BROKER],
+      url: [KAFKA_BROKER],
       clientId: 'txo-kcons-test',
-      topic: (m) => m.topic ?? '',
+      destination: (m) => m.topic ?? '',
     });
   });
 
@@ -89,9 +89,9 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
       const c = await consumeKafka({
         inbox: member(index),
         handler,
-        brokers: [KAFKA_BROKER],
+        url: [KAFKA_BROKER],
         topic,
-        groupId: topic,
+        group: topic,
         clientId: `txo-kreb-${index}`,
         concurrency: 4,
         deferMs: 50,
@@ -152,9 +152,9 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     const consumer = await consumeKafka({
       inbox: createInbox({ pool: db.pool, consumer: consumerName, schema: db.schema, ordering: 'strict' }),
       handler: effectsHandler(db, consumerName),
-      brokers: [KAFKA_BROKER],
+      url: [KAFKA_BROKER],
       topic,
-      groupId: topic,
+      group: topic,
       concurrency: 1, // reading would stop at 2 records waiting if deferred ones counted
       deferMs: 100,
     });
@@ -200,9 +200,9 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     const common = {
       inbox,
       handler,
-      brokers: [KAFKA_BROKER],
+      url: [KAFKA_BROKER],
       topic,
-      groupId: topic,
+      group: topic,
       concurrency: 1,
       deferMs: 100,
       // Heartbeats every 500 ms: the rebalance lands while member 0 is mid-partition.

@@ -1,23 +1,24 @@
 /**
  * The Kafka publisher against a real broker on 127.0.0.1:9092 (`bash scripts/kafka.sh start`;
- * CI starts it). Without a broker there, the whole file is skipped with a message.
+ * CI starts it). Without a broker there, the whole file is skipped with a message. The
+ * publisher contract run is in test/contract/kafka.contract.test.ts.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
-import { Admin, Consumer, murmur2 as clientMurmur2, Producer } from '@platformatic/kafka';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomBytes } from 'node:crypto';
+import { type Admin, type Consumer, Producer } from '@platformatic/kafka';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import {
   defaultTopic,
   type KafkaPublisherOptions,
   kafkaPublisher,
-  murmur2,
   partitionFor,
   topicProblem,
-} from '../../src/publishers/kafka.js';
-import { contractMessage, publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
-import { FaultProxy } from '../helpers/fault-proxy.js';
+} from '../../src/publishers/kafka/index.js';
+import { contractMessage } from '../../src/testing/index.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { KAFKA_BROKER, KAFKA_HOST, KAFKA_PORT, kafkaAvailable } from '../helpers/kafka.js';
+import { kafkaReader, readTopic as readStored, type Stored } from '../helpers/kafka-read.js';
 
 const BROKER = KAFKA_BROKER;
 const MiB = 1024 * 1024;
@@ -27,79 +28,14 @@ const kafkaUp = await kafkaAvailable('kafka-publisher.test.ts:');
 const never = new AbortController().signal;
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** A record as stored, with its partition and the producer id of its batch. */
-interface Stored extends ReceivedMessage {
-  readonly partition: number;
-  readonly offset: bigint;
-  readonly producerId: bigint;
-  readonly key: string;
-}
-
 let admin: Admin;
 let reader: Consumer;
 const topics = new Set<string>();
 const publishers: Publisher[] = [];
 
-/** Reads everything the topic holds (each partition from its start, in offset order), once `expected` arrived. */
-async function readTopic(topic: string, expected: number, timeoutMs = 15_000): Promise<Stored[]> {
-  const deadline = Date.now() + timeoutMs;
-  let ends: bigint[] = [];
-  for (;;) {
-    ends = (await reader.listOffsets({ topics: [topic] })).get(topic) ?? [];
-    const total = ends.reduce((sum, end) => sum + Number(end), 0);
-    if (total >= expected || Date.now() > deadline) break;
-    await sleep(100);
-  }
-  const metadata = await reader.metadata({ topics: [topic], forceUpdate: true });
-  const info = metadata.topics.get(topic)!;
-  const stored: Stored[] = [];
-  const readBy = Date.now() + timeoutMs;
-  for (let partition = 0; partition < ends.length; partition++) {
-    let offset = 0n;
-    while (offset < ends[partition]! && Date.now() < readBy) {
-      const response = await reader.fetch({
-        node: info.partitions[partition]!.leader,
-        topics: [
-          {
-            topicId: info.id,
-            partitions: [
-              {
-                partition,
-                fetchOffset: offset,
-                currentLeaderEpoch: -1,
-                lastFetchedEpoch: -1,
-                partitionMaxBytes: 16 * MiB,
-              },
-            ],
-          },
-        ],
-        maxWaitTime: 100,
-        minBytes: 1,
-        maxBytes: 16 * MiB,
-      });
-      for (const batch of response.responses[0]?.partitions[0]?.records ?? []) {
-        for (const record of batch.records) {
-          const at = batch.firstOffset + BigInt(record.offsetDelta);
-          if (at < offset) continue;
-          const headers: Record<string, string> = {};
-          for (const [name, value] of record.headers) headers[String(name)] = String(value ?? '');
-          stored.push({
-            eventId: headers['ce-id'] ?? '',
-            aggregateId: headers['ce-aggregateid'] ?? '',
-            sequence: Number(headers['ce-sequence']),
-            headers,
-            payload: record.value ?? Buffer.alloc(0),
-            key: String(record.key ?? ''),
-            partition,
-            offset: at,
-            producerId: batch.producerId,
-          });
-          offset = at + 1n;
-        }
-      }
-    }
-  }
-  return stored;
+/** Reads everything the topic holds, once `expected` arrived (see helpers/kafka-read.ts). */
+function readTopic(topic: string, expected: number, timeoutMs = 15_000): Promise<Stored[]> {
+  return readStored(reader, topic, expected, timeoutMs);
 }
 
 async function createTopic(topic: string, partitions: number): Promise<void> {
@@ -107,12 +43,8 @@ async function createTopic(topic: string, partitions: number): Promise<void> {
   await admin.createTopics({ topics: [topic], partitions, replicas: 1 });
 }
 
-async function deleteTopic(topic: string): Promise<void> {
-  await admin.deleteTopics({ topics: [topic] }).catch(() => undefined);
-}
-
 function publisher(options: Partial<KafkaPublisherOptions> = {}): Publisher {
-  const created = kafkaPublisher({ brokers: [BROKER], clientId: 'txo-kafka-test', ...options });
+  const created = kafkaPublisher({ url: [BROKER], clientId: 'txo-kafka-test', ...options });
   publishers.push(created);
   return created;
 }
@@ -135,13 +67,8 @@ function uniqueTopic(label: string): string {
 }
 
 describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
-  beforeAll(async () => {
-    admin = new Admin({ clientId: 'txo-kafka-test', bootstrapBrokers: [BROKER] });
-    reader = new Consumer({
-      clientId: 'txo-kafka-test',
-      groupId: `txo-read-${randomUUID()}`,
-      bootstrapBrokers: [BROKER],
-    });
+  beforeAll(() => {
+    ({ admin, reader } = kafkaReader('txo-kafka-test'));
   });
 
   afterAll(async () => {
@@ -150,31 +77,6 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
     await reader?.close();
     await admin?.close();
   }, 60_000);
-
-  publisherContract(
-    { describe, it, expect, beforeAll, afterAll },
-    {
-      name: 'kafka',
-      features: { orderedPerKey: true, brokerDedup: false, persistent: true },
-      broker: { host: KAFKA_HOST, port: KAFKA_PORT },
-      create: (address, namespace) =>
-        publisher({
-          brokers: [`${address.host}:${address.port}`],
-          clientId: `txo-contract-${namespace}`,
-          createTopics: { partitions: 3 },
-          // Kafka advertises 127.0.0.1:9092 in metadata: dial the suite's proxy instead, so that
-          // cutting the proxy cuts every connection of the publisher.
-          mapBrokerAddress: () => address,
-          // Above the broker's message.max.bytes (1 MiB): the broker itself refuses the poison.
-          maxMessageBytes: 8 * MiB,
-          timeoutMs: 5_000,
-        }),
-      topic: (namespace) => `txo-contract.${namespace}`,
-      read: (namespace, expected) => readTopic(`txo-contract.${namespace}`, expected),
-      poison: (_namespace, m) => ({ ...m, payload: Buffer.alloc(2 * MiB, 120) }),
-      cleanup: (namespace) => deleteTopic(`txo-contract.${namespace}`),
-    },
-  );
 
   describe('kafkaPublisher', () => {
     it('keys each record by its aggregate id: an aggregate stays in one partition, in order (3 partitions)', async () => {
@@ -202,23 +104,6 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
         used.add(mine[0]!.partition);
       }
       expect(used.size).toBe(3);
-    });
-
-    it('partitions like the Java client: murmur2 matches Kafka (Utils.murmur2) on known values', () => {
-      // Kafka's UtilsTest.testMurmur2 cases.
-      const cases: [string, number][] = [
-        ['21', -973932308],
-        ['foobar', -790332482],
-        ['a-little-bit-long-string', -985981536],
-        ['a-little-bit-longer-string', -1486304829],
-        ['lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8', -58897971],
-        ['abc', 479470107],
-      ];
-      for (const [input, hash] of cases) expect(murmur2(Buffer.from(input))).toBe(hash);
-      for (let i = 0; i < 200; i++) {
-        const key = randomBytes(i % 40);
-        expect(murmur2(key)).toBe(clientMurmur2(key));
-      }
     });
 
     it('uses the idempotent producer: every stored batch carries a producer id', async () => {
@@ -383,7 +268,7 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
     });
 
     it('unreachable brokers: retryable with BROKER_UNAVAILABLE, quickly', async () => {
-      const pub = publisher({ brokers: ['127.0.0.1:1'], timeoutMs: 3_000 });
+      const pub = publisher({ url: ['127.0.0.1:1'], timeoutMs: 3_000 });
       const started = Date.now();
       const outcomes = await pub.publish(
         [message('txo-kafka-nowhere', 'u1'), message('bad/topic', 'u2')],
@@ -398,11 +283,11 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
     it('a stalled link (socket open, nothing answered): BROKER_UNAVAILABLE, not an attempt; it goes on after', async () => {
       const topic = uniqueTopic('stall');
       await createTopic(topic, 1);
-      const proxy = await FaultProxy.start(KAFKA_PORT, { targetHost: KAFKA_HOST });
+      const proxy = await TcpProxy.start({ host: KAFKA_HOST, port: KAFKA_PORT }, { hangUp: 'reset' });
       try {
         const address = { host: '127.0.0.1', port: proxy.port };
         const pub = publisher({
-          brokers: [`${address.host}:${address.port}`],
+          url: [`${address.host}:${address.port}`],
           mapBrokerAddress: () => address,
           timeoutMs: 1_000,
         });
@@ -436,7 +321,7 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
         idempotent: true,
       });
       try {
-        const pub = kafkaPublisher({ producer });
+        const pub = kafkaPublisher({ client: producer });
         expect(await pub.publish([message(topic, 'g1')], never)).toEqual([{ ok: true }]);
         await pub.close();
         expect(producer.closed).toBe(false);
@@ -449,15 +334,41 @@ describe.skipIf(!kafkaUp)(`Kafka on ${BROKER}`, () => {
       }
     });
 
+    it('the old option spellings (brokers, producer, topic) still work, each with one DeprecationWarning', async () => {
+      const topic = uniqueTopic('old-names');
+      await createTopic(topic, 1);
+      const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+      const producer = new Producer({
+        clientId: 'txo-kafka-old',
+        bootstrapBrokers: [BROKER],
+        idempotent: true,
+      });
+      try {
+        const byBrokers = kafkaPublisher({ brokers: [BROKER], topic: () => topic });
+        publishers.push(byBrokers);
+        const byProducer = kafkaPublisher({ producer, topic: () => topic });
+        expect(await byBrokers.publish([message('ignored', 'o1')], never)).toEqual([{ ok: true }]);
+        expect(await byProducer.publish([message('ignored', 'o2')], never)).toEqual([{ ok: true }]);
+        await byProducer.close();
+        expect(producer.closed).toBe(false);
+        expect((await readTopic(topic, 2)).map((r) => r.aggregateId)).toEqual(['o1', 'o2']);
+        const warned = warn.mock.calls.map((call) => String(call[0]));
+        expect(warned.filter((w) => /`brokers` is deprecated, use `url`/.test(w))).toHaveLength(1);
+        expect(warned.filter((w) => /`producer` is deprecated, use `client`/.test(w))).toHaveLength(1);
+        expect(warned.filter((w) => /`topic` is deprecated, use `destination`/.test(w))).toHaveLength(1);
+      } finally {
+        warn.mockRestore();
+        await producer.close();
+      }
+    });
+
     it('validates its options', () => {
       expect(() => kafkaPublisher({})).toThrow(OutboxValidationError);
-      expect(() => kafkaPublisher({ brokers: [] })).toThrow(/brokers/);
-      expect(() => kafkaPublisher({ brokers: ['localhost'] })).toThrow(/host:port/);
-      expect(() => kafkaPublisher({ brokers: [BROKER], timeoutMs: 0 })).toThrow(/timeoutMs/);
-      expect(() => kafkaPublisher({ brokers: [BROKER], maxMessageBytes: 1.5 })).toThrow(/maxMessageBytes/);
-      expect(() => kafkaPublisher({ brokers: [BROKER], createTopics: { partitions: 0 } })).toThrow(
-        /partitions/,
-      );
+      expect(() => kafkaPublisher({ url: [] })).toThrow(/url/);
+      expect(() => kafkaPublisher({ url: ['localhost'] })).toThrow(/host:port/);
+      expect(() => kafkaPublisher({ url: [BROKER], timeoutMs: 0 })).toThrow(/timeoutMs/);
+      expect(() => kafkaPublisher({ url: [BROKER], maxMessageBytes: 1.5 })).toThrow(/maxMessageBytes/);
+      expect(() => kafkaPublisher({ url: [BROKER], createTopics: { partitions: 0 } })).toThrow(/partitions/);
     });
   });
 });

@@ -1,6 +1,4 @@
-import { randomUUID } from 'node:crypto';
-import { type AddressInfo, createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
-import { connectAsync, type IPublishPacket, type MqttClient } from 'mqtt';
+import { connectAsync, type MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   BROKER_UNAVAILABLE,
@@ -11,20 +9,20 @@ import {
 } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
-import { type MqttPublisherOptions, mqttPublisher } from '../../src/publishers/mqtt.js';
-import { publisherContract, type ReceivedMessage, TcpProxy } from '../../src/testing/index.js';
-import { DATABASE_URL } from '../helpers/env.js';
+import { type MqttPublisherOptions, mqttPublisher } from '../../src/publishers/mqtt/index.js';
+import { TcpProxy } from '../../src/testing/index.js';
 import { makeMessage } from '../helpers/messages.js';
+import { MQTT_BROKER, MQTT_BROKER_URL, MqttTap, userProperties } from '../helpers/mqtt.js';
+import { AckGate, connack5, FakeBroker } from '../helpers/mqtt-fakes.js';
 
-const BROKER = { host: '127.0.0.1', port: 1883 };
-const URL = `mqtt://${BROKER.host}:${BROKER.port}`;
-// Unique per run: test files run in parallel against one shared Mosquitto.
-const PREFIX = `txo-mqtt-${randomUUID().slice(0, 8)}`;
-
+// The publisher contract runs in test/contract/mqtt.contract.test.ts; this file is MQTT's own behaviour.
+const BROKER = MQTT_BROKER;
+const URL = MQTT_BROKER_URL;
 /** Everything the file's subscriber received, per namespace (the topic level after PREFIX). */
-const received = new Map<string, Array<{ topic: string; payload: Buffer; packet: IPublishPacket }>>();
+const tap = new MqttTap(URL);
+const PREFIX = tap.prefix;
+const received = tap.received;
 let subscriber: MqttClient;
-const subscribed = new Set<string>();
 const publishers: Publisher[] = [];
 const clients: MqttClient[] = [];
 const unhandled: unknown[] = [];
@@ -34,48 +32,19 @@ const onUnhandled = (reason: unknown): void => {
 
 beforeAll(async () => {
   process.on('unhandledRejection', onUnhandled);
-  subscriber = await connectAsync(URL, { protocolVersion: 5, clean: true, reconnectPeriod: 200 });
-  subscriber.on('message', (topic, payload, packet) => {
-    const ns = topic.split('/')[1] ?? '';
-    const list = received.get(ns) ?? [];
-    received.set(ns, list);
-    list.push({ topic, payload, packet });
-  });
+  subscriber = await tap.start();
 });
 
 afterAll(async () => {
   await Promise.allSettled(publishers.map((p) => p.close()));
   await Promise.allSettled(clients.map((c) => c.endAsync(true)));
-  await subscriber?.endAsync();
+  await tap.close();
   process.off('unhandledRejection', onUnhandled);
   expect(unhandled).toEqual([]);
 });
 
-/** Subscribes (QoS 1, SUBACK awaited) to everything under `${PREFIX}/${ns}/` before anything is published there. */
-async function listen(ns: string): Promise<void> {
-  if (subscribed.has(ns)) return;
-  subscribed.add(ns);
-  received.set(ns, received.get(ns) ?? []);
-  await subscriber.subscribeAsync(`${PREFIX}/${ns}/#`, { qos: 1 });
-}
-
-/** What the subscriber got for `ns`, once `expected` messages arrived (or 10 s passed), plus a short grace for extras. */
-async function arrived(ns: string, expected: number, graceMs = 100) {
-  const deadline = Date.now() + 10_000;
-  while ((received.get(ns)?.length ?? 0) < expected && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  await new Promise((r) => setTimeout(r, graceMs));
-  return [...(received.get(ns) ?? [])];
-}
-
-function userProperties(packet: IPublishPacket): Record<string, string> {
-  const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(packet.properties?.userProperties ?? {})) {
-    headers[name] = Array.isArray(value) ? (value[0] ?? '') : value;
-  }
-  return headers;
-}
+const listen = (ns: string): Promise<void> => tap.listen(ns);
+const arrived = (ns: string, expected: number, graceMs?: number) => tap.arrived(ns, expected, graceMs);
 
 function publisher(options: MqttPublisherOptions): Publisher {
   const created = mqttPublisher(options);
@@ -99,187 +68,6 @@ let nsCounter = 0;
 function namespace(): string {
   nsCounter += 1;
   return `t${nsCounter}`;
-}
-
-publisherContract(
-  { describe, it, expect, beforeAll, afterAll },
-  {
-    name: 'mqtt',
-    features: { orderedPerKey: true, brokerDedup: false, persistent: false },
-    broker: BROKER,
-    create: async (address, ns) => {
-      await listen(ns);
-      return mqttPublisher({
-        url: `mqtt://${address.host}:${address.port}`,
-        timeoutMs: 3000,
-        clientOptions: { reconnectPeriod: 200 },
-      });
-    },
-    topic: (ns) => `${PREFIX}/${ns}/events`,
-    read: async (ns, expected): Promise<ReceivedMessage[]> =>
-      (await arrived(ns, expected)).map(({ payload, packet }) => {
-        const headers = userProperties(packet);
-        return {
-          eventId: headers['ce-id'] ?? '',
-          aggregateId: headers['ce-aggregateid'] ?? '',
-          sequence: Number(headers['ce-sequence']),
-          headers,
-          payload,
-        };
-      }),
-    // A wildcard can only be subscribed to: refused before sending.
-    poison: (ns, m) => ({ ...m, topic: `${PREFIX}/${ns}/#` }),
-    cleanup: async (ns) => {
-      await subscriber.unsubscribeAsync(`${PREFIX}/${ns}/#`);
-    },
-  },
-  { relay: { databaseUrl: DATABASE_URL } },
-);
-
-// --- a proxy that can hold the broker's answers (PUBACKs) back --------------------------------
-
-/** Forwards both ways; while `hold` is on, what the broker sends waits in the proxy. */
-class AckGate {
-  hold = false;
-  readonly #server: Server;
-  readonly #sockets = new Set<Socket>();
-  readonly #held: Array<{ to: Socket; chunk: Buffer }> = [];
-
-  private constructor(server: Server) {
-    this.#server = server;
-  }
-
-  static async start(): Promise<AckGate> {
-    const server = createServer();
-    const gate = new AckGate(server);
-    server.on('connection', (client) => gate.#pipe(client));
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    return gate;
-  }
-
-  get url(): string {
-    return `mqtt://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
-  }
-
-  #pipe(client: Socket): void {
-    const upstream = tcpConnect(BROKER.port, BROKER.host);
-    for (const s of [client, upstream]) {
-      this.#sockets.add(s);
-      s.on('close', () => this.#sockets.delete(s));
-      s.on('error', () => {
-        client.destroy();
-        upstream.destroy();
-      });
-    }
-    client.pipe(upstream);
-    upstream.on('data', (chunk: Buffer) => {
-      if (this.hold) this.#held.push({ to: client, chunk });
-      else client.write(chunk);
-    });
-  }
-
-  release(): void {
-    this.hold = false;
-    for (const { to, chunk } of this.#held.splice(0)) if (!to.destroyed) to.write(chunk);
-  }
-
-  async close(): Promise<void> {
-    for (const s of this.#sockets) s.destroy();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
-  }
-}
-
-// --- a scripted MQTT 5 "broker" for answers Mosquitto will not give ---------------------------
-
-interface FakeBrokerOptions {
-  /** The CONNACK to answer every CONNECT with. */
-  readonly connack: Buffer;
-  /** PUBACK reason code for a PUBLISH to `topic`; `disconnect` = DISCONNECT with that reason and hang up; undefined = no answer. */
-  readonly reasonCode?: (topic: string) => number | { disconnect: number } | undefined;
-}
-
-/** CONNACK (MQTT 5) accepting the connection, with optional Receive Maximum and Maximum Packet Size. */
-function connack5(properties: { receiveMaximum?: number; maximumPacketSize?: number } = {}): Buffer {
-  const props: number[] = [];
-  if (properties.receiveMaximum !== undefined) {
-    props.push(0x21, properties.receiveMaximum >> 8, properties.receiveMaximum & 0xff);
-  }
-  if (properties.maximumPacketSize !== undefined) {
-    const b = Buffer.alloc(4);
-    b.writeUInt32BE(properties.maximumPacketSize);
-    props.push(0x27, ...b);
-  }
-  return Buffer.from([0x20, 3 + props.length, 0x00, 0x00, props.length, ...props]);
-}
-
-class FakeBroker {
-  readonly published: string[] = [];
-  readonly #server: Server;
-  readonly #sockets = new Set<Socket>();
-
-  private constructor(
-    server: Server,
-    readonly options: FakeBrokerOptions,
-  ) {
-    this.#server = server;
-  }
-
-  static async start(options: FakeBrokerOptions): Promise<FakeBroker> {
-    const server = createServer();
-    const broker = new FakeBroker(server, options);
-    server.on('connection', (socket) => broker.#serve(socket));
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    return broker;
-  }
-
-  get url(): string {
-    return `mqtt://127.0.0.1:${(this.#server.address() as AddressInfo).port}`;
-  }
-
-  #serve(socket: Socket): void {
-    this.#sockets.add(socket);
-    socket.on('close', () => this.#sockets.delete(socket));
-    socket.on('error', () => socket.destroy());
-    let buffer = Buffer.alloc(0);
-    socket.on('data', (chunk: Buffer) => {
-      buffer = Buffer.concat([buffer, chunk]);
-      for (;;) {
-        // Fixed header: type, then the remaining length as a variable byte integer.
-        let length = 0;
-        let shift = 0;
-        let at = 1;
-        for (; at < buffer.length && at < 5; at += 1) {
-          length += (buffer[at]! & 0x7f) << shift;
-          shift += 7;
-          if ((buffer[at]! & 0x80) === 0) break;
-        }
-        if (at >= buffer.length || buffer.length < at + 1 + length) return;
-        const type = buffer[0]! >> 4;
-        const body = buffer.subarray(at + 1, at + 1 + length);
-        buffer = buffer.subarray(at + 1 + length);
-        if (type === 1) socket.write(this.options.connack);
-        else if (type === 3)
-          this.#onPublish(socket, body); // QoS 1: a packet id follows the topic
-        else if (type === 12) socket.write(Buffer.from([0xd0, 0x00]));
-        else if (type === 14) socket.end();
-      }
-    });
-  }
-
-  #onPublish(socket: Socket, body: Buffer): void {
-    const topicLength = body.readUInt16BE(0);
-    const topic = body.subarray(2, 2 + topicLength).toString('utf8');
-    const id = body.readUInt16BE(2 + topicLength);
-    this.published.push(topic);
-    const rc = this.options.reasonCode?.(topic);
-    if (typeof rc === 'number') socket.write(Buffer.from([0x40, 0x04, id >> 8, id & 0xff, rc, 0x00]));
-    else if (rc !== undefined) socket.end(Buffer.from([0xe0, 0x02, rc.disconnect, 0x00]));
-  }
-
-  async close(): Promise<void> {
-    for (const s of this.#sockets) s.destroy();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
-  }
 }
 
 // --- MQTT-specific behaviour -------------------------------------------------------------------
@@ -447,14 +235,14 @@ describe('mqttPublisher on Mosquitto', () => {
     expect(got.map((m) => userProperties(m.packet)['ce-id'])).toEqual(batch.map((m) => m.eventId));
   });
 
-  it('derives the topic from topic, else aggregateType/type with dots as slashes, or from the topic option', async () => {
+  it('derives the topic from topic, else aggregateType/type with dots as slashes, or from the destination option', async () => {
     const ns = namespace();
     await listen(ns);
     const pub = publisher({ url: URL });
     const given = makeMessage({ topic: `${PREFIX}/${ns}/given` });
     const derived = makeMessage({ topic: null, aggregateType: `${PREFIX}.${ns}`, type: 'order.created' });
     expect(await pub.publish([given, derived], never())).toEqual([{ ok: true }, { ok: true }]);
-    const custom = publisher({ url: URL, topic: (m) => `${PREFIX}/${ns}/custom/${m.aggregateId}` });
+    const custom = publisher({ url: URL, destination: (m) => `${PREFIX}/${ns}/custom/${m.aggregateId}` });
     const routed = makeMessage({ aggregateId: 'o-42' });
     expect(await custom.publish([routed], never())).toEqual([{ ok: true }]);
     const got = await arrived(ns, 3);
@@ -511,13 +299,13 @@ describe('mqttPublisher on Mosquitto', () => {
 
     const throwing = publisher({
       client,
-      topic: () => {
+      destination: () => {
         throw new Error('no route');
       },
     });
     const [thrown] = await throwing.publish([makeMessage()], never());
     expect(expectFailure(thrown, false).message).toMatch(/topic function threw.*no route/);
-    const empty = publisher({ client, topic: () => '' });
+    const empty = publisher({ client, destination: () => '' });
     const [none] = await empty.publish([makeMessage()], never());
     expect(expectFailure(none, false).message).toMatch(/MQTT topic "" of event .* is invalid: it is empty/);
     expect(sentPublishes).toBe(2);

@@ -152,8 +152,8 @@ async function openNatsSink(
   const consumer = await consumeNats({
     inbox: loseConsumerAcks(inventory.inbox, consumerAcks),
     handler: inventory.handler,
-    servers: servers.split(','),
-    connectionOptions: { name: 'tx-outbox-demo-inventory' },
+    url: servers.split(','),
+    clientOptions: { name: 'tx-outbox-demo-inventory' },
     stream,
     durable: INVENTORY_CONSUMER,
     concurrency: INVENTORY_CONCURRENCY,

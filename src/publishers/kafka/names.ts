@@ -1,0 +1,20 @@
+/** Kafka's topic name rule, and the default topic of a message. */
+import type { OutboxMessage } from '../contract.js';
+import { defaultDestination } from '../core/destination.js';
+
+const MAX_TOPIC_LENGTH = 249;
+const TOPIC_PATTERN = /^[a-zA-Z0-9._-]+$/;
+
+/** `message.topic`, else `${aggregateType}.${type}`. */
+export const defaultTopic: (message: OutboxMessage) => string = defaultDestination;
+
+/** Why Kafka would refuse the topic name, or undefined when it is fine. */
+export function topicProblem(topic: string): string | undefined {
+  if (topic.length === 0) return 'is empty';
+  if (topic.length > MAX_TOPIC_LENGTH) {
+    return `is ${topic.length} characters long; Kafka allows at most ${MAX_TOPIC_LENGTH}`;
+  }
+  if (topic === '.' || topic === '..') return 'is "." or ".."';
+  if (!TOPIC_PATTERN.test(topic)) return 'has characters other than ASCII letters, digits, ".", "_" and "-"';
+  return undefined;
+}

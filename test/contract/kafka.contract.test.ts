@@ -1,0 +1,60 @@
+/**
+ * The publisher contract (src/testing/publisher-contract.ts) on the Kafka publisher, against a
+ * real broker on 127.0.0.1:9092 (`bash scripts/kafka.sh start`; CI starts it). Without a broker
+ * there, the whole file is skipped with a message.
+ */
+import type { Admin, Consumer } from '@platformatic/kafka';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Publisher } from '../../src/publishers/contract.js';
+import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
+import { publisherContract } from '../../src/testing/index.js';
+import { KAFKA_BROKER, KAFKA_HOST, KAFKA_PORT, kafkaAvailable } from '../helpers/kafka.js';
+import { kafkaReader, readTopic } from '../helpers/kafka-read.js';
+
+const MiB = 1024 * 1024;
+const kafkaUp = await kafkaAvailable('kafka.contract.test.ts:');
+const topicOf = (namespace: string): string => `txo-contract.${namespace}`;
+
+let admin: Admin;
+let reader: Consumer;
+const publishers: Publisher[] = [];
+
+describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
+  beforeAll(() => {
+    ({ admin, reader } = kafkaReader('txo-kafka-contract'));
+  });
+
+  afterAll(async () => {
+    await Promise.allSettled(publishers.map((p) => p.close()));
+    await reader?.close();
+    await admin?.close();
+  }, 60_000);
+
+  publisherContract(
+    { describe, it, expect, beforeAll, afterAll },
+    {
+      name: 'kafka',
+      features: { orderedPerKey: true, brokerDedup: false, persistent: true },
+      broker: { host: KAFKA_HOST, port: KAFKA_PORT },
+      create: (address, namespace) => {
+        const created = kafkaPublisher({
+          url: [`${address.host}:${address.port}`],
+          clientId: `txo-contract-${namespace}`,
+          createTopics: { partitions: 3 },
+          // Kafka advertises 127.0.0.1:9092 in metadata: dial the suite's proxy instead, so that
+          // cutting the proxy cuts every connection of the publisher.
+          mapBrokerAddress: () => address,
+          // Above the broker's message.max.bytes (1 MiB): the broker itself refuses the poison.
+          maxMessageBytes: 8 * MiB,
+          timeoutMs: 5_000,
+        });
+        publishers.push(created);
+        return created;
+      },
+      topic: topicOf,
+      read: (namespace, expected) => readTopic(reader, topicOf(namespace), expected),
+      poison: (_namespace, m) => ({ ...m, payload: Buffer.alloc(2 * MiB, 120) }),
+      cleanup: (namespace) => admin.deleteTopics({ topics: [topicOf(namespace)] }).catch(() => undefined),
+    },
+  );
+});

@@ -1,0 +1,222 @@
+/**
+ * The Kafka publisher's pure parts, with no broker: topic names, the record mapping, the
+ * partitioner, the split into produce requests, broker addresses.
+ */
+import { randomBytes } from 'node:crypto';
+import { murmur2 as clientMurmur2 } from '@platformatic/kafka';
+import { describe, expect, it } from 'vitest';
+import type { PublishOutcome } from '../../src/publishers/contract.js';
+import { bootstrapAddresses, parseAddress, uniqueAddresses } from '../../src/publishers/kafka/addresses.js';
+import { defaultTopic, murmur2, partitionFor, topicProblem } from '../../src/publishers/kafka/index.js';
+import { chunk, groupBy, MAX_REQUEST_BYTES } from '../../src/publishers/kafka/requests.js';
+import { BATCH_OVERHEAD, headerName, type Item, prepare, records } from '../../src/publishers/kafka/wire.js';
+import { contractMessage } from '../../src/testing/publisher-contract.js';
+
+const settings = { destination: defaultTopic, source: 'tx-outbox', maxMessageBytes: 1_048_576 };
+
+function item(index: number, partition: number, bytes: number, topic = 't'): Item {
+  const key = Buffer.from(`k${index}`);
+  return { index, topic, key, value: Buffer.alloc(0), headers: new Map(), bytes, partition };
+}
+
+function failure(outcome: Item | PublishOutcome): { retryable: boolean; message: string } {
+  if (!('ok' in outcome) || outcome.ok) throw new Error(`expected a failure, got ${JSON.stringify(outcome)}`);
+  return { retryable: outcome.retryable, message: outcome.error.message };
+}
+
+describe('topic names', () => {
+  it('refuses what Kafka refuses', () => {
+    expect(topicProblem('orders.created_v2-EU')).toBeUndefined();
+    expect(topicProblem('a'.repeat(249))).toBeUndefined();
+    expect(topicProblem('a'.repeat(250))).toBe('is 250 characters long; Kafka allows at most 249');
+    expect(topicProblem('')).toBe('is empty');
+    expect(topicProblem('.')).toBe('is "." or ".."');
+    expect(topicProblem('..')).toBe('is "." or ".."');
+    expect(topicProblem('orders/created')).toMatch(/characters other than ASCII letters/);
+    expect(topicProblem('créé')).toMatch(/characters other than ASCII letters/);
+  });
+
+  it('defaults to message.topic, else aggregateType.type', () => {
+    expect(defaultTopic(contractMessage('orders', 'a', 1))).toBe('orders');
+    const untopped = contractMessage('', 'a', 1, { topic: null, aggregateType: 'order', type: 'shipped' });
+    expect(defaultTopic(untopped)).toBe('order.shipped');
+    expect(defaultTopic({ ...untopped, topic: '' })).toBe('order.shipped');
+  });
+});
+
+describe('wire: prepare and records', () => {
+  it('keys by aggregate id, keeps the payload bytes, carries the envelope in headers', () => {
+    const message = contractMessage('orders', 'order-7', 3);
+    const prepared = prepare(message, 4, { ...settings, source: 'shop' });
+    if ('ok' in prepared) throw new Error('expected an item');
+    expect(prepared.index).toBe(4);
+    expect(prepared.topic).toBe('orders');
+    expect(prepared.partition).toBe(-1);
+    expect(prepared.key.toString()).toBe('order-7');
+    expect(prepared.value.buffer).toBe((message.payload as Buffer).buffer); // not copied
+    const headers = Object.fromEntries([...prepared.headers].map(([k, v]) => [k.toString(), v.toString()]));
+    expect(headers).toMatchObject({
+      'ce-id': message.eventId,
+      'ce-source': 'shop',
+      'ce-aggregateid': 'order-7',
+      'ce-sequence': '3',
+      traceparent: message.headers['traceparent'],
+    });
+    // The size bound: 36 per record, plus key, value, and 10 per header plus its bytes.
+    let bytes = 36 + prepared.key.length + prepared.value.length;
+    for (const [k, v] of prepared.headers) bytes += 10 + k.length + v.length;
+    expect(prepared.bytes).toBe(bytes);
+
+    prepared.partition = 2;
+    expect(records([prepared])).toEqual([
+      { topic: 'orders', partition: 2, key: prepared.key, value: prepared.value, headers: prepared.headers },
+    ]);
+  });
+
+  it('one Buffer per header name, shared by every record', () => {
+    expect(headerName('ce-id')).toBe(headerName('ce-id'));
+    const a = prepare(contractMessage('t', 'a', 1), 0, settings) as Item;
+    const b = prepare(contractMessage('t', 'b', 1), 1, settings) as Item;
+    expect([...a.headers.keys()]).toEqual([...b.headers.keys()]);
+    expect([...a.headers.keys()][0]).toBe([...b.headers.keys()][0]);
+  });
+
+  it('fails permanently: a topic function that throws, a bad topic name, a message over maxMessageBytes', () => {
+    const threw = prepare(contractMessage('t', 'a', 1), 0, {
+      ...settings,
+      destination: () => {
+        throw new Error('no route');
+      },
+    });
+    expect(failure(threw)).toEqual({
+      retryable: false,
+      message: expect.stringMatching(/^The topic function threw for event .*: no route$/),
+    });
+    expect(failure(prepare(contractMessage('orders/created', 'a', 1), 0, settings))).toEqual({
+      retryable: false,
+      message: expect.stringMatching(
+        /^Kafka rejects topic "orders\/created" \(event .*\): it has characters/,
+      ),
+    });
+    const notString = prepare(contractMessage('t', 'a', 1), 0, {
+      ...settings,
+      destination: () => 42 as unknown as string,
+    });
+    expect(failure(notString).message).toMatch(/it is not a string$/);
+    const fits = prepare(contractMessage('t', 'a', 1), 0, settings) as Item;
+    const limit = fits.bytes + BATCH_OVERHEAD;
+    expect('ok' in prepare(contractMessage('t', 'a', 1), 0, { ...settings, maxMessageBytes: limit })).toBe(
+      false,
+    );
+    const over = prepare(contractMessage('t', 'a', 1), 0, { ...settings, maxMessageBytes: limit - 1 });
+    expect(failure(over)).toEqual({
+      retryable: false,
+      message: expect.stringMatching(/exceeds maxMessageBytes \(\d+\); raise it together with/),
+    });
+  });
+});
+
+describe('partitioner', () => {
+  it('murmur2 matches Kafka (Utils.murmur2) and the client library', () => {
+    // Kafka's UtilsTest.testMurmur2 cases.
+    const cases: [string, number][] = [
+      ['21', -973932308],
+      ['foobar', -790332482],
+      ['a-little-bit-long-string', -985981536],
+      ['a-little-bit-longer-string', -1486304829],
+      ['lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8', -58897971],
+      ['abc', 479470107],
+    ];
+    for (const [input, hash] of cases) expect(murmur2(Buffer.from(input))).toBe(hash);
+    for (let i = 0; i < 200; i++) {
+      const key = randomBytes(i % 40);
+      expect(murmur2(key)).toBe(clientMurmur2(key));
+    }
+  });
+
+  it('partitionFor is the positive hash modulo the partition count, as the Java client', () => {
+    // murmur2('foobar') = -790332482; & 0x7fffffff = 1357151166.
+    expect(partitionFor(Buffer.from('foobar'), 3)).toBe(1357151166 % 3);
+    expect(partitionFor(Buffer.from('abc'), 7)).toBe(479470107 % 7);
+    for (let i = 0; i < 100; i++) {
+      const p = partitionFor(randomBytes(8), 5);
+      expect(p).toBeGreaterThanOrEqual(0);
+      expect(p).toBeLessThan(5);
+    }
+  });
+});
+
+describe('requests: chunk', () => {
+  it('a batch that fits is one request', () => {
+    const items = [item(0, 0, 100), item(1, 1, 100), item(2, 0, 100)];
+    expect(chunk(items, 1_000)).toEqual([items]);
+  });
+
+  it("splits a partition's records over maxBytes into several requests, in order", () => {
+    // Per partition a request holds 61 + n × 300 ≤ 1000: 3 records.
+    const items = Array.from({ length: 7 }, (_, i) => item(i, 0, 300));
+    const requests = chunk(items, 1_000);
+    expect(requests.map((r) => r.map((i) => i.index))).toEqual([[0, 1, 2], [3, 4, 5], [6]]);
+  });
+
+  it("other partitions fill the earlier requests; a partition's next record never goes before its latest", () => {
+    const items = [item(0, 0, 600), item(1, 0, 600), item(2, 1, 600), item(3, 0, 100)];
+    const requests = chunk(items, 1_000).map((r) => r.map((i) => i.index));
+    expect(requests).toEqual([
+      [0, 2],
+      [1, 3],
+    ]);
+    // A small record of partition 0 after a big one: it may not move back into the first request.
+    const later = chunk([item(0, 0, 100), item(1, 0, 900), item(2, 0, 100)], 1_000);
+    expect(later.map((r) => r.map((i) => i.index))).toEqual([[0], [1], [2]]);
+  });
+
+  it('keeps a request under MAX_REQUEST_BYTES across partitions', () => {
+    const size = 1_000_000;
+    const count = Math.floor(MAX_REQUEST_BYTES / size) + 1;
+    const items = Array.from({ length: count }, (_, i) => item(i, i, size));
+    const requests = chunk(items, 2 * size);
+    expect(requests).toHaveLength(2);
+    expect(requests[0]).toHaveLength(count - 1);
+  });
+
+  it('groupBy keeps first-seen group order and item order', () => {
+    const items = [item(0, 1, 1, 'b'), item(1, 0, 1, 'a'), item(2, 2, 1, 'b')];
+    const groups = groupBy(items, (i) => i.topic);
+    expect([...groups.keys()]).toEqual(['b', 'a']);
+    expect(groups.get('b')!.map((i) => i.index)).toEqual([0, 2]);
+  });
+});
+
+describe('addresses', () => {
+  it('parses host:port and [v6]:port', () => {
+    expect(parseAddress('127.0.0.1:9092')).toEqual({ host: '127.0.0.1', port: 9092 });
+    expect(parseAddress('[::1]:19092')).toEqual({ host: '::1', port: 19092 });
+    expect(parseAddress('kafka-1.internal:9093')).toEqual({ host: 'kafka-1.internal', port: 9093 });
+  });
+
+  it('bootstraps from the configured brokers, then the mapped metadata brokers, each once', () => {
+    const bootstrap = [{ host: 'proxy', port: 1 }];
+    const seen = [
+      { host: '10.0.0.1', port: 9092 },
+      { host: '10.0.0.2', port: 9092 },
+    ];
+    const map = (b: { host: string; port: number }) =>
+      b.host === '10.0.0.1' ? { host: 'proxy', port: 1 } : { host: 'proxy', port: 2 };
+    expect(bootstrapAddresses(bootstrap, seen, map)).toEqual([
+      { host: 'proxy', port: 1 },
+      { host: 'proxy', port: 2 },
+    ]);
+    expect(bootstrapAddresses(bootstrap, undefined, map)).toEqual(bootstrap);
+    expect(
+      uniqueAddresses([
+        { host: 'a', port: 1 },
+        { host: 'a', port: 1 },
+        { host: 'a', port: 2 },
+      ]),
+    ).toEqual([
+      { host: 'a', port: 1 },
+      { host: 'a', port: 2 },
+    ]);
+  });
+});
