@@ -1,5 +1,3 @@
-import type { InboxMessage } from '../inbox/message.js';
-
 /** A running consumer adapter. */
 export interface Consumer {
   /** Stops reading, waits for in-flight deliveries to be handled and acknowledged, closes what it opened. Idempotent. */
@@ -7,4 +5,4 @@ export interface Consumer {
 }
 
 /** Key of a delivery in the KeyedQueue: one aggregate at a time. */
-export const aggregateKey = (m: InboxMessage): string => `${m.aggregateType}\u001f${m.aggregateId}`;
+export { aggregateKey } from '../aggregate-key.js';

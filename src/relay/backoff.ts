@@ -18,3 +18,19 @@ export function fullJitterDelay(
   const ceiling = Math.min(policy.capMs, policy.baseMs * 2 ** exponent);
   return Math.floor(random() * ceiling);
 }
+
+const LOOP_ERROR_BACKOFF: BackoffPolicy = Object.freeze({ baseMs: 200, capMs: 10_000 });
+const OUTAGE_BACKOFF: BackoffPolicy = Object.freeze({ baseMs: 200, capMs: 5000 });
+
+/** The relay's wait after its loop threw (database or publisher), the `failures`-th time in a row. */
+export function loopErrorDelay(failures: number, random: () => number): number {
+  return 100 + fullJitterDelay(LOOP_ERROR_BACKOFF, failures, random);
+}
+
+/**
+ * How long aggregates refused as unavailable stay out of claims (and, when nothing got
+ * through, the relay waits), after the `refusedBatches`-th refused batch of an outage.
+ */
+export function outageDelay(refusedBatches: number, random: () => number): number {
+  return fullJitterDelay(OUTAGE_BACKOFF, refusedBatches, random) + 50;
+}

@@ -1,3 +1,5 @@
+import { type AggregateRef, aggregateKey } from '../aggregate-key.js';
+
 /**
  * The ordering gate's in-batch half. A claimed batch may hold several events
  * of one aggregate (claimed only when nothing earlier of that aggregate is
@@ -7,14 +9,8 @@
  * of an aggregate only when its wave-k event was acknowledged; a failure
  * blocks the rest of that aggregate and nothing else.
  */
-export interface Gated {
-  readonly aggregateType: string;
-  readonly aggregateId: string;
+export interface Gated extends AggregateRef {
   readonly sequence: number;
-}
-
-export function aggregateKey(event: Gated): string {
-  return `${event.aggregateType}\u001f${event.aggregateId}`;
 }
 
 export function waves<T extends Gated>(batch: readonly T[]): T[][] {

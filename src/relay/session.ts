@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from 'pg';
 import type { Logger } from '../logger.js';
 import { Checkout } from '../schema/checkout.js';
+import { withSchema } from '../schema/identifiers.js';
 
 /**
  * One pooled connection the relay keeps for a statement family (claims, or
@@ -50,4 +51,24 @@ export class RelaySession {
       lease.release(e ?? true);
     }
   }
+}
+
+/** A named (prepared once per connection) statement of the relay's. */
+export interface Statement {
+  readonly name: string;
+  readonly text: string;
+}
+
+/** `sql` for the outbox schema, named `txo_<family>_<schema>` so each schema has its own. */
+export function relayStatement(family: string, sql: string, schema: string, quotedSchema: string): Statement {
+  return { name: `txo_${family}_${schema.replace(/[^a-z0-9_]/g, '')}`, text: withSchema(sql, quotedSchema) };
+}
+
+/**
+ * The relay's session settings. The claim must walk the primary key in id order whatever the
+ * (churning) statistics say: a bitmap or sequential scan plus sort would cost time in
+ * proportion to the backlog.
+ */
+export function relaySessionSettings(synchronousCommit: 'on' | 'off'): string {
+  return `SET synchronous_commit = ${synchronousCommit}; SET enable_seqscan = off; SET enable_bitmapscan = off`;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { fullJitterDelay } from '../../src/relay/backoff.js';
+import { fullJitterDelay, loopErrorDelay, outageDelay } from '../../src/relay/backoff.js';
 import { fairShare } from '../../src/relay/leases.js';
 
 describe('full jitter backoff', () => {
@@ -16,6 +16,20 @@ describe('full jitter backoff', () => {
   it('spreads retries (jitter)', () => {
     const draws = new Set(Array.from({ length: 50 }, () => fullJitterDelay(policy, 5)));
     expect(draws.size).toBeGreaterThan(10);
+  });
+});
+
+describe("the relay's own backoffs", () => {
+  it('after a loop error: 100 ms plus full jitter from 200 ms up to 10 s', () => {
+    expect(loopErrorDelay(1, () => 0)).toBe(100);
+    expect(loopErrorDelay(1, () => 0.999999)).toBe(299);
+    expect(loopErrorDelay(3, () => 0.5)).toBe(500);
+    expect(loopErrorDelay(1000, () => 0.999999)).toBe(10_099);
+  });
+  it('in a broker outage: 50 ms plus full jitter from 200 ms up to 5 s', () => {
+    expect(outageDelay(1, () => 0)).toBe(50);
+    expect(outageDelay(2, () => 0.5)).toBe(250);
+    expect(outageDelay(1000, () => 0.999999)).toBe(5049);
   });
 });
 

@@ -1,15 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { OutageLog, RefusedAggregates } from '../../src/relay/outage.js';
-
-function recorder() {
-  const lines: Array<{ level: string; msg: string; obj: Record<string, unknown> }> = [];
-  const at =
-    (level: string) =>
-    (obj: object, msg = '') => {
-      lines.push({ level, msg, obj: obj as Record<string, unknown> });
-    };
-  return { lines, logger: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') } };
-}
+import { logRecorder as recorder } from '../helpers/log-recorder.js';
 
 describe('OutageLog', () => {
   it('says the first refusal at once, reminds at most every reminderMs, and says the recovery', () => {

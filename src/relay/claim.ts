@@ -1,0 +1,92 @@
+import type { OutboxMessage } from '../publishers/contract.js';
+import type { HeldRow, HoldBack } from './hold-back.js';
+import type { PartitionLeases } from './leases.js';
+import type { RefusedAggregates } from './outage.js';
+import type { RelaySession, Statement } from './session.js';
+import type { Stopwatch } from './stats.js';
+
+/** A row of the claim statement ({@link CLAIM_SQL}); payloads are null unless it passed the gate. */
+export interface ClaimedRow extends HeldRow {
+  passed: boolean;
+  id: string;
+  event_id: string;
+  partition: number;
+  sequence: string;
+  event_type: string;
+  schema_version: number;
+  topic: string | null;
+  payload: string | null;
+  payload_bytes: Buffer | null;
+  headers: string;
+  created_at: Date;
+  attempts: number;
+}
+
+/** A claimed batch: the events that passed the gate, and the leases they were claimed under. */
+export interface Claimed {
+  readonly messages: OutboxMessage[];
+  /** Rows the claim looked at, including those the gate held back. */
+  readonly scanned: number;
+  readonly partitions: number[];
+  readonly epochs: string[];
+}
+
+/** The message a publisher gets for a claimed row. */
+export function toMessage(row: ClaimedRow): OutboxMessage {
+  const bytes = row.payload_bytes;
+  return {
+    id: row.id,
+    eventId: row.event_id,
+    aggregateType: row.aggregate_type,
+    aggregateId: row.aggregate_id,
+    sequence: Number(row.sequence),
+    type: row.event_type,
+    schemaVersion: row.schema_version,
+    topic: row.topic,
+    payload: bytes ?? Buffer.from(row.payload ?? 'null'),
+    contentType: bytes ? 'application/octet-stream' : 'application/json',
+    headers: JSON.parse(row.headers) as Record<string, string>,
+    createdAt: row.created_at,
+    attempts: row.attempts,
+  };
+}
+
+export interface ClaimerParts {
+  readonly session: RelaySession;
+  readonly statement: Statement;
+  readonly relayId: string;
+  readonly batchSize: number;
+  readonly leases: PartitionLeases;
+  readonly holdBack: HoldBack;
+  readonly refused: RefusedAggregates;
+  readonly watch: Stopwatch;
+}
+
+/**
+ * The claim step: the next due events of the partitions held, leaving out the ids still in
+ * flight and the aggregates held back or refused; the rows that did not pass the gate are
+ * handed to the hold-back.
+ */
+export class Claimer {
+  constructor(private readonly p: ClaimerParts) {}
+
+  async claim(exclude: readonly string[]): Promise<Claimed> {
+    const p = this.p;
+    const { partitions, epochs } = p.leases.snapshot();
+    const client = await p.session.get();
+    const started = performance.now();
+    const { rows } = await client.query<ClaimedRow>({
+      ...p.statement,
+      values: [partitions, epochs, p.relayId, p.batchSize, exclude, p.holdBack.excluded(p.refused.waiting())],
+    });
+    if (rows.length > 0) p.watch.add(performance.now() - started);
+    const messages: OutboxMessage[] = [];
+    const held: ClaimedRow[] = [];
+    for (const row of rows) {
+      if (row.passed) messages.push(toMessage(row));
+      else held.push(row);
+    }
+    if (held.length > 0) p.holdBack.hold(held);
+    return { messages, partitions, epochs, scanned: rows.length };
+  }
+}

@@ -1,0 +1,85 @@
+import { aggregateKeyOf } from '../aggregate-key.js';
+import type { Logger } from '../logger.js';
+
+/** A row the claim statement returned without passing the gate (`passed = false`). */
+export interface HeldRow {
+  readonly aggregate_type: string;
+  readonly aggregate_id: string;
+}
+
+/** More than this many aggregates counted: the counts start over (they only pace a warning). */
+const MAX_COUNTED = 10_000;
+
+/**
+ * The ordering gate's hold-back cache, the relay's half of the gate between claims.
+ *
+ * Aggregates whose next event is not claimable (scheduled for later with deliverAfter, or
+ * missing — a sequence gap) are held back for `holdMs` (the poll interval), so their later
+ * events do not fill the claims. Aggregates with an event in flight are not held: the gate
+ * releases them as soon as that event's outcome is recorded. The times an aggregate was held
+ * count the claims that held it back, however many of its events each claim returned; at 10
+ * and every 100th a warning names it. Claiming an event of the aggregate resets the count.
+ */
+export class HoldBack {
+  /** Held aggregates, each until when (ms since the epoch). */
+  readonly #until = new Map<string, number>();
+  /** How many claims in a row held each aggregate back. */
+  readonly #times = new Map<string, number>();
+  /** Aggregates with events in flight (claimed, outcome not yet recorded), with how many. */
+  readonly #inFlight = new Map<string, number>();
+
+  constructor(
+    private readonly holdMs: number,
+    private readonly logger: Logger,
+    private readonly relayId: string,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** An event of the aggregate `key` was claimed: in flight until {@link landed}. */
+  claimed(key: string): void {
+    this.#inFlight.set(key, (this.#inFlight.get(key) ?? 0) + 1);
+    this.#times.delete(key);
+  }
+
+  /** The outcome of one claimed event of `key` was recorded (or given up on). */
+  landed(key: string): void {
+    const left = (this.#inFlight.get(key) ?? 1) - 1;
+    if (left > 0) this.#inFlight.set(key, left);
+    else this.#inFlight.delete(key);
+  }
+
+  /** Nothing is in flight any more (the loop dropped its pipeline after an error). */
+  forgetInFlight(): void {
+    this.#inFlight.clear();
+  }
+
+  /** Holds back the aggregates of one claim's rows that did not pass the gate. */
+  hold(rows: readonly HeldRow[]): void {
+    const until = this.now() + this.holdMs;
+    const seen = new Set<string>();
+    for (const r of rows) {
+      const key = aggregateKeyOf(r.aggregate_type, r.aggregate_id);
+      if (this.#inFlight.has(key) || seen.has(key)) continue;
+      seen.add(key);
+      const times = (this.#times.get(key) ?? 0) + 1;
+      this.#times.set(key, times);
+      this.#until.set(key, until);
+      if (times === 10 || times % 100 === 0) {
+        this.logger.warn(
+          { relayId: this.relayId, aggregateType: r.aggregate_type, aggregateId: r.aggregate_id, times },
+          'aggregate held back: its next event is scheduled for later (deliverAfter) or missing (sequence gap)',
+        );
+      }
+    }
+  }
+
+  /** The keys the next claim leaves out: the aggregates held back now, then `also`. */
+  excluded(also: readonly string[]): string[] {
+    const now = this.now();
+    for (const [key, until] of this.#until) {
+      if (until <= now) this.#until.delete(key);
+    }
+    if (this.#times.size > MAX_COUNTED) this.#times.clear();
+    return [...this.#until.keys(), ...also];
+  }
+}

@@ -1,0 +1,110 @@
+import { aggregateKey } from '../aggregate-key.js';
+import {
+  brokerUnavailable,
+  errorMessage,
+  isBrokerUnavailable,
+  OutboxError,
+  PublishError,
+} from '../errors.js';
+import type { OutboxMessage, Publisher, PublishOutcome } from '../publishers/contract.js';
+import { CallAbort } from '../publishers/core/call-abort.js';
+import { redactText } from '../redact.js';
+import type { Claimed } from './claim.js';
+import { waves } from './ordering-gate.js';
+import type { RefusedAggregates } from './outage.js';
+import type { RelayCounters } from './stats.js';
+import { type Failure, type JudgePolicy, judge, type Verdict } from './verdicts.js';
+
+export interface BatchPublisherParts {
+  readonly publisher: Publisher;
+  readonly publishTimeoutMs: number;
+  /** Aborted when the relay's stop deadline passes: the call in flight is cut short. */
+  readonly stopping: AbortSignal;
+  readonly counters: RelayCounters;
+  readonly refused: RefusedAggregates;
+  readonly policy: JudgePolicy;
+}
+
+/**
+ * The publish step: a claimed batch through the ordering gate's waves (wave k+1 of an
+ * aggregate only after its wave-k event was acknowledged; a failure blocks the rest of that
+ * aggregate), the verdict per event; nothing recorded yet.
+ */
+export class BatchPublisher {
+  constructor(private readonly p: BatchPublisherParts) {}
+
+  async publish(claimed: Claimed): Promise<Verdict> {
+    const p = this.p;
+    const delivered: string[] = [];
+    const failures: Failure[] = [];
+    const blocked = new Set<string>();
+    const refused = new Set<string>();
+    let unavailable = 0;
+    const started = performance.now();
+    for (const wave of waves(claimed.messages)) {
+      const ready = wave.filter((m) => !blocked.has(aggregateKey(m)));
+      if (ready.length === 0) continue;
+      const outcomes = await this.call(ready);
+      for (let i = 0; i < ready.length; i++) {
+        const message = ready[i]!;
+        const outcome = outcomes[i]!;
+        const key = aggregateKey(message);
+        if (outcome.ok) {
+          delivered.push(message.id);
+          p.refused.settled(key);
+          continue;
+        }
+        blocked.add(key);
+        // An attempt cut short by our own shutdown, or refused because the broker is
+        // unreachable, is not the event's fault: leave the event untouched.
+        if (p.stopping.aborted) continue;
+        if (isBrokerUnavailable(outcome.error)) {
+          unavailable += 1;
+          refused.add(key);
+          p.counters.lastError = redactText(errorMessage(outcome.error));
+          continue;
+        }
+        failures.push(judge(message, outcome, p.policy));
+        p.refused.settled(key);
+      }
+    }
+    p.counters.watches.publish.add(performance.now() - started);
+    p.counters.counts.unavailable += unavailable;
+    return { claimed, delivered, failures, unavailable, refused };
+  }
+
+  /** One publish call under the call's time limit; a call that throws or hangs fails all its messages. */
+  private async call(batch: readonly OutboxMessage[]): Promise<PublishOutcome[]> {
+    const { publisher, publishTimeoutMs } = this.p;
+    // One abort per call, its listener and timer removed when the call ends: a signal derived
+    // with AbortSignal.any from the relay-long signal would be retained per call.
+    const abort = new CallAbort({
+      signal: this.p.stopping,
+      timeoutMs: publishTimeoutMs,
+      timeoutMessage: `publish did not finish within ${publishTimeoutMs} ms`,
+    });
+    try {
+      const outcomes = await abort.race(publisher.publish(batch, abort.signal));
+      if (outcomes.length !== batch.length) {
+        throw new OutboxError(
+          `publisher ${publisher.name} returned ${outcomes.length} outcomes for ${batch.length}`,
+          { code: 'TXO_PUBLISHER_CONTRACT' },
+        );
+      }
+      return outcomes;
+    } catch (error) {
+      // A call that hangs past the deadline is the broker's trouble (no attempt charged); a
+      // publisher that throws is charged like any retryable failure, so a message that makes
+      // it throw goes dead in the end instead of blocking its batch forever.
+      const message = `publisher ${publisher.name} failed: ${redactText(errorMessage(error))}`;
+      const e =
+        abort.cause === 'timeout'
+          ? brokerUnavailable(message, error)
+          : new PublishError(message, { retryable: true, cause: error });
+      this.p.counters.lastError = e.message;
+      return batch.map(() => ({ ok: false, retryable: true, error: e }));
+    } finally {
+      abort.dispose();
+    }
+  }
+}

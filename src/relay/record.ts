@@ -1,0 +1,52 @@
+import type { Logger } from '../logger.js';
+import type { RelaySession, Statement } from './session.js';
+import type { RelayCounters } from './stats.js';
+import type { Verdict } from './verdicts.js';
+
+/**
+ * The record step: a batch's verdict in one statement ({@link RECORD_OUTCOME_SQL}), fenced by
+ * the epochs it was claimed under. An outcome the fence turned away (a partition changed owner
+ * during the batch) is logged; the new owner republishes those events.
+ */
+export class Recorder {
+  constructor(
+    private readonly session: RelaySession,
+    private readonly statement: Statement,
+    private readonly relayId: string,
+    private readonly logger: Logger,
+    private readonly counters: RelayCounters,
+  ) {}
+
+  async record(verdict: Verdict): Promise<void> {
+    const { delivered, failures, claimed } = verdict;
+    if (delivered.length === 0 && failures.length === 0) return;
+    const client = await this.session.get();
+    const started = performance.now();
+    const { rows: result } = await client.query<{ delivered: number; failed: number }>({
+      ...this.statement,
+      values: [
+        this.relayId,
+        claimed.partitions,
+        claimed.epochs,
+        delivered,
+        failures.map((f) => f.id),
+        failures.map((f) => f.status),
+        failures.map((f) => f.delayMs),
+        failures.map((f) => f.error),
+      ],
+    });
+    this.counters.watches.record.add(performance.now() - started);
+    const recorded = result[0];
+    this.counters.recorded(recorded?.delivered ?? 0, failures);
+    if (recorded && recorded.delivered + recorded.failed < delivered.length + failures.length) {
+      this.logger.warn(
+        {
+          relayId: this.relayId,
+          expected: delivered.length + failures.length,
+          recorded: recorded.delivered + recorded.failed,
+        },
+        'outcome fenced: a partition changed owner during the batch; the new owner will republish',
+      );
+    }
+  }
+}

@@ -1,0 +1,73 @@
+export interface RelayStats {
+  /** Events acknowledged by the broker and removed from the outbox. */
+  published: number;
+  /** Failed attempts rescheduled with backoff. */
+  retried: number;
+  /** Events that went dead (max attempts or permanent error). */
+  dead: number;
+  /** Publishes refused because the broker was unreachable (no attempt charged). */
+  unavailable: number;
+  batches: number;
+  /** Partitions this relay holds now. */
+  partitions: number[];
+  /** Last loop error (database or publisher), if any. */
+  lastError: string | undefined;
+  /** Time spent per batch in each step, in ms: mean and max since start. */
+  timings: { claim: Timing; publish: Timing; record: Timing };
+}
+
+export interface Timing {
+  mean: number;
+  max: number;
+}
+
+/** Mean and max of the times added. */
+export class Stopwatch {
+  private total = 0;
+  private count = 0;
+  private max = 0;
+
+  add(ms: number): void {
+    this.total += ms;
+    this.count += 1;
+    if (ms > this.max) this.max = ms;
+  }
+
+  get(): Timing {
+    return { mean: this.count === 0 ? 0 : this.total / this.count, max: this.max };
+  }
+}
+
+/** What a relay counts while it runs; {@link snapshot} is its `stats()`. */
+export class RelayCounters {
+  /** The counts, as they go into `stats()` and the "relay stopped" log line. */
+  readonly counts = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
+  /** Time per batch in each step: the claim statement, the publish calls, the outcome statement. */
+  readonly watches = { claim: new Stopwatch(), publish: new Stopwatch(), record: new Stopwatch() };
+  /** The last loop error (database or publisher), redacted. */
+  lastError: string | undefined;
+
+  /** One batch's outcome recorded: `published` of its events left the outbox, `failures` were rescheduled or dead. */
+  recorded(published: number, failures: readonly { readonly status: 'pending' | 'dead' }[]): void {
+    const counts = this.counts;
+    counts.batches += 1;
+    counts.published += published;
+    for (const f of failures) {
+      if (f.status === 'dead') counts.dead += 1;
+      else counts.retried += 1;
+    }
+  }
+
+  snapshot(partitions: number[]): RelayStats {
+    return {
+      ...this.counts,
+      partitions,
+      lastError: this.lastError,
+      timings: {
+        claim: this.watches.claim.get(),
+        publish: this.watches.publish.get(),
+        record: this.watches.record.get(),
+      },
+    };
+  }
+}

@@ -1,0 +1,92 @@
+import { describe, expect, it } from 'vitest';
+import { aggregateKeyOf } from '../../src/aggregate-key.js';
+import { HoldBack } from '../../src/relay/hold-back.js';
+import { logRecorder } from '../helpers/log-recorder.js';
+
+const row = (id: string, type = 'order') => ({ aggregate_type: type, aggregate_id: id });
+const key = (id: string, type = 'order') => aggregateKeyOf(type, id);
+
+function setup(holdMs = 1000) {
+  let now = 10_000;
+  const { lines, logger } = logRecorder();
+  const holdBack = new HoldBack(holdMs, logger, 'r1', () => now);
+  return { holdBack, lines, advance: (ms: number) => (now += ms) };
+}
+
+describe('HoldBack', () => {
+  it('leaves a held aggregate out of claims for holdMs, then lets it in again', () => {
+    const { holdBack, advance } = setup(1000);
+    holdBack.hold([row('a'), row('b')]);
+    expect(holdBack.excluded([])).toEqual([key('a'), key('b')]);
+    advance(999);
+    expect(holdBack.excluded(['refused'])).toEqual([key('a'), key('b'), 'refused']);
+    advance(1);
+    expect(holdBack.excluded(['refused'])).toEqual(['refused']);
+  });
+
+  it('does not hold an aggregate with an event in flight until all of them landed', () => {
+    const { holdBack } = setup();
+    holdBack.claimed(key('a'));
+    holdBack.claimed(key('a'));
+    holdBack.hold([row('a')]);
+    expect(holdBack.excluded([])).toEqual([]);
+    holdBack.landed(key('a'));
+    holdBack.hold([row('a')]);
+    expect(holdBack.excluded([])).toEqual([]); // one event still in flight
+    holdBack.landed(key('a'));
+    holdBack.hold([row('a')]);
+    expect(holdBack.excluded([])).toEqual([key('a')]);
+  });
+
+  it('forgets what is in flight after a loop error', () => {
+    const { holdBack } = setup();
+    holdBack.claimed(key('a'));
+    holdBack.forgetInFlight();
+    holdBack.hold([row('a')]);
+    expect(holdBack.excluded([])).toEqual([key('a')]);
+  });
+
+  it('keys aggregates by type and id together', () => {
+    const { holdBack } = setup();
+    holdBack.claimed(key('1', 'a'));
+    holdBack.hold([row('1', 'b')]);
+    expect(holdBack.excluded([])).toEqual([key('1', 'b')]);
+  });
+
+  it('counts the claims that held an aggregate, not its rows, and warns at 10 and every 100th', () => {
+    const { holdBack, lines } = setup();
+    holdBack.hold(Array.from({ length: 20 }, () => row('a'))); // one claim, 20 rows
+    expect(lines).toEqual([]);
+    for (let i = 2; i <= 9; i++) holdBack.hold([row('a')]);
+    expect(lines).toEqual([]);
+    holdBack.hold([row('a'), row('a')]);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({
+      level: 'warn',
+      msg: expect.stringMatching(/^aggregate held back/),
+      obj: { relayId: 'r1', aggregateType: 'order', aggregateId: 'a', times: 10 },
+    });
+    for (let i = 11; i <= 199; i++) holdBack.hold([row('a')]);
+    expect(lines.map((l) => l.obj['times'])).toEqual([10, 100]);
+    holdBack.hold([row('a')]);
+    expect(lines.map((l) => l.obj['times'])).toEqual([10, 100, 200]);
+  });
+
+  it('starts counting over when an event of the aggregate is claimed', () => {
+    const { holdBack, lines } = setup();
+    for (let i = 1; i <= 9; i++) holdBack.hold([row('a')]);
+    holdBack.claimed(key('a'));
+    holdBack.landed(key('a'));
+    holdBack.hold([row('a')]);
+    expect(lines).toEqual([]);
+  });
+
+  it('drops the counts once more than 10 000 aggregates are counted', () => {
+    const { holdBack, lines } = setup();
+    for (let i = 1; i <= 9; i++) holdBack.hold([row('a')]);
+    holdBack.hold(Array.from({ length: 10_001 }, (_, i) => row(`other-${i}`)));
+    holdBack.excluded([]);
+    holdBack.hold([row('a')]); // the 10th claim, but counted as the first
+    expect(lines).toEqual([]);
+  });
+});

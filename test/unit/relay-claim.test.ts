@@ -1,0 +1,63 @@
+import { describe, expect, it } from 'vitest';
+import { aggregateKey, aggregateKeyOf } from '../../src/aggregate-key.js';
+import { type ClaimedRow, toMessage } from '../../src/relay/claim.js';
+
+const row = (extra: Partial<ClaimedRow> = {}): ClaimedRow => ({
+  passed: true,
+  id: '17',
+  event_id: '0190f5a4-8d3c-7bbb-9b1e-000000000017',
+  partition: 3,
+  aggregate_type: 'order',
+  aggregate_id: 'o-9',
+  sequence: '4',
+  event_type: 'order.shipped',
+  schema_version: 2,
+  topic: 'orders',
+  payload: '{"a":1}',
+  payload_bytes: null,
+  headers: '{"traceparent":"00-abc-def-01"}',
+  created_at: new Date(1_700_000_000_000),
+  attempts: 1,
+  ...extra,
+});
+
+describe('claimed rows as messages', () => {
+  it('maps a JSON event', () => {
+    const m = toMessage(row());
+    expect(m).toEqual({
+      id: '17',
+      eventId: '0190f5a4-8d3c-7bbb-9b1e-000000000017',
+      aggregateType: 'order',
+      aggregateId: 'o-9',
+      sequence: 4,
+      type: 'order.shipped',
+      schemaVersion: 2,
+      topic: 'orders',
+      payload: Buffer.from('{"a":1}'),
+      contentType: 'application/json',
+      headers: { traceparent: '00-abc-def-01' },
+      createdAt: new Date(1_700_000_000_000),
+      attempts: 1,
+    });
+  });
+
+  it('maps a binary event, and a JSON null', () => {
+    const bytes = Buffer.from([0, 1, 2]);
+    const binary = toMessage(row({ payload: null, payload_bytes: bytes }));
+    expect(binary.payload).toBe(bytes);
+    expect(binary.contentType).toBe('application/octet-stream');
+    expect(toMessage(row({ payload: null })).payload).toEqual(Buffer.from('null'));
+  });
+});
+
+describe('aggregate key', () => {
+  it('is the same for a message and for its row', () => {
+    const r = row();
+    expect(aggregateKey(toMessage(r))).toBe(aggregateKeyOf(r.aggregate_type, r.aggregate_id));
+  });
+
+  it('joins type and id with U+001F, as the claim statement does (chr(31))', () => {
+    expect(aggregateKeyOf('order', 'o-9')).toBe('order\u001fo-9');
+    expect(aggregateKeyOf('ab', 'c')).not.toBe(aggregateKeyOf('a', 'bc'));
+  });
+});

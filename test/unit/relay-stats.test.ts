@@ -1,0 +1,40 @@
+import { describe, expect, it } from 'vitest';
+import { RelayCounters, Stopwatch } from '../../src/relay/stats.js';
+
+describe('relay stats', () => {
+  it('a stopwatch keeps the mean and the max', () => {
+    const watch = new Stopwatch();
+    expect(watch.get()).toEqual({ mean: 0, max: 0 });
+    watch.add(10);
+    watch.add(30);
+    watch.add(5);
+    expect(watch.get()).toEqual({ mean: 15, max: 30 });
+  });
+
+  it('counts recorded batches, published, retried and dead events', () => {
+    const counters = new RelayCounters();
+    counters.recorded(7, [{ status: 'pending' }, { status: 'dead' }, { status: 'pending' }]);
+    counters.recorded(3, []);
+    counters.counts.unavailable += 4;
+    counters.lastError = 'boom';
+    counters.watches.claim.add(2);
+    expect(counters.snapshot([0, 3])).toEqual({
+      published: 10,
+      retried: 2,
+      dead: 1,
+      unavailable: 4,
+      batches: 2,
+      partitions: [0, 3],
+      lastError: 'boom',
+      timings: { claim: { mean: 2, max: 2 }, publish: { mean: 0, max: 0 }, record: { mean: 0, max: 0 } },
+    });
+  });
+
+  it('a snapshot is a copy', () => {
+    const counters = new RelayCounters();
+    const before = counters.snapshot([]);
+    counters.recorded(1, []);
+    expect(before.published).toBe(0);
+    expect(counters.snapshot([]).published).toBe(1);
+  });
+});
