@@ -52,3 +52,37 @@ export function positiveInteger(field: string, value: number | undefined, fallba
   checkPositiveInteger(field, value);
   return value ?? fallback;
 }
+
+/** How a publisher was told to reach its broker, for {@link checkUrlOrClient}. */
+export interface BrokerAddress {
+  /** A usable `url` was given (non-empty). */
+  readonly hasUrl: boolean;
+  /** `url` was given at all (default: `hasUrl`); giving it with a `client` is refused. */
+  readonly urlGiven?: boolean;
+  readonly hasClient: boolean;
+  /** `clientOptions` were given; they apply only to a client made from `url`. */
+  readonly hasClientOptions?: boolean;
+  /** What a `url` looks like for this broker, for the fix: `redis://host:port`. */
+  readonly urlExample: string;
+}
+
+/** Exactly one of `url` and `client`; `clientOptions` only with `url`. Errors name the field and the fix. */
+export function checkUrlOrClient(address: BrokerAddress): void {
+  if (!address.hasUrl && !address.hasClient) {
+    throw new OutboxValidationError(
+      'url',
+      'is missing',
+      `Give \`url\` (${address.urlExample}) or a \`client\``,
+    );
+  }
+  if ((address.urlGiven ?? address.hasUrl) && address.hasClient) {
+    throw new OutboxValidationError('client', 'was given together with `url`', 'Give only one of them');
+  }
+  if (address.hasClient && address.hasClientOptions === true) {
+    throw new OutboxValidationError(
+      'clientOptions',
+      'only apply to a client made from `url`',
+      'Configure your own client yourself',
+    );
+  }
+}

@@ -59,7 +59,7 @@ describe('resolveRedisOptions', () => {
       [{}, /^url: is missing\. Give `url` \(redis:\/\/host:port\) or a `client`$/],
       [{ url: '' }, /^url: is missing/],
       [{ url: URL, client }, /^client: was given together with `url`\. Give only one of them$/],
-      [{ client, clientOptions: {} }, /^clientOptions: only apply to the client made from `url`/],
+      [{ client, clientOptions: {} }, /^clientOptions: only apply to a client made from `url`/],
       [{ url: URL, timeoutMs: 0 }, /^timeoutMs: must be a positive integer, got 0/],
       [{ url: URL, dedupWindowSeconds: -1 }, /^dedupWindowSeconds: must be a whole number of seconds >= 0/],
       [{ url: URL, dedupWindowSeconds: 1.5 }, /^dedupWindowSeconds: /],

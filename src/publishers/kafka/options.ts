@@ -5,7 +5,7 @@
  */
 import type { Producer, ProducerOptions } from '@platformatic/kafka';
 import { OutboxValidationError } from '../../errors.js';
-import { checkPositiveInteger } from '../../options/checks.js';
+import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
 import { defaultTopic } from './names.js';
@@ -140,12 +140,12 @@ export function resolveKafkaOptions(given: KafkaPublisherOptions): KafkaSettings
 /** The checks, on the new names only. */
 function checkKafkaOptions(options: KafkaPublisherOptions): void {
   const hasUrl = options.url !== undefined && options.url.length > 0;
-  if (!hasUrl && options.client === undefined) {
-    throw new OutboxValidationError('url', 'is missing', 'Give `url` (host:port list) or a `client`');
-  }
-  if (options.client !== undefined && options.url !== undefined) {
-    throw new OutboxValidationError('client', 'was given together with `url`', 'Give only one of them');
-  }
+  checkUrlOrClient({
+    hasUrl,
+    urlGiven: options.url !== undefined,
+    hasClient: options.client !== undefined,
+    urlExample: 'host:port list',
+  });
   for (const broker of options.url ?? []) {
     if (typeof broker !== 'string' || !HOST_PORT.test(broker)) {
       throw new OutboxValidationError(

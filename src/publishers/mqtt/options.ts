@@ -1,7 +1,7 @@
 /** The MQTT publisher's options: the public shape, and their resolution (renames, checks, defaults) into one frozen object. */
 import type { IClientOptions, MqttClient } from 'mqtt';
 import { OutboxValidationError } from '../../errors.js';
-import { positiveInteger } from '../../options/checks.js';
+import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
 import { defaultTopic } from './topic.js';
@@ -117,13 +117,6 @@ export function resolveMqttOptions(given: MqttPublisherOptions): MqttResolved {
 
 /** Exactly one of `url` (a URL) and `client`; `clientOptions` only with `url`. */
 function checkConnection(options: MqttPublisherOptions, hasUrl: boolean): void {
-  if (!hasUrl && options.client === undefined) {
-    throw new OutboxValidationError(
-      'url',
-      'is missing',
-      'Give `url` (e.g. mqtt://127.0.0.1:1883) or a `client`',
-    );
-  }
   if (hasUrl && !URL.canParse(options.url!)) {
     throw new OutboxValidationError(
       'url',
@@ -131,16 +124,12 @@ function checkConnection(options: MqttPublisherOptions, hasUrl: boolean): void {
       'Give e.g. mqtt://127.0.0.1:1883 or mqtts://broker:8883',
     );
   }
-  if (hasUrl && options.client !== undefined) {
-    throw new OutboxValidationError('client', 'was given together with `url`', 'Give only one of them');
-  }
-  if (options.client !== undefined && options.clientOptions !== undefined) {
-    throw new OutboxValidationError(
-      'clientOptions',
-      'only apply to a client made from `url`',
-      'Configure your own client yourself',
-    );
-  }
+  checkUrlOrClient({
+    hasUrl,
+    hasClient: options.client !== undefined,
+    hasClientOptions: options.clientOptions !== undefined,
+    urlExample: 'e.g. mqtt://127.0.0.1:1883',
+  });
 }
 
 /** QoS 1 or 2; protocol version 5 or 4, and none with `client` (the client's own applies). */

@@ -1,7 +1,7 @@
 /** The options of the NATS JetStream publisher, resolved once into a frozen object. */
 import type { NatsConnection, NodeConnectionOptions } from '@nats-io/transport-node';
 import { OutboxValidationError } from '../../errors.js';
-import { checkPositiveInteger } from '../../options/checks.js';
+import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import { redactUrl } from '../../redact.js';
 import type { OutboxMessage } from '../contract.js';
@@ -106,12 +106,7 @@ export function resolveNatsOptions(given: NatsPublisherOptions): ResolvedNatsOpt
 
 function validate(options: NatsPublisherOptions): void {
   const hasUrl = options.url !== undefined && options.url.length > 0;
-  if (!hasUrl && options.client === undefined) {
-    throw new OutboxValidationError('url', 'is missing', 'Give `url` (URL or URLs) or a `client`');
-  }
-  if (hasUrl && options.client !== undefined) {
-    throw new OutboxValidationError('client', 'was given together with `url`', 'Give only one of them');
-  }
+  checkUrlOrClient({ hasUrl, hasClient: options.client !== undefined, urlExample: 'URL or URLs' });
   if (options.streamSubjects !== undefined && options.stream === undefined) {
     throw new OutboxValidationError('stream', 'is missing', 'Name the stream that `streamSubjects` describe');
   }

@@ -1,6 +1,6 @@
 import type { ChannelModel, Options, RecoveringChannelModel, SocketOptions } from 'amqplib';
 import { OutboxValidationError } from '../../errors.js';
-import { positiveInteger } from '../../options/checks.js';
+import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
 import { describeUrl } from './link.js';
@@ -88,12 +88,7 @@ export function resolveRabbitMqOptions(given: RabbitMqPublisherOptions): Resolve
   const options = renamedOptions('rabbitmqPublisher', given, RENAMES);
   const { url, client, exchange, destination } = options;
   const hasUrl = url !== undefined && url !== '';
-  if (!hasUrl && client === undefined) {
-    throw new OutboxValidationError('url', 'is missing', 'Give `url` (amqp://…) or a `client`');
-  }
-  if (hasUrl && client !== undefined) {
-    throw new OutboxValidationError('client', 'was given together with `url`', 'Give only one of them');
-  }
+  checkUrlOrClient({ hasUrl, hasClient: client !== undefined, urlExample: 'amqp://…' });
   if (typeof url === 'string' && hasUrl && !/^amqps?:\/\//i.test(url)) {
     throw new OutboxValidationError(
       'url',

@@ -1,7 +1,7 @@
 /** The options of the Redis Streams publisher, resolved once into a frozen object. */
 import type { RedisArgument, RedisClientOptions } from 'redis';
 import { OutboxValidationError } from '../../errors.js';
-import { checkPositiveInteger } from '../../options/checks.js';
+import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
 import { defaultDestination } from '../core/destination.js';
@@ -92,19 +92,12 @@ export function resolveRedisOptions(given: RedisPublisherOptions): ResolvedRedis
 
 function validate(options: RedisPublisherOptions): void {
   const hasUrl = options.url !== undefined && options.url !== '';
-  if (!hasUrl && options.client === undefined) {
-    throw new OutboxValidationError('url', 'is missing', 'Give `url` (redis://host:port) or a `client`');
-  }
-  if (hasUrl && options.client !== undefined) {
-    throw new OutboxValidationError('client', 'was given together with `url`', 'Give only one of them');
-  }
-  if (options.clientOptions !== undefined && options.client !== undefined) {
-    throw new OutboxValidationError(
-      'clientOptions',
-      'only apply to the client made from `url`',
-      'Configure your own client yourself',
-    );
-  }
+  checkUrlOrClient({
+    hasUrl,
+    hasClient: options.client !== undefined,
+    hasClientOptions: options.clientOptions !== undefined,
+    urlExample: 'redis://host:port',
+  });
   checkPositiveInteger('timeoutMs', options.timeoutMs);
   const window = options.dedupWindowSeconds;
   if (window !== undefined && !(Number.isInteger(window) && window >= 0)) {
