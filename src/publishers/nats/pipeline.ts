@@ -152,6 +152,8 @@ export class AckPipeline {
       p.run.settle(p.index, failed(connectionLost(p.subject, cause), true));
     this.#probing.clear();
     this.#slots.cancelWaits();
+    // The probes' verdicts are dropped now: close() may be waiting for these publishes only.
+    this.#released();
   }
 
   /** The client reconnected (and re-sent its subscriptions); sending resumes. */
