@@ -392,6 +392,32 @@ describe('rabbitmqPublisher', () => {
     }
   });
 
+  it('an abort while a message waits for a slot fails the whole batch at once, sending no more', async () => {
+    const ns = newNamespace();
+    await topology(ns);
+    const proxy = await FreezingProxy.start(PORT);
+    try {
+      const p = publisher({ url: url('127.0.0.1', proxy.port), exchange: exchangeOf(ns), maxInFlight: 1 });
+      expect(await p.publish(messages(ns, 1), never())).toEqual([{ ok: true }]);
+      proxy.freeze();
+      // The first message holds the only slot (its confirm never comes), the second waits for it.
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(new Error('relay stopping')), 200);
+      const started = Date.now();
+      const outcomes = await p.publish(messages(ns, 3), controller.signal);
+      // The slot the abort frees is not handed to the waiting message (which would be sent, and
+      // then wait out timeoutMs for its confirm): the call ends with the abort.
+      expect(Date.now() - started).toBeLessThan(2_000);
+      for (const outcome of outcomes) {
+        expect(expectFailure(outcome, true).message).toBe(
+          'Publish aborted before its confirm arrived: relay stopping',
+        );
+      }
+    } finally {
+      proxy.close();
+    }
+  });
+
   it('close() is idempotent; a later publish rejects with TXO_PUBLISHER_CLOSED', async () => {
     const ns = newNamespace();
     await topology(ns);

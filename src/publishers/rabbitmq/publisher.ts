@@ -143,6 +143,11 @@ export class RabbitMqPublisher implements Publisher {
       if (!this.#slots.tryAcquire() && !(await acquireSlot(this.#slots, abort))) {
         return failRest(i, failed(run.aborted ?? cancelledBeforeSend(item), true));
       }
+      if (run.aborted !== undefined) {
+        // The abort released this run's slots before it cancelled the wait: one came to us.
+        this.#slots.release();
+        return failRest(i, failed(run.aborted, true));
+      }
       if (!session.writable && !session.closed && !(await session.waitForDrain(timeoutMs, abort))) {
         if (run.aborted !== undefined || !session.closed) {
           this.#slots.release();
