@@ -4,7 +4,7 @@
  * branch on `retryable` and `code` instead of parsing messages.
  */
 import pg from 'pg';
-import { isUnreachableCode } from './network-errors.js';
+import { DATABASE_RETRY_CODES } from './network-errors.js';
 
 export class OutboxError extends Error {
   readonly code: string;
@@ -81,7 +81,7 @@ const RETRYABLE_PG_CODES = new Set([
 export function isRetryableDatabaseError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: unknown }).code;
-  if (typeof code === 'string' && (RETRYABLE_PG_CODES.has(code) || isUnreachableCode(code))) {
+  if (typeof code === 'string' && (RETRYABLE_PG_CODES.has(code) || DATABASE_RETRY_CODES.has(code))) {
     return true;
   }
   const message = error.message;

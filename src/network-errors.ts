@@ -17,6 +17,35 @@ export const UNREACHABLE_CODES: ReadonlySet<string> = new Set([
   'UND_ERR_CONNECT_TIMEOUT',
 ]);
 
+/** Of {@link UNREACHABLE_CODES}, those for which this list is checked to be a subset. */
+function subset(codes: readonly string[]): ReadonlySet<string> {
+  for (const code of codes)
+    if (!UNREACHABLE_CODES.has(code)) throw new Error(`${code} is not in UNREACHABLE_CODES`);
+  return new Set(codes);
+}
+
+/**
+ * The network codes `isRetryableDatabaseError` retries (so `tx-outbox relay` waits for the
+ * database): a narrower set than the publishers' — an unroutable host or network fails at once.
+ */
+export const DATABASE_RETRY_CODES = subset([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+/** The codes for which the CLI says "cannot connect to the database" (a connect that failed). */
+export const DATABASE_CONNECT_CODES = subset([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+]);
+
 /** True when `code` (an error's `code` property) is one of {@link UNREACHABLE_CODES}. */
 export function isUnreachableCode(code: unknown): boolean {
   return typeof code === 'string' && UNREACHABLE_CODES.has(code);

@@ -9,7 +9,7 @@ import { type Command, CommanderError, InvalidArgumentError, Option } from 'comm
 import pg from 'pg';
 import { type Logger as PinoLogger, pino } from 'pino';
 import { errorMessage, OutboxValidationError } from '../errors.js';
-import { isUnreachableCode } from '../network-errors.js';
+import { DATABASE_CONNECT_CODES } from '../network-errors.js';
 import { redactFields, redactText } from '../redact.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
@@ -193,7 +193,7 @@ function describe(error: unknown): string {
   }
   const message = errorMessage(error) || String(error);
   const code = (error as { code?: unknown } | null)?.code;
-  if (isUnreachableCode(code)) {
+  if (typeof code === 'string' && DATABASE_CONNECT_CODES.has(code)) {
     return `cannot connect to the database: ${message}`;
   }
   return message;

@@ -98,7 +98,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     throw new OutboxValidationError(
       'publisher',
       'is missing',
-      'Pass a publisher, e.g. natsPublisher({ servers }).',
+      'Pass a publisher, e.g. natsPublisher({ url }).',
     );
   }
   const listen = options.listen ?? true;

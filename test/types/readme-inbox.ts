@@ -45,7 +45,7 @@ export async function docsExample(pool: Pool) {
 
   const consumer = await consumeNats({
     inbox,
-    servers: 'nats://127.0.0.1:4222',
+    url: 'nats://127.0.0.1:4222',
     stream: 'ORDERS',
     durable: 'inventory',
     handler: async (tx, event) => {
