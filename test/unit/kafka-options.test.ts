@@ -51,6 +51,11 @@ describe('resolveKafkaOptions', () => {
     expect(error.message).toMatch(/deprecated spelling of `url`/);
   });
 
+  it('takes one host:port as a list of one, as consumeKafka does', () => {
+    expect(resolveKafkaOptions({ url: '127.0.0.1:9092' }).url).toEqual(['127.0.0.1:9092']);
+    expect(() => resolveKafkaOptions({ url: 'not a broker' })).toThrow(/^url/);
+  });
+
   it('fills in the defaults, into a frozen object', () => {
     const settings = resolveKafkaOptions({ url: ['127.0.0.1:9092'] });
     expect(settings).toEqual({

@@ -35,8 +35,11 @@ export interface KafkaTopicDefaults {
 
 /** Options of {@link kafkaPublisher}. Give `url` or an existing `client`. */
 export interface KafkaPublisherOptions {
-  /** Bootstrap brokers, `host:port`. The publisher owns (and closes) the producer it creates. */
-  readonly url?: readonly string[];
+  /**
+   * Bootstrap brokers, `host:port` (one, or a list). The publisher owns (and closes) the producer
+   * it creates.
+   */
+  readonly url?: string | readonly string[];
   /** @deprecated Use `url`. */
   readonly brokers?: readonly string[];
   /**
@@ -114,7 +117,9 @@ const HOST_PORT = /^[^\s:]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$/;
 
 /** The options as the publisher uses them; throws OutboxValidationError naming the field and the fix. */
 export function resolveKafkaOptions(given: KafkaPublisherOptions): KafkaSettings {
-  const options = renamedOptions('kafkaPublisher', given, RENAMES);
+  const renamed = renamedOptions('kafkaPublisher', given, RENAMES);
+  // One `host:port` is a list of one, as `consumeKafka` reads it.
+  const options = typeof renamed.url === 'string' ? { ...renamed, url: [renamed.url] } : renamed;
   checkKafkaOptions(options);
   const createTopics = options.createTopics;
   return Object.freeze({
