@@ -5,7 +5,7 @@ import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/chec
 import { type DeferPolicy, deferPolicy } from './defer.js';
 import {
   type ConsumerOptions,
-  checkUrlOrClient,
+  checkConsumerAddress,
   consumerDefaults,
   type ResolvedConsumerOptions,
 } from './options.js';
@@ -53,7 +53,7 @@ export function resolveMqttConsumerOptions<T>(
 ): ResolvedMqttConsumerOptions<T> {
   checkInboxAndHandler(options);
   const hasUrl = typeof options.url === 'string' && options.url !== '';
-  checkUrlOrClient(options, hasUrl);
+  checkConsumerAddress(options, hasUrl);
   if (hasUrl && !URL.canParse(options.url!))
     throw new OutboxValidationError('url', 'is not a URL', 'Give e.g. mqtt://127.0.0.1:1883.');
   checkNames(options, ['topic', 'clientId']);

@@ -5,7 +5,7 @@ import { renamedOptions } from '../options/renamed.js';
 import { type DeferPolicy, deferPolicy } from './defer.js';
 import {
   type ConsumerOptions,
-  checkUrlOrClient,
+  checkConsumerAddress,
   consumerDefaults,
   type ResolvedConsumerOptions,
 } from './options.js';
@@ -55,7 +55,7 @@ export interface ResolvedNatsConsumerOptions<T = unknown>
 export function resolveNatsConsumerOptions<T>(given: NatsConsumerOptions<T>): ResolvedNatsConsumerOptions<T> {
   const options = renamedOptions('consumeNats', given, NATS_CONSUMER_RENAMES);
   checkInboxAndHandler(options);
-  checkUrlOrClient(options, options.url !== undefined && options.url.length > 0);
+  checkConsumerAddress(options, options.url !== undefined && options.url.length > 0);
   checkNames(options, ['stream', 'durable']);
   checkIntegers(options, { concurrency: 1, deferMs: 0, deferCapMs: 0, ackWaitMs: 1 });
   return Object.freeze({

@@ -38,6 +38,6 @@ export function consumerDefaults(options: { readonly concurrency?: number; reado
 }
 
 /** Exactly one way to the broker: `url` (`hasUrl`: a usable one was given) or an existing `client`. */
-export function checkUrlOrClient(options: { readonly client?: unknown }, hasUrl: boolean): void {
+export function checkConsumerAddress(options: { readonly client?: unknown }, hasUrl: boolean): void {
   checkExactlyOne('url', 'client', hasUrl, options.client !== undefined);
 }

@@ -5,7 +5,7 @@ import { renamedOptions } from '../options/renamed.js';
 import type { AmqpConnection } from '../publishers/rabbitmq/index.js';
 import {
   type ConsumerOptions,
-  checkUrlOrClient,
+  checkConsumerAddress,
   consumerDefaults,
   type ResolvedConsumerOptions,
 } from './options.js';
@@ -46,7 +46,7 @@ export function resolveRabbitMqConsumerOptions<T>(
 ): ResolvedRabbitMqConsumerOptions<T> {
   const options = renamedOptions('consumeRabbitMq', given, RABBITMQ_CONSUMER_RENAMES);
   checkInboxAndHandler(options);
-  checkUrlOrClient(options, options.url !== undefined && options.url !== '');
+  checkConsumerAddress(options, options.url !== undefined && options.url !== '');
   checkNames(options, ['queue']);
   checkIntegers(options, { prefetch: 1, concurrency: 1, deferMs: 0 });
   return Object.freeze({

@@ -3,7 +3,7 @@ import type { createClient, RedisClientOptions } from 'redis';
 import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import {
   type ConsumerOptions,
-  checkUrlOrClient,
+  checkConsumerAddress,
   consumerDefaults,
   type ResolvedConsumerOptions,
 } from './options.js';
@@ -49,7 +49,7 @@ export function resolveRedisConsumerOptions<T>(
   options: RedisConsumerOptions<T>,
 ): ResolvedRedisConsumerOptions<T> {
   checkInboxAndHandler(options);
-  checkUrlOrClient(options, options.url !== undefined && options.url !== '');
+  checkConsumerAddress(options, options.url !== undefined && options.url !== '');
   checkNames(options, ['stream', 'group', 'consumerName']);
   checkIntegers(options, { concurrency: 1, blockMs: 1, claimIdleMs: 1, claimIntervalMs: 1 });
   const claimIdleMs = options.claimIdleMs ?? 30_000;

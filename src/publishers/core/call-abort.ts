@@ -1,4 +1,4 @@
-import { abortError } from './abort-watch.js';
+import { abortError } from './abort-error.js';
 
 /**
  * Why a publish call (or one request of it) stopped waiting: the caller's signal aborted

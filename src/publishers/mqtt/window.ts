@@ -5,7 +5,7 @@
  */
 import type { MqttClient } from 'mqtt';
 import { DELIVERED, type PublishOutcome } from '../contract.js';
-import { abortError } from '../core/abort-watch.js';
+import { abortError } from '../core/abort-error.js';
 import { BatchRun } from '../core/batch-run.js';
 import { DeadlineSweep } from '../core/deadline-sweep.js';
 import type { LinkActivity } from '../core/link-activity.js';

@@ -6,7 +6,7 @@
  */
 import { BROKER_UNAVAILABLE, errorMessage, isBrokerUnavailable, PublishError } from '../../errors.js';
 import { failed, type PublishOutcome } from '../contract.js';
-import { abortError } from '../core/abort-watch.js';
+import { abortError } from '../core/abort-error.js';
 import type { CallAbort } from '../core/call-abort.js';
 
 /** JetStream API error codes that a retry cannot cure. */

@@ -27,7 +27,7 @@ import {
 } from '@nats-io/transport-node';
 import { errorMessage, PublishError } from '../../errors.js';
 import { failed, type PublishOutcome } from '../contract.js';
-import { abortError } from '../core/abort-watch.js';
+import { abortError } from '../core/abort-error.js';
 import { BatchRun, isOutcome } from '../core/batch-run.js';
 import type { CallAbort } from '../core/call-abort.js';
 import { DeadlineSweep } from '../core/deadline-sweep.js';

@@ -4,7 +4,7 @@
  */
 import { ErrorReply } from 'redis';
 import { BROKER_UNAVAILABLE, errorMessage, PublishError } from '../../errors.js';
-import { abortError } from '../core/abort-watch.js';
+import { abortError } from '../core/abort-error.js';
 
 /** Reply codes saying the server cannot take writes now: not the message's fault. */
 export const UNAVAILABLE_REPLIES: ReadonlySet<string> = new Set([
