@@ -9,6 +9,7 @@ export {
 } from './publisher-contract.js';
 export {
   type Address,
+  type Direction,
   type HangUp,
   type StallOptions,
   TcpProxy,

@@ -23,11 +23,16 @@ export type HangUp = 'end' | 'reset';
 
 interface Stall {
   readonly only: Direction | undefined;
+  /** Discards what it covers instead of holding it. */
+  readonly drop: boolean;
   readonly released: Promise<void>;
   readonly release: () => void;
 }
 
-/** The faults every link of one proxy obeys: a stall (both ways or one way) and a latency per chunk. */
+/**
+ * The faults every link of one proxy obeys: a stall (both ways or one way, holding or dropping)
+ * and a latency per chunk.
+ */
 export class LinkFaults {
   #stall: Stall | undefined;
   /** Added to every chunk while it is above 0. */
@@ -37,8 +42,17 @@ export class LinkFaults {
     return this.#stall !== undefined;
   }
 
-  /** Whether a stall holds what goes in `direction`. */
+  /** Whether a stall holds what goes in `direction` (to deliver it when the stall ends). */
   holds(direction: Direction): boolean {
+    return this.#covers(direction) && this.#stall?.drop === false;
+  }
+
+  /** Whether a stall discards what goes in `direction`. */
+  drops(direction: Direction): boolean {
+    return this.#covers(direction) && this.#stall?.drop === true;
+  }
+
+  #covers(direction: Direction): boolean {
     return this.#stall !== undefined && (this.#stall.only === undefined || this.#stall.only === direction);
   }
 
@@ -47,17 +61,20 @@ export class LinkFaults {
     return this.#stall?.released ?? Promise.resolve();
   }
 
-  /** Starts a stall, or changes the direction of the current one (it still ends once). */
-  stall(only: Direction | undefined): void {
+  /**
+   * Starts a stall that holds (or, `drop`, discards) what goes in `only` (default: both ways),
+   * or changes the current one (it still ends once).
+   */
+  stall(only: Direction | undefined, drop = false): void {
     if (this.#stall) {
-      this.#stall = { ...this.#stall, only };
+      this.#stall = { ...this.#stall, only, drop };
       return;
     }
     let release = (): void => undefined;
     const released = new Promise<void>((resolve) => {
       release = resolve;
     });
-    this.#stall = { only, released, release };
+    this.#stall = { only, drop, released, release };
   }
 
   unstall(): void {
@@ -67,7 +84,7 @@ export class LinkFaults {
   }
 }
 
-/** One direction of a link: chunks in order, held by a stall and delayed by the latency. */
+/** One direction of a link: chunks in order, held (or dropped) by a stall and delayed by the latency. */
 class Forward {
   #chain: Promise<void> = Promise.resolve();
   #queued = 0;
@@ -84,6 +101,7 @@ class Forward {
   }
 
   #take(chunk: Buffer): void {
+    if (this.faults.drops(this.direction)) return;
     const due = Date.now() + this.faults.latencyMs;
     if (this.#queued === 0 && this.faults.latencyMs === 0 && !this.faults.holds(this.direction)) {
       this.#write(chunk);

@@ -1,7 +1,7 @@
 import { createServer, type Server, type Socket } from 'node:net';
-import { type Address, type HangUp, Link, LinkFaults } from './tcp-proxy-link.js';
+import { type Address, type Direction, type HangUp, Link, LinkFaults } from './tcp-proxy-link.js';
 
-export type { Address, HangUp } from './tcp-proxy-link.js';
+export type { Address, Direction, HangUp } from './tcp-proxy-link.js';
 
 export interface TcpProxyOptions {
   /** The port to listen on (default: a free one); the same again after `cut()` and `restore()`. */
@@ -16,10 +16,18 @@ export interface TcpProxyOptions {
 
 export interface StallOptions {
   /**
-   * `'upstream'` holds just what the client sends (the target's traffic still reaches it: a
-   * one-way loss, or the moment a stall begins while answers are on their way).
+   * One direction only: `'upstream'` holds just what the client sends (the target's traffic
+   * still reaches it: a one-way loss, or the moment a stall begins while answers are on their
+   * way); `'downstream'` holds just what the target sends (requests arrive, their answers wait).
    */
-  readonly only?: 'upstream';
+  readonly only?: Direction;
+  /**
+   * `true`: the bytes read during the stall are discarded instead of held, as a network that
+   * black-holes packets would (the sockets keep reading, so the sender's writes never back up;
+   * nothing of it arrives after the stall). A hang-up still goes through, and a connection
+   * `'held'` is read only when the stall ends. Default: `false` (held, delivered by `resume()`).
+   */
+  readonly drop?: boolean;
   /** Ends the stall by itself after this many ms (default: it lasts until `resume()`/`heal()`). */
   readonly forMs?: number;
   /**
@@ -40,7 +48,7 @@ export interface StallOptions {
  * - `stall()`: stops forwarding but keeps every socket open, like a network that silently
  *   holds packets (the client sees no error, its writes just get no answers); `resume()`
  *   forwards again, held bytes first and in order (TCP would retransmit them). See
- *   {@link StallOptions} for one-way, timed and handshake-holding stalls;
+ *   {@link StallOptions} for one-way, dropping, timed and handshake-holding stalls;
  * - `delay(latencyMs, forMs)`: adds latency to every chunk, order kept; `heal()` ends any
  *   stall or latency at once.
  *
@@ -141,12 +149,16 @@ export class TcpProxy {
 
   /** Stops forwarding, keeping the sockets open (a stall while stalled changes it; one `resume()` ends it). */
   stall(options: StallOptions = {}): void {
-    this.#faults.stall(options.only);
+    this.#faults.stall(options.only, options.drop === true);
     this.#newConnections = options.newConnections ?? 'paused';
     clearTimeout(this.#stallTimer);
     this.#stallTimer =
       options.forMs === undefined ? undefined : setTimeout(() => this.#unstall(), options.forMs);
-    for (const link of this.#links) link.hold();
+    for (const link of this.#links) {
+      link.hold();
+      // A dropping stall reads on (and discards), also where an earlier stall paused the reading.
+      if (options.drop === true) link.flow();
+    }
   }
 
   /** Ends a stall (held bytes go first, in order) and, after `cut()`/`refuse()`, listens again. */

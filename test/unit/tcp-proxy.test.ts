@@ -211,6 +211,101 @@ describe('TcpProxy: stall', () => {
     await server.until('ask');
   });
 
+  it("only: 'downstream' lets the client's bytes through and holds the target's until resume()", async () => {
+    const target = await Target.start(false);
+    cleanups.push(() => target.close());
+    const proxy = await proxyTo(target);
+    const s = await client(proxy);
+    const got = received(s);
+    while (target.sockets.length === 0) await sleep(5);
+    const server = received(target.sockets[0]!);
+    proxy.stall({ only: 'downstream' });
+    s.write('ask');
+    await server.until('ask');
+    target.sockets[0]!.write('answer');
+    await sleep(150);
+    expect(got.text()).toBe('');
+    expect(s.destroyed).toBe(false);
+    await proxy.resume();
+    await got.until('answer');
+  });
+
+  it('drop: the bytes sent during the stall are discarded (none after resume()), the sockets stay open', async () => {
+    const proxy = await proxyTo(echo);
+    const s = await client(proxy);
+    const got = received(s);
+    s.write('a');
+    await got.until('a');
+    proxy.stall({ drop: true });
+    expect(proxy.stalled).toBe(true);
+    for (const part of ['b', 'c']) s.write(part);
+    await sleep(150);
+    expect(got.text()).toBe('a');
+    expect(s.destroyed).toBe(false);
+    await proxy.resume();
+    s.write('d');
+    await got.until('ad');
+    await sleep(100);
+    expect(got.text()).toBe('ad');
+  });
+
+  it("drop: the proxy reads on, so the sender's writes never back up (a holding stall backs them up)", async () => {
+    const big = Buffer.alloc(32 * 1024 * 1024, 'x');
+    for (const drop of [true, false]) {
+      const target = await Target.start(false);
+      cleanups.push(() => target.close());
+      const proxy = await proxyTo(target);
+      const s = await client(proxy);
+      while (target.sockets.length === 0) await sleep(5);
+      const server = received(target.sockets[0]!);
+      proxy.stall({ drop });
+      s.write(big);
+      const started = Date.now();
+      while (s.writableLength > 0 && Date.now() - started < 3_000) await sleep(20);
+      expect(s.writableLength === 0).toBe(drop);
+      expect(server.text()).toBe('');
+      s.destroy();
+    }
+  });
+
+  it("only: 'upstream' with drop: what the client sends is lost, the target's bytes still arrive", async () => {
+    const target = await Target.start(false);
+    cleanups.push(() => target.close());
+    const proxy = await proxyTo(target);
+    const s = await client(proxy);
+    const got = received(s);
+    while (target.sockets.length === 0) await sleep(5);
+    const server = received(target.sockets[0]!);
+    proxy.stall({ only: 'upstream', drop: true });
+    s.write('lost');
+    target.sockets[0]!.write('answer');
+    await got.until('answer');
+    await sleep(150);
+    await proxy.resume();
+    s.write('again');
+    await server.until('again');
+    expect(server.text()).toBe('again');
+  });
+
+  it('a dropping stall after a holding one reads on: what waited unread is lost too', async () => {
+    const proxy = await proxyTo(echo);
+    const s = await client(proxy);
+    const got = received(s);
+    proxy.stall();
+    s.write('waiting,');
+    await sleep(100);
+    proxy.stall({ drop: true });
+    await sleep(50);
+    s.write('lost,');
+    await sleep(100);
+    expect(got.text()).toBe('');
+    await proxy.resume();
+    s.write('after');
+    await got.until('after');
+    await sleep(100);
+    expect(got.text()).toBe('after');
+  });
+
   it('forMs: ends by itself; a stall while stalled restarts the clock', async () => {
     const proxy = await proxyTo(echo);
     const s = await client(proxy);
