@@ -1,10 +1,10 @@
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import { createServer } from 'node:net';
 import type { ChannelModel, ConfirmChannel } from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isBrokerUnavailable, OutboxError, OutboxValidationError, PublishError } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import { type RabbitMqPublisherOptions, rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
-import { contractMessage } from '../../src/testing/index.js';
+import { contractMessage, TcpProxy } from '../../src/testing/index.js';
 import {
   closeAdmin,
   created,
@@ -108,49 +108,6 @@ function messages(ns: string, count: number, payloadBytes = 300): OutboxMessage[
   return Array.from({ length: count }, (_, i) =>
     contractMessage(topicOf(ns), `k${i}`, 1, { payload: Buffer.from(JSON.stringify({ i, pad })) }),
   );
-}
-
-/** A TCP proxy to the broker that can go silent: connections stay open, nothing passes. */
-class FreezingProxy {
-  #frozen = false;
-  readonly #sockets = new Set<Socket>();
-  readonly #server: Server;
-  port = 0;
-
-  private constructor(targetPort: number) {
-    this.#server = createServer((client) => {
-      const upstream = connect(targetPort, HOST);
-      this.#forward(client, upstream);
-      this.#forward(upstream, client);
-    });
-  }
-
-  static async start(targetPort: number): Promise<FreezingProxy> {
-    const proxy = new FreezingProxy(targetPort);
-    await new Promise<void>((resolve) => proxy.#server.listen(0, '127.0.0.1', resolve));
-    const address = proxy.#server.address();
-    if (address === null || typeof address === 'string') throw new Error('no port');
-    proxy.port = address.port;
-    return proxy;
-  }
-
-  #forward(from: Socket, to: Socket): void {
-    this.#sockets.add(from);
-    from.on('data', (chunk) => {
-      if (!this.#frozen) to.write(chunk);
-    });
-    from.on('error', () => undefined);
-    from.on('close', () => to.destroy());
-  }
-
-  freeze(): void {
-    this.#frozen = true;
-  }
-
-  close(): void {
-    for (const s of this.#sockets) s.destroy();
-    this.#server.close();
-  }
 }
 
 /** A TCP port on 127.0.0.1 where nothing listens. */
@@ -371,11 +328,11 @@ describe('rabbitmqPublisher', () => {
   it('a broker that stops answering: confirms time out as BROKER_UNAVAILABLE (the link is in doubt, no attempt), close() does not hang', async () => {
     const ns = newNamespace();
     await topology(ns);
-    const proxy = await FreezingProxy.start(PORT);
+    const proxy = await TcpProxy.start({ host: HOST, port: PORT });
     try {
       const p = publisher({ url: url('127.0.0.1', proxy.port), exchange: exchangeOf(ns), timeoutMs: 500 });
       expect(await p.publish(messages(ns, 1), never())).toEqual([{ ok: true }]);
-      proxy.freeze();
+      proxy.stall({ drop: true }); // silent: the sockets stay open, nothing passes
       const started = Date.now();
       const outcomes = await p.publish(messages(ns, 3), never());
       for (const outcome of outcomes) {
@@ -388,18 +345,18 @@ describe('rabbitmqPublisher', () => {
       expect(await inFlight).toHaveLength(3);
       expect(Date.now() - started).toBeLessThan(5_000);
     } finally {
-      proxy.close();
+      await proxy.close();
     }
   });
 
   it('an abort while a message waits for a slot fails the whole batch at once, sending no more', async () => {
     const ns = newNamespace();
     await topology(ns);
-    const proxy = await FreezingProxy.start(PORT);
+    const proxy = await TcpProxy.start({ host: HOST, port: PORT });
     try {
       const p = publisher({ url: url('127.0.0.1', proxy.port), exchange: exchangeOf(ns), maxInFlight: 1 });
       expect(await p.publish(messages(ns, 1), never())).toEqual([{ ok: true }]);
-      proxy.freeze();
+      proxy.stall({ drop: true });
       // The first message holds the only slot (its confirm never comes), the second waits for it.
       const controller = new AbortController();
       setTimeout(() => controller.abort(new Error('relay stopping')), 200);
@@ -414,7 +371,7 @@ describe('rabbitmqPublisher', () => {
         );
       }
     } finally {
-      proxy.close();
+      await proxy.close();
     }
   });
 

@@ -2,7 +2,6 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import diagnosticsChannel from 'node:diagnostics_channel';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createClient } from 'redis';
@@ -14,6 +13,7 @@ import {
   type RedisPublisherOptions,
   redisPublisher,
 } from '../../src/publishers/redis/index.js';
+import { TcpProxy } from '../../src/testing/index.js';
 import { makeMessage } from '../helpers/messages.js';
 import { exited, freePort, waitForPort } from '../helpers/processes.js';
 import {
@@ -384,7 +384,7 @@ describe('redisPublisher', () => {
   });
 
   it('a Redis that stops answering: the batch fails as BROKER_UNAVAILABLE within timeoutMs; close() does not hang', async () => {
-    const proxy = await FreezingProxy.start(Number(broker.port || 6379));
+    const proxy = await TcpProxy.start({ host: broker.hostname, port: Number(broker.port || 6379) });
     try {
       const pub = publisher({
         url: `redis://127.0.0.1:${proxy.port}`,
@@ -394,7 +394,8 @@ describe('redisPublisher', () => {
       expect(await pub.publish([makeMessage({ topic: key('frozen-stream') })], never())).toEqual([
         { ok: true },
       ]);
-      proxy.frozen = true;
+      // What the client sends is swallowed (its answers would still pass): a server that stops answering.
+      proxy.stall({ only: 'upstream', drop: true });
       const started = Date.now();
       const outcomes = await pub.publish(
         Array.from({ length: 3 }, () => makeMessage({ topic: key('frozen-stream') })),
@@ -506,47 +507,6 @@ describe('redisPublisher', () => {
 });
 
 // --- helpers -------------------------------------------------------------------------------
-
-/** A proxy to Redis that, once `frozen`, swallows what the client sends: a server that stops answering. */
-class FreezingProxy {
-  frozen = false;
-  readonly #sockets = new Set<Socket>();
-  readonly #server: Server;
-
-  private constructor(targetPort: number) {
-    this.#server = createServer((client) => {
-      const upstream = netConnect(targetPort, broker.hostname);
-      for (const s of [client, upstream]) {
-        this.#sockets.add(s);
-        s.on('close', () => this.#sockets.delete(s));
-        s.on('error', () => {
-          client.destroy();
-          upstream.destroy();
-        });
-      }
-      client.on('data', (chunk) => {
-        if (!this.frozen) upstream.write(chunk);
-      });
-      upstream.pipe(client);
-    });
-  }
-
-  static async start(targetPort: number): Promise<FreezingProxy> {
-    const proxy = new FreezingProxy(targetPort);
-    await new Promise<void>((resolve) => proxy.#server.listen(0, '127.0.0.1', resolve));
-    return proxy;
-  }
-
-  get port(): number {
-    const address = this.#server.address();
-    return typeof address === 'object' && address ? address.port : 0;
-  }
-
-  async close(): Promise<void> {
-    for (const s of this.#sockets) s.destroy();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
-  }
-}
 
 /** A throwaway redis-server (no persistence) on its own port, stopped and started at will. */
 class PrivateRedis {
