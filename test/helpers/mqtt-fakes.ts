@@ -1,7 +1,4 @@
-import { type AddressInfo, createServer, type Socket, connect as tcpConnect } from 'node:net';
-import { MQTT_BROKER } from './mqtt.js';
-
-type Address = { readonly host: string; readonly port: number };
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 
 /** A TCP server on a free local port (`url` = mqtt://127.0.0.1:<port>); `close()` drops every socket it tracks. */
 abstract class LocalServer {
@@ -27,48 +24,6 @@ abstract class LocalServer {
   async close(): Promise<void> {
     for (const s of this.#sockets) s.destroy();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));
-  }
-}
-
-// --- a proxy that can hold the broker's answers (PUBACKs) back --------------------------------
-
-/** Forwards both ways; while `hold` is on, what the broker sends waits in the proxy. */
-export class AckGate extends LocalServer {
-  hold = false;
-  readonly #held: Array<{ to: Socket; chunk: Buffer }> = [];
-  readonly #upstream: Address;
-
-  private constructor(upstream: Address) {
-    super();
-    this.#upstream = upstream;
-  }
-
-  /** A gate in front of `upstream` (default: the shared Mosquitto). */
-  static async start(upstream: Address = MQTT_BROKER): Promise<AckGate> {
-    const gate = new AckGate(upstream);
-    await gate.listen();
-    return gate;
-  }
-
-  protected accept(client: Socket): void {
-    const upstream = tcpConnect(this.#upstream.port, this.#upstream.host);
-    const pair = [client, upstream];
-    for (const s of pair) {
-      this.track(s);
-      s.on('error', () => {
-        for (const end of pair) end.destroy();
-      });
-    }
-    client.pipe(upstream);
-    upstream.on('data', (chunk: Buffer) => {
-      if (this.hold) this.#held.push({ to: client, chunk });
-      else client.write(chunk);
-    });
-  }
-
-  release(): void {
-    this.hold = false;
-    for (const { to, chunk } of this.#held.splice(0)) if (!to.destroyed) to.write(chunk);
   }
 }
 

@@ -13,7 +13,7 @@ import { type MqttPublisherOptions, mqttPublisher } from '../../src/publishers/m
 import { TcpProxy } from '../../src/testing/index.js';
 import { makeMessage } from '../helpers/messages.js';
 import { MQTT_BROKER, MQTT_BROKER_URL, MqttTap, userProperties } from '../helpers/mqtt.js';
-import { AckGate, connack5, FakeBroker } from '../helpers/mqtt-fakes.js';
+import { connack5, FakeBroker } from '../helpers/mqtt-fakes.js';
 
 // The publisher contract runs in test/contract/mqtt.contract.test.ts; this file is MQTT's own behaviour.
 const BROKER = MQTT_BROKER;
@@ -76,13 +76,13 @@ describe('mqttPublisher on Mosquitto', () => {
   it('awaits the PUBACK: outcomes stay open while the broker already delivered, until the acks pass', async () => {
     const ns = namespace();
     await listen(ns);
-    const gate = await AckGate.start();
+    const proxy = await TcpProxy.start(BROKER);
     try {
-      const pub = publisher({ url: gate.url, timeoutMs: 5000 });
+      const pub = publisher({ url: `mqtt://127.0.0.1:${proxy.port}`, timeoutMs: 5000 });
       const topic = `${PREFIX}/${ns}/acks`;
       expect(await pub.publish([makeMessage({ topic })], never())).toEqual([{ ok: true }]);
 
-      gate.hold = true;
+      proxy.stall({ only: 'downstream' }); // the broker's answers (PUBACKs) wait in the proxy
       const batch = Array.from({ length: 10 }, (_, i) => makeMessage({ topic, aggregateId: `a${i}` }));
       let settled = false;
       const pending = pub.publish(batch, never()).then((outcomes) => {
@@ -97,22 +97,22 @@ describe('mqttPublisher on Mosquitto', () => {
       await new Promise((r) => setTimeout(r, 200));
       expect(settled).toBe(false);
 
-      gate.release();
+      await proxy.resume();
       expect(await pending).toEqual(batch.map(() => ({ ok: true })));
     } finally {
-      await gate.close();
+      await proxy.close();
     }
   });
 
   it('a PUBACK that never comes, nothing heard meanwhile, fails as BROKER_UNAVAILABLE after timeoutMs (no attempt); late acks are ignored; it goes on', async () => {
     const ns = namespace();
     await listen(ns);
-    const gate = await AckGate.start();
+    const proxy = await TcpProxy.start(BROKER);
     try {
-      const pub = publisher({ url: gate.url, timeoutMs: 400 });
+      const pub = publisher({ url: `mqtt://127.0.0.1:${proxy.port}`, timeoutMs: 400 });
       const topic = `${PREFIX}/${ns}/late`;
       expect(await pub.publish([makeMessage({ topic })], never())).toEqual([{ ok: true }]);
-      gate.hold = true;
+      proxy.stall({ only: 'downstream' });
       const started = Date.now();
       const outcomes = await pub.publish(
         Array.from({ length: 5 }, () => makeMessage({ topic })),
@@ -124,10 +124,10 @@ describe('mqttPublisher on Mosquitto', () => {
         expect(error.message).toMatch(/Timed out after 400 ms waiting for the PUBACK.*in doubt/);
         expect(isBrokerUnavailable(error)).toBe(true);
       }
-      gate.release();
+      await proxy.resume();
       expect(await pub.publish([makeMessage({ topic })], never())).toEqual([{ ok: true }]);
     } finally {
-      await gate.close();
+      await proxy.close();
     }
   });
 
@@ -414,12 +414,12 @@ describe('mqttPublisher on Mosquitto', () => {
   it('close(): idempotent, settles in-flight publishes within timeoutMs, then refuses publishes', async () => {
     const ns = namespace();
     await listen(ns);
-    const gate = await AckGate.start();
+    const proxy = await TcpProxy.start(BROKER);
     try {
-      const pub = mqttPublisher({ url: gate.url, timeoutMs: 500 });
+      const pub = mqttPublisher({ url: `mqtt://127.0.0.1:${proxy.port}`, timeoutMs: 500 });
       const topic = `${PREFIX}/${ns}/close`;
       expect(await pub.publish([makeMessage({ topic })], never())).toEqual([{ ok: true }]);
-      gate.hold = true;
+      proxy.stall({ only: 'downstream' });
       const inFlight = pub.publish(
         Array.from({ length: 100 }, () => makeMessage({ topic })),
         never(),
@@ -438,8 +438,7 @@ describe('mqttPublisher on Mosquitto', () => {
       await expect(late).rejects.toMatchObject({ code: 'TXO_PUBLISHER_CLOSED' });
       await pub.close();
     } finally {
-      gate.release();
-      await gate.close();
+      await proxy.close();
     }
   });
 
@@ -462,12 +461,12 @@ describe('mqttPublisher on Mosquitto', () => {
   it('stops waiting when the signal aborts, with retryable outcomes', async () => {
     const ns = namespace();
     await listen(ns);
-    const gate = await AckGate.start();
+    const proxy = await TcpProxy.start(BROKER);
     try {
-      const pub = publisher({ url: gate.url, timeoutMs: 10_000 });
+      const pub = publisher({ url: `mqtt://127.0.0.1:${proxy.port}`, timeoutMs: 10_000 });
       const topic = `${PREFIX}/${ns}/abort`;
       expect(await pub.publish([makeMessage({ topic })], never())).toEqual([{ ok: true }]);
-      gate.hold = true;
+      proxy.stall({ only: 'downstream' });
       const started = Date.now();
       const outcomes = await pub.publish(
         Array.from({ length: 30 }, () => makeMessage({ topic })),
@@ -478,8 +477,7 @@ describe('mqttPublisher on Mosquitto', () => {
       expect(messages.filter((m) => m.includes('aborted before its PUBACK'))).toHaveLength(20);
       expect(messages.filter((m) => m.includes('cancelled before sending'))).toHaveLength(10);
     } finally {
-      gate.release();
-      await gate.close();
+      await proxy.close();
     }
   });
 });
