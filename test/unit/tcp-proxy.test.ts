@@ -84,6 +84,33 @@ function ending(socket: Socket): Promise<string> {
   });
 }
 
+/** Ends the stall, sends `text` and returns all `got` holds once it arrived (and a moment passed). */
+async function afterResume(proxy: TcpProxy, s: Socket, got: ReturnType<typeof received>, text: string) {
+  await proxy.resume();
+  s.write(text);
+  await got.until(text);
+  await sleep(100);
+  return got.text();
+}
+
+/** A silent target behind a proxy, one client connected: both ends of the link, to watch each way. */
+async function oneLink(): Promise<{
+  proxy: TcpProxy;
+  s: Socket;
+  got: ReturnType<typeof received>;
+  far: Socket;
+  server: ReturnType<typeof received>;
+}> {
+  const target = await Target.start(false);
+  cleanups.push(() => target.close());
+  const proxy = await proxyTo(target);
+  const s = await client(proxy);
+  const got = received(s);
+  while (target.sockets.length === 0) await sleep(5);
+  const far = target.sockets[0]!;
+  return { proxy, s, got, far, server: received(far) };
+}
+
 describe('TcpProxy: forwarding', () => {
   it('forwards both ways in order; counts open and accepted connections', async () => {
     const proxy = await proxyTo(echo);
@@ -194,16 +221,10 @@ describe('TcpProxy: stall', () => {
   });
 
   it("only: 'upstream' holds what the client sends; the target's bytes still arrive", async () => {
-    const target = await Target.start(false);
-    cleanups.push(() => target.close());
-    const proxy = await proxyTo(target);
-    const s = await client(proxy);
-    const got = received(s);
-    while (target.sockets.length === 0) await sleep(5);
-    const server = received(target.sockets[0]!);
+    const { proxy, s, got, far, server } = await oneLink();
     proxy.stall({ only: 'upstream' });
     s.write('ask');
-    target.sockets[0]!.write('answer');
+    far.write('answer');
     await got.until('answer');
     await sleep(150);
     expect(server.text()).toBe('');
@@ -212,17 +233,11 @@ describe('TcpProxy: stall', () => {
   });
 
   it("only: 'downstream' lets the client's bytes through and holds the target's until resume()", async () => {
-    const target = await Target.start(false);
-    cleanups.push(() => target.close());
-    const proxy = await proxyTo(target);
-    const s = await client(proxy);
-    const got = received(s);
-    while (target.sockets.length === 0) await sleep(5);
-    const server = received(target.sockets[0]!);
+    const { proxy, s, got, far, server } = await oneLink();
     proxy.stall({ only: 'downstream' });
     s.write('ask');
     await server.until('ask');
-    target.sockets[0]!.write('answer');
+    far.write('answer');
     await sleep(150);
     expect(got.text()).toBe('');
     expect(s.destroyed).toBe(false);
@@ -234,30 +249,19 @@ describe('TcpProxy: stall', () => {
     const proxy = await proxyTo(echo);
     const s = await client(proxy);
     const got = received(s);
-    s.write('a');
-    await got.until('a');
     proxy.stall({ drop: true });
     expect(proxy.stalled).toBe(true);
     for (const part of ['b', 'c']) s.write(part);
     await sleep(150);
-    expect(got.text()).toBe('a');
+    expect(got.text()).toBe('');
     expect(s.destroyed).toBe(false);
-    await proxy.resume();
-    s.write('d');
-    await got.until('ad');
-    await sleep(100);
-    expect(got.text()).toBe('ad');
+    expect(await afterResume(proxy, s, got, 'd')).toBe('d');
   });
 
   it("drop: the proxy reads on, so the sender's writes never back up (a holding stall backs them up)", async () => {
     const big = Buffer.alloc(32 * 1024 * 1024, 'x');
     for (const drop of [true, false]) {
-      const target = await Target.start(false);
-      cleanups.push(() => target.close());
-      const proxy = await proxyTo(target);
-      const s = await client(proxy);
-      while (target.sockets.length === 0) await sleep(5);
-      const server = received(target.sockets[0]!);
+      const { proxy, s, server } = await oneLink();
       proxy.stall({ drop });
       s.write(big);
       const started = Date.now();
@@ -269,16 +273,10 @@ describe('TcpProxy: stall', () => {
   });
 
   it("only: 'upstream' with drop: what the client sends is lost, the target's bytes still arrive", async () => {
-    const target = await Target.start(false);
-    cleanups.push(() => target.close());
-    const proxy = await proxyTo(target);
-    const s = await client(proxy);
-    const got = received(s);
-    while (target.sockets.length === 0) await sleep(5);
-    const server = received(target.sockets[0]!);
+    const { proxy, s, got, far, server } = await oneLink();
     proxy.stall({ only: 'upstream', drop: true });
     s.write('lost');
-    target.sockets[0]!.write('answer');
+    far.write('answer');
     await got.until('answer');
     await sleep(150);
     await proxy.resume();
@@ -299,11 +297,7 @@ describe('TcpProxy: stall', () => {
     s.write('lost,');
     await sleep(100);
     expect(got.text()).toBe('');
-    await proxy.resume();
-    s.write('after');
-    await got.until('after');
-    await sleep(100);
-    expect(got.text()).toBe('after');
+    expect(await afterResume(proxy, s, got, 'after')).toBe('after');
   });
 
   it('forMs: ends by itself; a stall while stalled restarts the clock', async () => {
