@@ -32,3 +32,25 @@ export async function appliedEffects(db: TestDb, consumer: string): Promise<Appl
   );
   return rows;
 }
+
+/** What a recording handler saw of one applied event. */
+export interface SeenEvent {
+  readonly eventId: string;
+  readonly type: string;
+  readonly aggregateId: string;
+  readonly headers: Record<string, string>;
+}
+
+/** A handler that only records what it was handed, in memory, in the order applied. */
+export function recordingHandler(): { readonly handler: InboxHandler; readonly seen: SeenEvent[] } {
+  const seen: SeenEvent[] = [];
+  const handler: InboxHandler = async (_tx, event) => {
+    seen.push({
+      eventId: event.eventId,
+      type: event.type,
+      aggregateId: event.aggregateId,
+      headers: { ...event.headers },
+    });
+  };
+  return { handler, seen };
+}

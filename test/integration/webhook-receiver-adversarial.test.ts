@@ -10,11 +10,12 @@ import { randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer, type WebhookServer } from '../../src/consumers/webhook.js';
-import { createInbox, type InboxHandler } from '../../src/inbox/inbox.js';
+import { createInbox } from '../../src/inbox/inbox.js';
 import { listQuarantine } from '../../src/inbox/quarantine.js';
 import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
+import { recordingHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
 
 const SECRET = `whsec_${Buffer.from('a-32-byte-secret-for-the-tests!!').toString('base64')}`;
@@ -33,23 +34,10 @@ let port: number;
 /** A receiver whose handler fails quoting a URL with a key: none of it may leave the receiver or reach a row. */
 let failing: WebhookServer;
 const API_KEY = 'k3y-of-the-receivers-own-api';
-const applied: Array<{
-  eventId: string;
-  type: string;
-  aggregateId: string;
-  headers: Record<string, string>;
-}> = [];
+const { handler, seen: applied } = recordingHandler();
 
 beforeAll(async () => {
   db = await createTestDb('webhook_receiver_adversarial');
-  const handler: InboxHandler = async (_tx, event) => {
-    applied.push({
-      eventId: event.eventId,
-      type: event.type,
-      aggregateId: event.aggregateId,
-      headers: { ...event.headers },
-    });
-  };
   receiver = await createWebhookServer({
     inbox: createInbox({ pool: db.pool, consumer: 'adversarial', schema: db.schema }),
     handler,

@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer, type WebhookServer } from '../../src/consumers/webhook.js';
-import { createInbox, type InboxHandler } from '../../src/inbox/inbox.js';
+import { createInbox } from '../../src/inbox/inbox.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import {
   signWebhookRequest,
@@ -19,6 +19,7 @@ import {
   webhookPublisher,
 } from '../../src/publishers/webhook/index.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
+import { recordingHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
 
 const SECRET = `whsec_${Buffer.from('a-32-byte-secret-for-the-tests!!').toString('base64')}`;
@@ -30,23 +31,10 @@ interface Captured {
 
 let db: TestDb;
 let receiver: WebhookServer;
-const handled: Array<{
-  eventId: string;
-  type: string;
-  aggregateId: string;
-  headers: Record<string, string>;
-}> = [];
+const { handler, seen: handled } = recordingHandler();
 
 beforeAll(async () => {
   db = await createTestDb('webhook_receiver_auth');
-  const handler: InboxHandler = async (_tx, event) => {
-    handled.push({
-      eventId: event.eventId,
-      type: event.type,
-      aggregateId: event.aggregateId,
-      headers: { ...event.headers },
-    });
-  };
   receiver = await createWebhookServer({
     inbox: createInbox({ pool: db.pool, consumer: 'auth', schema: db.schema }),
     handler,
