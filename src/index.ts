@@ -1,3 +1,6 @@
+export { type EnvelopeAttributes, envelopeAttributes, paddedSequence } from './envelope/attributes.js';
+export { type EnvelopeBinding, envelopeHeaders, structuredAttributes } from './envelope/bindings.js';
+export { percentDecode, percentEncode } from './envelope/percent.js';
 export {
   BROKER_UNAVAILABLE,
   brokerUnavailable,
@@ -45,7 +48,6 @@ export {
 export { isPublisherClosed, PUBLISHER_CLOSED, publisherClosed } from './publishers/core/closed.js';
 export { defaultDestination } from './publishers/core/destination.js';
 export { permanent } from './publishers/core/outcomes.js';
-export { envelopeHeaders } from './publishers/envelope.js';
 export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';
 export type { RelayOptions } from './relay/options.js';
 export { createRelay, type Relay, type RelayStats } from './relay/relay.js';

@@ -11,8 +11,8 @@ import { Admin, type MessageToProduce, ProduceAcks, Producer } from '@platformat
 import amqp from 'amqplib';
 import { connectAsync, type MqttClient } from 'mqtt';
 import { createClient, type RedisArgument } from 'redis';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import type { OutboxMessage, Publisher } from '../../src/index.js';
-import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { kafkaPublisher, partitionFor } from '../../src/publishers/kafka/index.js';
 import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';

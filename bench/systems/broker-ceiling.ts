@@ -26,8 +26,8 @@ import {
   type NatsConnection,
   type PublishOptions,
 } from '@nats-io/transport-node';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
-import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { buildHeaders } from '../../src/publishers/nats/wire.js';
 import type { BenchContext } from './types.js';

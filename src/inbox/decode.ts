@@ -74,7 +74,7 @@ export async function decode<T>(
     }
   }
   let data: unknown;
-  const contentType = message.headers['ce-datacontenttype'] ?? 'application/json';
+  const contentType = message.contentType ?? message.headers['ce-datacontenttype'] ?? 'application/json';
   if (contentType === 'application/json') {
     try {
       data = JSON.parse(Buffer.from(message.payload).toString('utf8'));

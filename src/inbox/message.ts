@@ -1,3 +1,4 @@
+import { readEnvelope } from '../envelope/read.js';
 import { OutboxValidationError } from '../errors.js';
 
 /** An event as a consumer receives it: the envelope plus the payload bytes. */
@@ -8,54 +9,99 @@ export interface InboxMessage {
   readonly aggregateId: string;
   readonly sequence: number;
   readonly schemaVersion: number;
+  /** The payload's content type (CloudEvents `datacontenttype`). Absent: `application/json`. */
+  readonly contentType?: string;
   readonly payload: Uint8Array;
+  /**
+   * The message's own headers (`traceparent`, the producer's headers …) and every CloudEvents
+   * attribute under its `ce-` name (`ce-time`, `ce-source` …), decoded, whichever transport
+   * binding carried them.
+   */
   readonly headers: Readonly<Record<string, string>>;
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const DIGITS = /^[0-9]+$/;
 
 /**
- * Reads the envelope every tx-outbox publisher sends (CloudEvents `ce-*` headers or
- * properties) into an InboxMessage. A message without it cannot be deduplicated or
+ * Reads the envelope of a message published by tx-outbox into an InboxMessage: the CloudEvents
+ * attributes as any transport's binding carries them (`ce-*` headers with percent-encoded
+ * values on HTTP and NATS, `ce_*` Kafka headers, `cloudEvents:*` AMQP properties, unprefixed
+ * MQTT 5 user properties and Redis fields) and as earlier versions wrote them (`ce-*` on every
+ * transport). Pass the content-type header or property along when the transport has one
+ * (HTTP, Kafka, AMQP, MQTT 5). A message without an envelope cannot be deduplicated or
  * ordered: the error names the missing header.
  */
 export function fromEnvelope(
   headers: Readonly<Record<string, string | undefined>>,
   payload: Uint8Array,
 ): InboxMessage {
-  const get = (name: string): string => {
-    const value = headers[name];
+  const envelope = readEnvelope(headers);
+  const { attributes, headerOf } = envelope;
+  const field = (attribute: string): string => `headers.${headerOf[attribute] ?? `ce-${attribute}`}`;
+  const get = (attribute: string): string => {
+    const value = attributes[attribute];
     if (value === undefined || value === '') {
       throw new OutboxValidationError(
-        `headers.${name}`,
+        field(attribute),
         'is missing',
         'The message was not published by tx-outbox (or its envelope was stripped on the way).',
       );
     }
     return value;
   };
-  const eventId = get('ce-id');
-  if (!UUID.test(eventId))
-    throw new OutboxValidationError('headers.ce-id', `"${eventId}" is not a UUID`, 'Pass event ids.');
-  const sequence = Number(get('ce-sequence'));
-  const schemaVersion = Number(headers['ce-schemaversion'] ?? '1');
-  if (!Number.isSafeInteger(sequence) || sequence < 1) {
+  const eventId = get('id');
+  if (!UUID.test(eventId)) {
     throw new OutboxValidationError(
-      'headers.ce-sequence',
-      'is not a positive integer',
+      field('id'),
+      `"${eventId.slice(0, 100)}" is not a UUID`,
+      'Pass event ids.',
+    );
+  }
+  const sequence = sequenceOf(attributes, field);
+  const version = attributes['schemaversion'];
+  const schemaVersion = version !== undefined && DIGITS.test(version) ? Number(version) : 1;
+  const canonical: Record<string, string> = { ...envelope.headers };
+  for (const attribute in attributes) canonical[`ce-${attribute}`] = attributes[attribute]!;
+  return {
+    eventId: eventId.toLowerCase(),
+    type: get('type'),
+    aggregateType: get('aggregatetype'),
+    aggregateId: get('aggregateid'),
+    sequence,
+    schemaVersion: Number.isSafeInteger(schemaVersion) ? schemaVersion : 1,
+    contentType: attributes['datacontenttype'] ?? 'application/json',
+    payload,
+    headers: canonical,
+  };
+}
+
+/** The aggregate sequence: `aggregatesequence`, else the (zero-padded or, from earlier versions, plain) `sequence`. */
+function sequenceOf(
+  attributes: Readonly<Record<string, string>>,
+  field: (attribute: string) => string,
+): number {
+  const plain = attributes['aggregatesequence'];
+  const padded = attributes['sequence'];
+  const attribute = plain !== undefined ? 'aggregatesequence' : 'sequence';
+  const text = plain ?? padded;
+  if (text === undefined || text === '') {
+    throw new OutboxValidationError(
+      field('sequence'),
+      'is missing',
+      'The message was not published by tx-outbox (or its envelope was stripped on the way).',
+    );
+  }
+  const sequence = DIGITS.test(text) ? Number(text) : Number.NaN;
+  if (!Number.isSafeInteger(sequence) || sequence < 1) {
+    throw new OutboxValidationError(field(attribute), 'is not a positive integer', 'Check the publisher.');
+  }
+  if (plain !== undefined && padded !== undefined && (!DIGITS.test(padded) || Number(padded) !== sequence)) {
+    throw new OutboxValidationError(
+      field('sequence'),
+      `is ${JSON.stringify(padded.slice(0, 40))}, not aggregatesequence ${plain}`,
       'Check the publisher.',
     );
   }
-  const clean: Record<string, string> = {};
-  for (const [k, v] of Object.entries(headers)) if (v !== undefined) clean[k] = v;
-  return {
-    eventId: eventId.toLowerCase(),
-    type: get('ce-type'),
-    aggregateType: get('ce-aggregatetype'),
-    aggregateId: get('ce-aggregateid'),
-    sequence,
-    schemaVersion: Number.isSafeInteger(schemaVersion) ? schemaVersion : 1,
-    payload,
-    headers: clean,
-  };
+  return sequence;
 }

@@ -36,6 +36,7 @@ const RESERVED: ReadonlyMap<string, string> = new Map([
     'aggregatetype',
     'aggregateid',
     'sequence',
+    'aggregatesequence',
     'schemaversion',
   ].map((name) => [name, CLOUDEVENTS] as const),
   ...[

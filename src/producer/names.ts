@@ -1,20 +1,20 @@
 /**
  * The rules for an event's names: `aggregateType` and `type` (CloudEvents header values, and
- * the default topic `<aggregateType>.<type>`), `aggregateId` (a Kafka key, the `ce-subject`
- * header, an MQTT user property, a Redis field) and `topic` (a NATS subject, an MQTT topic, a
+ * the default topic `<aggregateType>.<type>`), `aggregateId` (a Kafka key, the `subject` and
+ * `aggregateid` attributes on every binding) and `topic` (a NATS subject, an MQTT topic, a
  * RabbitMQ routing key, a Redis stream key, a webhook endpoint key). Anything accepted here can
  * travel on every transport; anything refused names the field and the fix.
  */
 import { OutboxValidationError } from '../errors.js';
-import { EDGE_WHITESPACE, uncarriedProblem } from './text.js';
+import { uncarriedProblem } from './text.js';
 
 /** Longest aggregate type, type, aggregate id or topic, in UTF-8 bytes: an AMQP routing key's limit. */
 export const MAX_NAME_BYTES = 255;
 
 /** Visible ASCII: what an HTTP header value carries as is. */
 const IDENTIFIER = /^[\x21-\x7e]+$/;
-/** The common id: printable ASCII, no surrounding space. Anything else takes the full checks. */
-const PLAIN_ID = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
+/** The common id: printable ASCII. Anything else takes the full checks. */
+const PLAIN_ID = /^[\x20-\x7e]+$/;
 /**
  * The common topic: dot-separated tokens of visible ASCII other than the wildcards * > + # (and
  * the dot), not starting with `$`. Anything else takes the full checks.
@@ -60,7 +60,11 @@ export function identifierOf(value: unknown, field: string, example: string): st
   throw new OutboxValidationError(field, `contains ${at(name, index)}: ${what}`, fix);
 }
 
-/** A number, bigint or string id; a string keeps to what every transport carries unchanged. */
+/**
+ * A number, bigint or string id. A string may hold any CloudEvents String (any Unicode text
+ * without control characters, lone surrogates or noncharacters), spaces at either end
+ * included: every binding carries it byte for byte (HTTP and NATS percent-encode it).
+ */
 export function aggregateIdOf(value: unknown, field: string): string {
   if (typeof value === 'bigint') return String(value);
   if (typeof value === 'number') {
@@ -79,15 +83,8 @@ export function aggregateIdOf(value: unknown, field: string): string {
   if (uncarried !== undefined) {
     throw new OutboxValidationError(
       field,
-      uncarried,
+      `${uncarried}, which a CloudEvents attribute cannot hold`,
       'Pass well-formed text without control characters (it becomes a key and a header).',
-    );
-  }
-  if (EDGE_WHITESPACE.test(id)) {
-    throw new OutboxValidationError(
-      field,
-      'starts or ends with whitespace, which NATS and HTTP headers strip',
-      'Pass the id without surrounding whitespace.',
     );
   }
   return id;

@@ -2,7 +2,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeNats } from '../../src/consumers/nats.js';
-import { envelopeHeaders } from '../../src/publishers/envelope.js';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import { ensureStream } from '../../src/publishers/nats/index.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';

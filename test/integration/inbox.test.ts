@@ -3,6 +3,7 @@ import net from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import { fromEnvelope, type InboxMessage } from '../../src/inbox/message.js';
 import {
@@ -11,7 +12,6 @@ import {
   releaseQuarantined,
   showQuarantined,
 } from '../../src/inbox/quarantine.js';
-import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';

@@ -1,5 +1,6 @@
 import { connectAsync, type MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import {
   BROKER_UNAVAILABLE,
   isBrokerUnavailable,
@@ -8,7 +9,6 @@ import {
   PublishError,
 } from '../../src/errors.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
-import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { type MqttPublisherOptions, mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { TcpProxy } from '../../src/testing/index.js';
 import { makeMessage } from '../helpers/messages.js';

@@ -1,7 +1,7 @@
 import { generate, type IPublishPacket } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import type { OutboxMessage, PublishOutcome } from '../../src/publishers/contract.js';
-import { envelopeHeaders } from '../../src/publishers/envelope.js';
 import { defaultTopic, show, topicProblem } from '../../src/publishers/mqtt/topic.js';
 import {
   type ConnackLimits,

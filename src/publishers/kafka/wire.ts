@@ -3,11 +3,11 @@
  * bytes as the value (untouched), the CloudEvents envelope in the record headers.
  */
 import type { MessageToProduce } from '@platformatic/kafka';
+import { envelopeHeaders } from '../../envelope/bindings.js';
 import { errorMessage } from '../../errors.js';
 import type { OutboxMessage, PublishOutcome } from '../contract.js';
 import { asBuffer } from '../core/bytes.js';
 import { permanent } from '../core/outcomes.js';
-import { envelopeHeaders } from '../envelope.js';
 import { topicProblem } from './names.js';
 
 /** Record batch header (v2) in front of a partition's records. */

@@ -6,11 +6,11 @@
  * before anything is sent; so does one over the broker's Maximum Packet Size.
  */
 import type { IClientPublishOptions, MqttClient } from 'mqtt';
+import { envelopeHeaders } from '../../envelope/bindings.js';
 import { errorMessage } from '../../errors.js';
 import type { OutboxMessage, PublishOutcome } from '../contract.js';
 import { asBuffer } from '../core/bytes.js';
 import { permanent } from '../core/outcomes.js';
-import { envelopeHeaders } from '../envelope.js';
 import { MAX_PACKET_IDS, type MqttResolved } from './options.js';
 import { show, stringProblem, topicProblem } from './topic.js';
 

@@ -3,11 +3,11 @@
  * for it), the envelope headers with `Nats-Msg-Id` and the expected stream, the payload bytes.
  */
 import { type MsgHdrs, headers as natsHeaders } from '@nats-io/transport-node';
+import { envelopeHeaders } from '../../envelope/bindings.js';
 import { errorMessage } from '../../errors.js';
 import type { OutboxMessage, PublishOutcome } from '../contract.js';
 import { defaultDestination } from '../core/destination.js';
 import { permanent } from '../core/outcomes.js';
-import { envelopeHeaders } from '../envelope.js';
 
 export const MSG_ID_HEADER = 'Nats-Msg-Id';
 export const EXPECTED_STREAM_HEADER = 'Nats-Expected-Stream';

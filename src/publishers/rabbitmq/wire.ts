@@ -8,12 +8,12 @@
  * `traceparent`) as its headers. The payload bytes are sent untouched.
  */
 import type { Options } from 'amqplib';
+import { envelopeHeaders } from '../../envelope/bindings.js';
 import { errorMessage } from '../../errors.js';
 import type { OutboxMessage, PublishOutcome } from '../contract.js';
 import { asBuffer } from '../core/bytes.js';
 import { defaultDestination } from '../core/destination.js';
 import { permanent } from '../core/outcomes.js';
-import { envelopeHeaders } from '../envelope.js';
 import { tooLarge } from './classify.js';
 
 /** AMQP short strings (exchange, routing key, message id) are at most 255 bytes. */

@@ -5,11 +5,11 @@
  */
 import { createHash } from 'node:crypto';
 import type { RedisArgument } from 'redis';
+import { envelopeHeaders } from '../../envelope/bindings.js';
 import { errorMessage } from '../../errors.js';
 import type { OutboxMessage, PublishOutcome } from '../contract.js';
 import { asBuffer } from '../core/bytes.js';
 import { permanent } from '../core/outcomes.js';
-import { envelopeHeaders } from '../envelope.js';
 
 /** Name of the stream-entry field that carries the payload bytes (the other fields are the envelope). */
 export const PAYLOAD_FIELD = 'payload';

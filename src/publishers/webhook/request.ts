@@ -5,9 +5,9 @@
  * batch mode (`application/cloudevents-batch+json`) — and signed when it is sent.
  */
 
+import { envelopeHeaders } from '../../envelope/bindings.js';
 import { PublishError } from '../../errors.js';
 import { failed, type OutboxMessage, type PublishOutcome } from '../contract.js';
-import { envelopeHeaders } from '../envelope.js';
 import type { Endpoint } from './endpoints.js';
 import type { ResolvedWebhookOptions } from './options.js';
 import { signatureHeaders } from './signature.js';

@@ -1,0 +1,64 @@
+/**
+ * The CloudEvents attributes of an outbox message, the same on every transport; the bindings
+ * (bindings.ts) only name and encode them. `sequence` is the Sequence extension (a String that
+ * orders as a string: zero-padded to 19 digits, enough for any sequence), `aggregatesequence`
+ * the same position as a plain decimal integer for consumers that want the number. Both count
+ * within one aggregate (`aggregatetype`, `aggregateid`) of one `source`.
+ */
+import type { OutboxMessage } from '../publishers/contract.js';
+
+export const SPEC_VERSION = '1.0';
+
+/** Digits of the zero-padded `sequence`: every non-negative bigint fits. */
+export const SEQUENCE_DIGITS = 19;
+
+/** The attributes tx-outbox writes, in the order it writes them. */
+export const ATTRIBUTE_NAMES = [
+  'specversion',
+  'id',
+  'source',
+  'type',
+  'time',
+  'subject',
+  'datacontenttype',
+  'aggregatetype',
+  'aggregateid',
+  'sequence',
+  'aggregatesequence',
+  'schemaversion',
+] as const;
+
+export type AttributeName = (typeof ATTRIBUTE_NAMES)[number];
+
+/** One message's attributes, every value a CloudEvents String. */
+export type EnvelopeAttributes = Readonly<Record<AttributeName, string>>;
+
+/**
+ * Every attribute name a reader recognises without a prefix (MQTT 5 user properties, Redis
+ * fields): what tx-outbox writes, plus the other attributes of the core specification.
+ */
+export const KNOWN_ATTRIBUTES: ReadonlySet<string> = new Set<string>([...ATTRIBUTE_NAMES, 'dataschema']);
+
+/** `sequence` as the Sequence extension wants it: zero-padded, so string order is number order. */
+export function paddedSequence(sequence: number | bigint): string {
+  return String(sequence).padStart(SEQUENCE_DIGITS, '0');
+}
+
+/** The attributes of `message`, published from `source`. */
+export function envelopeAttributes(message: OutboxMessage, source: string): EnvelopeAttributes {
+  const sequence = String(message.sequence);
+  return {
+    specversion: SPEC_VERSION,
+    id: message.eventId,
+    source,
+    type: message.type,
+    time: message.createdAt.toISOString(),
+    subject: message.aggregateId,
+    datacontenttype: message.contentType,
+    aggregatetype: message.aggregateType,
+    aggregateid: message.aggregateId,
+    sequence: sequence.length >= SEQUENCE_DIGITS ? sequence : sequence.padStart(SEQUENCE_DIGITS, '0'),
+    aggregatesequence: sequence,
+    schemaversion: String(message.schemaVersion),
+  };
+}

@@ -1,0 +1,44 @@
+/**
+ * The CloudEvents `source` a publisher stamps on every event: a URI-reference (RFC 3986), e.g.
+ * `https://orders.example.com`, `urn:example:orders` or `/orders`. Checked once, when the
+ * publisher is created, so no event goes out with a source a CloudEvents SDK refuses.
+ */
+import { OutboxValidationError } from '../errors.js';
+
+export const DEFAULT_SOURCE = 'tx-outbox';
+
+/** RFC 3986 characters (unreserved, reserved) and `%XX`. */
+const URI_REFERENCE = /^(?:[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})+$/;
+/** A scheme, when the first segment has a colon. */
+const SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*$/;
+
+/** `source`, or the default when it is undefined; throws naming `field` when it is not a URI-reference. */
+export function sourceOf(source: unknown, field = 'source'): string {
+  if (source === undefined) return DEFAULT_SOURCE;
+  const fix = `Pass a URI-reference such as 'https://orders.example.com', 'urn:example:orders' or '/orders', or omit it (default '${DEFAULT_SOURCE}').`;
+  if (typeof source !== 'string' || source.length === 0) {
+    throw new OutboxValidationError(
+      field,
+      typeof source === 'string' ? 'is empty' : `is a ${typeof source}`,
+      fix,
+    );
+  }
+  if (!URI_REFERENCE.test(source)) {
+    const index = source.search(/[^A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]/);
+    const why =
+      index === -1
+        ? "has a '%' not followed by two hex digits"
+        : `has ${JSON.stringify(source[index])} at index ${index}, which a URI cannot hold unencoded`;
+    throw new OutboxValidationError(field, `${why} (the CloudEvents source is a URI-reference)`, fix);
+  }
+  const colon = source.indexOf(':');
+  const slash = source.search(/[/?#]/);
+  if (colon !== -1 && (slash === -1 || colon < slash) && !SCHEME.test(source.slice(0, colon))) {
+    throw new OutboxValidationError(
+      field,
+      `starts with ${JSON.stringify(source.slice(0, colon + 1))}, which is not a URI scheme`,
+      fix,
+    );
+  }
+  return source;
+}

@@ -1,0 +1,286 @@
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { ATTRIBUTE_NAMES, envelopeAttributes, paddedSequence } from '../../src/envelope/attributes.js';
+import { type EnvelopeBinding, envelopeHeaders, structuredAttributes } from '../../src/envelope/bindings.js';
+import { percentDecode, percentEncode } from '../../src/envelope/percent.js';
+import { readEnvelope } from '../../src/envelope/read.js';
+import { sourceOf } from '../../src/envelope/source.js';
+import { OutboxValidationError } from '../../src/errors.js';
+import { fromEnvelope } from '../../src/inbox/message.js';
+import type { OutboxMessage } from '../../src/publishers/contract.js';
+
+/** Values every binding must carry byte for byte. */
+const AWKWARD = [
+  ' leading',
+  'trailing ',
+  '  both  ',
+  '50%off',
+  '%41',
+  '%',
+  'a"b',
+  '"quoted"',
+  "it's",
+  'café',
+  '日本語',
+  '😀 emoji',
+  'nbsp\u00a0inside',
+  '\u00a0nbsp-edge\u00a0',
+  '\ufeffbom',
+  'x=y;z,w',
+  'back\\slash',
+  '+plus & ampersand',
+  'ÿ latin1 edge',
+  'a'.repeat(255),
+];
+
+function message(aggregateId: string, sequence = 42, extra: Partial<OutboxMessage> = {}): OutboxMessage {
+  return {
+    id: '1',
+    eventId: randomUUID(),
+    aggregateType: 'order',
+    aggregateId,
+    sequence,
+    type: 'order.created',
+    schemaVersion: 3,
+    topic: null,
+    payload: Buffer.from('{}'),
+    contentType: 'application/json',
+    headers: { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', 'x-tenant': 'acme' },
+    createdAt: new Date('2026-12-01T10:11:12.345Z'),
+    attempts: 0,
+    ...extra,
+  };
+}
+
+describe('percent-encoding (HTTP binding §3.1.3.2)', () => {
+  it('leaves visible ASCII other than " and % untouched', () => {
+    const plain = Array.from({ length: 0x7f - 0x21 }, (_, i) => String.fromCharCode(0x21 + i))
+      .filter((c) => c !== '"' && c !== '%')
+      .join('');
+    expect(percentEncode(plain)).toBe(plain);
+  });
+
+  it('encodes space, " and % and everything outside U+0021–U+007E as UTF-8 %XX', () => {
+    expect(percentEncode(' a"b%c ')).toBe('%20a%22b%25c%20');
+    expect(percentEncode('café')).toBe('caf%C3%A9');
+    expect(percentEncode('😀')).toBe('%F0%9F%98%80');
+    expect(percentEncode('\u007f')).toBe('%7F');
+  });
+
+  it('round-trips every awkward value, and every encoded value is visible ASCII', () => {
+    for (const value of AWKWARD) {
+      const encoded = percentEncode(value);
+      expect(encoded).toMatch(/^[\x21-\x7e]*$/);
+      expect(encoded).not.toMatch(/"/);
+      expect(percentDecode(encoded)).toBe(value);
+    }
+  });
+
+  it('decodes exactly once', () => {
+    expect(percentDecode('%2541')).toBe('%41');
+  });
+
+  it('undoes a quoted string before decoding', () => {
+    expect(percentDecode('"a\\"b%20c"')).toBe('a"b c');
+  });
+
+  it('refuses a % without two hex digits and bytes that are not UTF-8', () => {
+    expect(() => percentDecode('50%off')).toThrow(/two hex digits/);
+    expect(() => percentDecode('%4')).toThrow(/two hex digits/);
+    expect(() => percentDecode('%C3')).toThrow(/not UTF-8/);
+    expect(() => percentDecode('%FF%FE')).toThrow(/not UTF-8/);
+    expect(() => percentDecode('%ED%A0%80')).toThrow(/not UTF-8/); // an encoded surrogate
+  });
+
+  it("reads a lenient sender's raw non-ASCII as itself", () => {
+    expect(percentDecode('café%20au lait')).toBe('café au lait');
+  });
+});
+
+describe('sequence (Sequence extension)', () => {
+  it('is zero-padded so string order is number order', () => {
+    const values = [1, 2, 9, 10, 99, 100, 12_345, 2 ** 31, Number.MAX_SAFE_INTEGER];
+    const padded = values.map((v) => paddedSequence(v));
+    expect([...padded].sort()).toEqual(padded);
+    expect(padded.every((p) => p.length === 19)).toBe(true);
+    expect(paddedSequence(9_223_372_036_854_775_807n)).toBe('9223372036854775807');
+  });
+
+  it('carries the plain integer as aggregatesequence', () => {
+    const attributes = envelopeAttributes(message('a', 42), 'svc');
+    expect(attributes.sequence).toBe('0000000000000000042');
+    expect(attributes.aggregatesequence).toBe('42');
+  });
+});
+
+const BINDINGS: EnvelopeBinding[] = ['http', 'nats', 'kafka', 'amqp', 'mqtt', 'redis'];
+
+describe('every binding reads back what was written', () => {
+  for (const binding of BINDINGS) {
+    it(`${binding}: every attribute of every awkward aggregate id`, () => {
+      for (const id of AWKWARD) {
+        const sent = message(id);
+        const headers = envelopeHeaders(sent, 'urn:svc:orders', binding);
+        // AMQP carries the content type as a message property: its consumer passes it along.
+        if (binding === 'amqp') headers['content-type'] = sent.contentType;
+        const got = fromEnvelope(headers, sent.payload);
+        expect(got).toMatchObject({
+          eventId: sent.eventId,
+          type: sent.type,
+          aggregateType: sent.aggregateType,
+          aggregateId: id,
+          sequence: 42,
+          schemaVersion: 3,
+          contentType: 'application/json',
+        });
+        expect(got.headers['ce-subject']).toBe(id);
+        expect(got.headers['ce-source']).toBe('urn:svc:orders');
+        expect(got.headers['ce-time']).toBe('2026-12-01T10:11:12.345Z');
+        expect(got.headers['ce-sequence']).toBe('0000000000000000042');
+        expect(got.headers['ce-datacontenttype']).toBe('application/json');
+        expect(got.headers['traceparent']).toBe(sent.headers['traceparent']);
+        expect(got.headers['x-tenant']).toBe('acme');
+      }
+    });
+  }
+
+  it('names attributes as each binding says', () => {
+    const sent = message('a');
+    expect(Object.keys(envelopeHeaders(sent, 's', 'http'))).toEqual([
+      'traceparent',
+      'x-tenant',
+      ...ATTRIBUTE_NAMES.filter((n) => n !== 'datacontenttype').map((n) => `ce-${n}`),
+      'content-type',
+    ]);
+    expect(envelopeHeaders(sent, 's', 'nats')['ce-datacontenttype']).toBe('application/json');
+    expect(envelopeHeaders(sent, 's', 'kafka')).toMatchObject({
+      ce_id: sent.eventId,
+      'content-type': 'application/json',
+    });
+    expect(envelopeHeaders(sent, 's', 'kafka')).not.toHaveProperty('ce_datacontenttype');
+    expect(envelopeHeaders(sent, 's', 'amqp')).toMatchObject({ cloudEvents_id: sent.eventId });
+    expect(envelopeHeaders(sent, 's', 'amqp')).not.toHaveProperty('cloudEvents_datacontenttype');
+    expect(envelopeHeaders(sent, 's', 'mqtt')).toMatchObject({
+      id: sent.eventId,
+      datacontenttype: 'application/json',
+    });
+  });
+
+  it('percent-encodes on HTTP and NATS only', () => {
+    const sent = message(' café ');
+    expect(envelopeHeaders(sent, 's', 'http')['ce-aggregateid']).toBe('%20caf%C3%A9%20');
+    expect(envelopeHeaders(sent, 's', 'nats')['ce-subject']).toBe('%20caf%C3%A9%20');
+    expect(envelopeHeaders(sent, 's', 'kafka')['ce_aggregateid']).toBe(' café ');
+    expect(envelopeHeaders(sent, 's', 'amqp')['cloudEvents_aggregateid']).toBe(' café ');
+    expect(envelopeHeaders(sent, 's', 'mqtt')['aggregateid']).toBe(' café ');
+  });
+
+  it('AMQP: reads the cloudEvents: separator too (v1.0.2 and other producers)', () => {
+    const sent = message(' café ');
+    const written = envelopeHeaders(sent, 's', 'amqp');
+    const colon: Record<string, string> = { 'content-type': 'application/json' };
+    for (const [name, value] of Object.entries(written))
+      colon[name.replace(/^cloudEvents_/, 'cloudEvents:')] = value;
+    expect(readEnvelope(colon).form).toBe('amqp');
+    expect(fromEnvelope(colon, sent.payload)).toMatchObject({
+      eventId: sent.eventId,
+      aggregateId: ' café ',
+      sequence: 42,
+    });
+  });
+
+  it('structured mode: unprefixed attributes, values as they are', () => {
+    const sent = message(' café ');
+    const event = structuredAttributes(sent, 's');
+    expect(event).toMatchObject({
+      id: sent.eventId,
+      subject: ' café ',
+      traceparent: sent.headers['traceparent'],
+    });
+    expect(event).not.toHaveProperty('x-tenant');
+  });
+});
+
+describe('reading what earlier versions wrote (ce-* on every transport, values as they are)', () => {
+  const old = (id: string): Record<string, string> => ({
+    traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+    'ce-specversion': '1.0',
+    'ce-id': '0190a0c2-5f0e-7c4e-8a7f-1234567890ab',
+    'ce-type': 'order.created',
+    'ce-source': 'tx-outbox',
+    'ce-time': '2026-12-01T10:11:12.345Z',
+    'ce-subject': id,
+    'ce-datacontenttype': 'application/json',
+    'ce-aggregatetype': 'order',
+    'ce-aggregateid': id,
+    'ce-sequence': '7',
+    'ce-schemaversion': '2',
+  });
+
+  it('takes the values literally: no percent-decoding without ce-aggregatesequence', () => {
+    for (const id of ['50%off', '%41', 'a%20b', 'plain']) {
+      const got = fromEnvelope(old(id), Buffer.from('{}'));
+      expect(got.aggregateId).toBe(id);
+      expect(got.sequence).toBe(7);
+      expect(got.schemaVersion).toBe(2);
+      expect(readEnvelope(old(id)).form).toBe('ce');
+    }
+  });
+
+  it('reads old ce-* MQTT user properties and Redis fields', () => {
+    expect(fromEnvelope(old('k'), Buffer.alloc(0)).aggregateId).toBe('k');
+  });
+});
+
+describe('refusals name the header', () => {
+  it('a missing id', () => {
+    expect(() => fromEnvelope({ foo: 'bar' }, Buffer.alloc(0))).toThrow(/headers\.ce-id: is missing/);
+  });
+
+  it('an invalid percent-encoding in a new-format header', () => {
+    const headers = envelopeHeaders(message('a'), 's', 'nats');
+    headers['ce-aggregateid'] = '%ZZ';
+    expect(() => fromEnvelope(headers, Buffer.alloc(0))).toThrow(OutboxValidationError);
+    expect(() => fromEnvelope(headers, Buffer.alloc(0))).toThrow(
+      /headers\.ce-aggregateid: is not valid percent-encoding/,
+    );
+  });
+
+  it('a sequence that disagrees with aggregatesequence', () => {
+    const headers = envelopeHeaders(message('a'), 's', 'kafka');
+    headers['ce_sequence'] = '0000000000000000041';
+    expect(() => fromEnvelope(headers, Buffer.alloc(0))).toThrow(/headers\.ce_sequence/);
+  });
+
+  it('a sequence that is not a positive integer', () => {
+    for (const bad of ['0', '-1', '1e3', '1.5', ' 7', '99999999999999999999']) {
+      const headers = envelopeHeaders(message('a'), 's', 'mqtt');
+      headers['aggregatesequence'] = bad;
+      headers['sequence'] = bad;
+      expect(() => fromEnvelope(headers, Buffer.alloc(0))).toThrow(
+        /headers\.aggregatesequence: is not a positive integer/,
+      );
+    }
+  });
+});
+
+describe('source (a URI-reference)', () => {
+  it('accepts URLs, URNs, paths and the default', () => {
+    for (const ok of [
+      'https://orders.example.com/x?y=1#z',
+      'urn:example:orders',
+      '/orders',
+      'tx-outbox',
+      'a%20b',
+    ]) {
+      expect(sourceOf(ok)).toBe(ok);
+    }
+    expect(sourceOf(undefined)).toBe('tx-outbox');
+  });
+
+  it('refuses what is not one, naming the field', () => {
+    for (const bad of ['', 'orders service', 'http://[bad"', '50%', '1http://x', 'café', 7]) {
+      expect(() => sourceOf(bad)).toThrow(/^source: /);
+    }
+  });
+});
