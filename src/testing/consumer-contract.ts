@@ -24,6 +24,7 @@ import {
   scenario as runScenario,
   until as untilIn,
 } from './consumer-scenario.js';
+import { AWKWARD_IDS, PREVIOUS_IDS } from './envelopes.js';
 import type { TestApi } from './publisher-contract.js';
 
 export type { ConsumerSetup, ConsumerUnderTest } from './consumer-scenario.js';
@@ -232,6 +233,35 @@ export function consumerContract(api: TestApi, subject: ConsumerUnderTest): void
           );
         expect(s.maxRunning).toBeGreaterThan(1);
         expect(s.maxRunning).toBeLessThanOrEqual(4);
+      },
+      testTimeout,
+    );
+
+    it(
+      'reads the envelope tx-outbox 0.1 wrote mixed with the current one (a rolling upgrade), awkward ids exact, in order',
+      async () => {
+        const s = await scenario({ ordering: 'strict' });
+        await s.start();
+        // Ids 0.1 accepted, alternating old and new envelopes within each aggregate.
+        for (let sequence = 1; sequence <= 4; sequence += 1) {
+          const messages = PREVIOUS_IDS.map((id) => s.message(id, sequence));
+          await (sequence % 2 === 1 ? s.publishPrevious(...messages) : s.publish(...messages));
+        }
+        // Ids only the current envelope carries.
+        for (let sequence = 1; sequence <= 2; sequence += 1)
+          await s.publish(...AWKWARD_IDS.map((id) => s.message(id, sequence)));
+        const total = PREVIOUS_IDS.length * 4 + AWKWARD_IDS.length * 2;
+        await until(
+          `${total} events applied`,
+          async () => (await s.applied()).length >= total && (await s.settled()),
+        );
+        const applied = await s.applied();
+        expect(applied).toHaveLength(total);
+        for (const id of PREVIOUS_IDS)
+          expect(applied.filter((e) => e.aggregate_id === id).map((e) => e.sequence)).toEqual([1, 2, 3, 4]);
+        for (const id of AWKWARD_IDS)
+          expect(applied.filter((e) => e.aggregate_id === id).map((e) => e.sequence)).toEqual([1, 2]);
+        expect(await s.quarantined()).toEqual([]);
       },
       testTimeout,
     );

@@ -39,8 +39,14 @@ export interface ConsumerUnderTest {
    * Publishes the messages to the namespace's destination in this order, as the relay would, and
    * resolves once the broker holds them (a webhook sender may keep retrying in the background).
    * A repeated event id must reach the broker again: no broker-side deduplication here.
+   * `previous`: with the envelope tx-outbox 0.1 wrote (`previousEnvelopeHeaders` of tx-outbox/testing), as a
+   * relay not yet upgraded would.
    */
-  publish(namespace: string, messages: readonly OutboxMessage[]): Promise<void>;
+  publish(
+    namespace: string,
+    messages: readonly OutboxMessage[],
+    options?: { readonly previous?: boolean },
+  ): Promise<void>;
   /** Puts a message without a tx-outbox envelope where the namespace's consumer reads. */
   publishForeign(namespace: string): Promise<void>;
   /** Starts a consumer instance for the namespace. */
@@ -143,6 +149,9 @@ export async function scenario(ctx: ContractRun, inboxOptions: Partial<InboxOpti
     message: (aggregateId: string, sequence: number, extra: Partial<OutboxMessage> = {}) =>
       contractMessage(namespace, aggregateId, sequence, { schemaVersion: 1, ...extra }),
     publish: (...messages: OutboxMessage[]) => subject.publish(namespace, messages),
+    /** Publishes with the envelope tx-outbox 0.1 wrote. */
+    publishPrevious: (...messages: OutboxMessage[]) =>
+      subject.publish(namespace, messages, { previous: true }),
     async start(instance = 0, options: { concurrency?: number; signal?: AbortSignal } = {}) {
       const c = await subject.consume(namespace, {
         inbox: counting,

@@ -1,4 +1,5 @@
 export { type ConsumerSetup, type ConsumerUnderTest, consumerContract } from './consumer-contract.js';
+export { AWKWARD_IDS, PREVIOUS_IDS, previousEnvelopeHeaders } from './envelopes.js';
 export {
   contractMessage,
   type PublisherFeatures,

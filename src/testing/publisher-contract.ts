@@ -13,12 +13,15 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { paddedSequence } from '../envelope/attributes.js';
 import { OutboxError } from '../errors.js';
+import { fromEnvelope } from '../inbox/message.js';
 import { enqueue } from '../producer/enqueue.js';
 import { inTransaction } from '../producer/transaction.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../publishers/contract.js';
 import { createRelay } from '../relay/relay.js';
 import { migrate } from '../schema/migrate.js';
+import { AWKWARD_IDS } from './envelopes.js';
 import { type Address, TcpProxy } from './tcp-proxy.js';
 
 export interface PublisherFeatures {
@@ -35,8 +38,19 @@ export interface ReceivedMessage {
   readonly eventId: string;
   readonly aggregateId: string;
   readonly sequence: number;
+  /**
+   * Every header (property, user property, field) as a string, named as on the wire, with the
+   * transport's content type under `content-type` where it has one (HTTP, Kafka, AMQP, MQTT 5):
+   * what `fromEnvelope` reads.
+   */
   readonly headers: Readonly<Record<string, string>>;
   readonly payload: Uint8Array;
+  /**
+   * The message as the official CloudEvents SDK reads it (its HTTP, Kafka or MQTT parser; for
+   * NATS and AMQP a strict `new CloudEvent` after the binding's decoding), as plain attributes.
+   * Required when the subject declares `cloudEvents`.
+   */
+  readonly cloudEvent?: Readonly<Record<string, unknown>>;
 }
 
 export interface PublisherUnderTest {
@@ -44,8 +58,12 @@ export interface PublisherUnderTest {
   readonly features: PublisherFeatures;
   /** The real broker; the suite connects through a proxy in front of it. */
   readonly broker: Address;
-  /** A publisher connected to `address`, for destinations of this `namespace` (unique per test). */
-  create(address: Address, namespace: string): Publisher | Promise<Publisher>;
+  /** A publisher connected to `address`, for destinations of this `namespace` (unique per test), stamping `source` when given. */
+  create(
+    address: Address,
+    namespace: string,
+    options?: { readonly source?: string },
+  ): Publisher | Promise<Publisher>;
   /** The `topic` an event must carry to land in this namespace's destination. */
   topic(namespace: string): string;
   /** Everything the broker holds for the namespace, in broker order; waits until `expected` arrived (or a timeout). */
@@ -56,6 +74,8 @@ export interface PublisherUnderTest {
   cleanup?(namespace: string): Promise<void>;
   /** How long a reconnect may take before the suite gives up, ms. Default 20000. */
   readonly reconnectMs?: number;
+  /** `read` fills each message's `cloudEvent`: the suite checks every attribute the SDK reads. */
+  readonly cloudEvents?: boolean;
 }
 
 /** The part of a test runner the suite uses. */
@@ -121,8 +141,8 @@ export function publisherContract(
       namespaces.push(n);
       return n;
     };
-    const publisher = async (namespace: string): Promise<Publisher> => {
-      const p = await subject.create(proxy.address, namespace);
+    const publisher = async (namespace: string, source?: string): Promise<Publisher> => {
+      const p = await subject.create(proxy.address, namespace, source === undefined ? undefined : { source });
       open.push(p);
       return p;
     };
@@ -147,14 +167,72 @@ export function publisherContract(
       for (const sent of batch) {
         const r = got.find((m) => m.eventId === sent.eventId);
         expect(r).toBeDefined();
-        expect(r!.headers['ce-id']).toBe(sent.eventId);
-        expect(r!.headers['ce-type']).toBe(sent.type);
-        expect(r!.headers['ce-aggregatetype']).toBe(sent.aggregateType);
-        expect(r!.headers['ce-aggregateid']).toBe(sent.aggregateId);
-        expect(r!.headers['ce-sequence']).toBe(String(sent.sequence));
-        expect(r!.headers['ce-schemaversion']).toBe(String(sent.schemaVersion));
+        expect(fromEnvelope(r!.headers, r!.payload)).toMatchObject({
+          eventId: sent.eventId,
+          type: sent.type,
+          aggregateType: sent.aggregateType,
+          aggregateId: sent.aggregateId,
+          sequence: sent.sequence,
+          schemaVersion: sent.schemaVersion,
+          contentType: sent.contentType,
+        });
         expect(r!.headers['traceparent']).toBe(sent.headers['traceparent']);
         expect(Buffer.from(r!.payload).equals(Buffer.from(sent.payload))).toBe(true);
+      }
+    });
+
+    it('awkward values arrive exactly as enqueued: every attribute, read by fromEnvelope and by the CloudEvents SDK', async () => {
+      const n = ns();
+      const source = 'urn:tx-outbox:contract/a%20b?x=1';
+      const p = await publisher(n, source);
+      const sequences = [1, 9, 10, 4_294_967_296, Number.MAX_SAFE_INTEGER];
+      const batch = AWKWARD_IDS.map((aggregateId, i) =>
+        contractMessage(subject.topic(n), aggregateId, sequences[i % sequences.length]!, {
+          aggregateType: 'contract_x-1',
+          type: `contract.happened/"v2"%41~${i}`,
+          headers: {
+            traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+            'x-note': 'a "quoted" %41; value',
+          },
+          createdAt: new Date(Date.UTC(2026, 11, 1, 10, 11, 12, i)),
+        }),
+      );
+      expect(failures(await p.publish(batch, never))).toEqual([]);
+      const got = await subject.read(n, batch.length);
+      for (const sent of batch) {
+        const r = got.find((m) => m.eventId === sent.eventId);
+        expect(r).toBeDefined();
+        expect(r!.aggregateId).toBe(sent.aggregateId);
+        const read = fromEnvelope(r!.headers, r!.payload);
+        expect(read).toMatchObject({
+          eventId: sent.eventId,
+          type: sent.type,
+          aggregateType: sent.aggregateType,
+          aggregateId: sent.aggregateId,
+          sequence: sent.sequence,
+          schemaVersion: sent.schemaVersion,
+          contentType: sent.contentType,
+        });
+        expect(read.headers['ce-source']).toBe(source);
+        expect(read.headers['ce-subject']).toBe(sent.aggregateId);
+        expect(read.headers['x-note']).toBe('a "quoted" %41; value');
+        if (subject.cloudEvents) {
+          expect(r!.cloudEvent).toBeDefined(); // read() must fill it
+          expect(r!.cloudEvent).toMatchObject({
+            specversion: '1.0',
+            id: sent.eventId,
+            source,
+            type: sent.type,
+            time: sent.createdAt.toISOString(),
+            subject: sent.aggregateId,
+            datacontenttype: sent.contentType,
+            aggregatetype: sent.aggregateType,
+            aggregateid: sent.aggregateId,
+            sequence: paddedSequence(sent.sequence),
+            aggregatesequence: String(sent.sequence),
+            schemaversion: String(sent.schemaVersion),
+          });
+        }
       }
     });
 
