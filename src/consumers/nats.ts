@@ -83,6 +83,18 @@ async function ensureConsumer(nc: NatsConnection, o: ResolvedNatsConsumerOptions
   });
 }
 
+/**
+ * A delivery's headers by their names exactly as sent (the first value of each), for
+ * `fromEnvelope`: it reads the `ce-*` headers of the NATS binding (percent-encoded) and those
+ * tx-outbox 0.1 wrote (values as they are).
+ */
+function headerRecord(msg: JsMsg): Record<string, string> {
+  const headers: Record<string, string> = {};
+  if (msg.headers === undefined) return headers;
+  for (const [name, values] of msg.headers) headers[name] = values[0] ?? '';
+  return headers;
+}
+
 class NatsConsumer<T> implements Consumer {
   readonly #queue: KeyedQueue;
   readonly #life: ConsumerLifecycle;
@@ -135,9 +147,7 @@ class NatsConsumer<T> implements Consumer {
   async #deliver(msg: JsMsg): Promise<void> {
     let message: InboxMessage;
     try {
-      const headers: Record<string, string> = {};
-      for (const name of msg.headers?.keys() ?? []) headers[name] = msg.headers!.get(name);
-      message = fromEnvelope(headers, msg.data);
+      message = fromEnvelope(headerRecord(msg), msg.data);
     } catch (error) {
       const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
       this.o.logger.error(

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeNats } from '../../src/consumers/nats.js';
 import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import { ensureStream } from '../../src/publishers/nats/index.js';
-import { consumerContract } from '../../src/testing/index.js';
+import { consumerContract, previousEnvelopeHeaders } from '../../src/testing/index.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 
 const streamOf = (ns: string) => `TXO_CC_${ns}`;
@@ -23,13 +23,18 @@ consumerContract(
     name: 'nats',
     databaseUrl: DATABASE_URL,
     prepare: (ns) => ensureStream(nc, { name: streamOf(ns), subjects: [`${ns}.>`] }).then(() => undefined),
-    async publish(ns, messages) {
-      // Plain JetStream publishes without a Nats-Msg-Id: the contract wants repeated ids stored again.
+    async publish(ns, messages, options) {
+      // Plain JetStream publishes without a Nats-Msg-Id: the contract wants repeated ids stored
+      // again. One subject: an aggregate id need not be a subject token. `previous`: the ce-*
+      // headers of tx-outbox 0.1, values as they are (it set them as here, through the client).
       const js = jetstream(nc);
       for (const m of messages) {
         const h = natsHeaders();
-        for (const [k, v] of Object.entries(envelopeHeaders(m, 'contract'))) h.set(k, v);
-        await js.publish(`${ns}.${m.aggregateId}`, m.payload, { headers: h });
+        const envelope = options?.previous
+          ? previousEnvelopeHeaders(m, 'contract')
+          : envelopeHeaders(m, 'contract', 'nats');
+        for (const [k, v] of Object.entries(envelope)) h.set(k, v);
+        await js.publish(`${ns}.events`, m.payload, { headers: h });
       }
     },
     async publishForeign(ns) {

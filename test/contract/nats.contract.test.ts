@@ -1,5 +1,6 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { connect } from '@nats-io/transport-node';
+import { connect, type MsgHdrs } from '@nats-io/transport-node';
+import { CloudEvent } from 'cloudevents';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
@@ -7,6 +8,30 @@ import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 
 const broker = new URL(NATS_URL);
 const streamOf = (ns: string) => `TXO_CONTRACT_${ns}`;
+
+/** Every header named as on the wire, its first value. */
+function headerRecord(headers: MsgHdrs | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, values] of headers ?? []) out[name] = values[0] ?? '';
+  return out;
+}
+
+/**
+ * The message as the CloudEvents NATS binding reads it (binary mode, §3.1.3.1): every `ce-`
+ * header is an attribute, its value percent-decoded (HTTP binding §3.1.3.2; the platform's own
+ * decoder, not tx-outbox's), then a strict `CloudEvent` of the official SDK, which validates
+ * the names, `source`, `time` and the extension values. Plain attributes, without data.
+ */
+function cloudEventOf(headers: Readonly<Record<string, string>>): Record<string, unknown> {
+  const attributes: Record<string, string> = {};
+  for (const name in headers) {
+    if (name.toLowerCase().startsWith('ce-')) {
+      attributes[name.slice(3).toLowerCase()] = decodeURIComponent(headers[name]!);
+    }
+  }
+  const { data: _data, data_base64: _base64, ...event } = new CloudEvent(attributes, true).toJSON();
+  return event;
+}
 
 async function read(ns: string, expected: number): Promise<ReceivedMessage[]> {
   const nc = await connect({ servers: NATS_URL });
@@ -23,14 +48,15 @@ async function read(ns: string, expected: number): Promise<ReceivedMessage[]> {
     if (total === 0) return out;
     const messages = await (await jetstream(nc).consumers.get(streamOf(ns))).consume();
     for await (const m of messages) {
-      const headers: Record<string, string> = {};
-      for (const [k, v] of m.headers ?? []) headers[k] = v[0] ?? '';
+      const headers = headerRecord(m.headers);
+      const cloudEvent = cloudEventOf(headers);
       out.push({
         eventId: headers['Nats-Msg-Id'] ?? '',
-        aggregateId: headers['ce-aggregateid'] ?? '',
-        sequence: Number(headers['ce-sequence']),
+        aggregateId: String(cloudEvent['aggregateid']),
+        sequence: Number(cloudEvent['aggregatesequence']),
         headers,
         payload: m.data,
+        cloudEvent,
       });
       if (out.length >= total) break;
     }
@@ -46,7 +72,7 @@ publisherContract(
     name: 'nats',
     features: { orderedPerKey: true, brokerDedup: true, persistent: true },
     broker: { host: broker.hostname, port: Number(broker.port || 4222) },
-    create: (address, ns) =>
+    create: (address, ns, options) =>
       natsPublisher({
         url: `nats://${address.host}:${address.port}`,
         stream: streamOf(ns),
@@ -54,9 +80,11 @@ publisherContract(
         timeoutMs: 3000,
         // Reconnect through the proxy only: do not follow the server's advertised URLs.
         clientOptions: { ignoreClusterUpdates: true, reconnectTimeWait: 100 },
+        ...(options?.source === undefined ? {} : { source: options.source }),
       }),
     topic: (ns) => `${ns}.events`,
     read,
+    cloudEvents: true,
     poison: (_ns, m) => ({ ...m, payload: Buffer.alloc(2 * 1024 * 1024, 1) }),
     cleanup: async (ns) => {
       const nc = await connect({ servers: NATS_URL });

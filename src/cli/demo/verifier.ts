@@ -3,7 +3,16 @@
  * records every received event id and checks per-aggregate order (sequence = last + 1).
  */
 
+import { ATTRIBUTE_NAMES } from '../../envelope/attributes.js';
+import { fromEnvelope, type InboxMessage } from '../../inbox/message.js';
 import type { Ledger } from './order-service.js';
+
+/**
+ * The headers the demo's sinks carry the envelope in (NATS and HTTP bindings: `ce-<name>`, the
+ * HTTP content type): what the verifier asks each sink for.
+ */
+const ENVELOPE_HEADERS = [...ATTRIBUTE_NAMES.map((name) => `ce-${name}`), 'content-type'];
+const NO_PAYLOAD = new Uint8Array(0);
 
 /** Records every received event and checks per-aggregate order (sequence = last + 1). */
 export class Verifier {
@@ -37,16 +46,22 @@ export class Verifier {
     this.rejected += 1;
   }
 
-  /** Reads the CloudEvents envelope headers and records the event; false when they are missing. */
+  /**
+   * Reads the CloudEvents envelope as the consumer adapters do (`fromEnvelope`: the binding's
+   * decoding, so an aggregate id is the one enqueued) and records the event; false when the
+   * envelope is missing or invalid.
+   */
   recordEnvelope(get: (name: string) => string | undefined): boolean {
-    const eventId = get('ce-id');
-    const aggregateId = get('ce-aggregateid');
-    const sequence = Number(get('ce-sequence'));
-    if (!eventId || !aggregateId || !Number.isInteger(sequence)) {
+    const headers: Record<string, string | undefined> = {};
+    for (const name of ENVELOPE_HEADERS) headers[name] = get(name);
+    let message: InboxMessage;
+    try {
+      message = fromEnvelope(headers, NO_PAYLOAD);
+    } catch {
       this.reject();
       return false;
     }
-    this.record(eventId, aggregateId, sequence);
+    this.record(message.eventId, message.aggregateId, message.sequence);
     return true;
   }
 }

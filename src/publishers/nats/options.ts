@@ -1,5 +1,6 @@
 /** The options of the NATS JetStream publisher, resolved once into a frozen object. */
 import type { NatsConnection, NodeConnectionOptions } from '@nats-io/transport-node';
+import { sourceOf } from '../../envelope/source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
@@ -37,7 +38,10 @@ export interface NatsPublisherOptions {
   readonly destination?: (message: OutboxMessage) => string;
   /** @deprecated Use `destination`. */
   readonly subject?: (message: OutboxMessage) => string;
-  /** CloudEvents `source` attribute. Default `tx-outbox`. */
+  /**
+   * CloudEvents `source` attribute of every event: a URI-reference such as
+   * `https://orders.example.com`, `urn:example:orders` or `/orders`. Default `tx-outbox`.
+   */
   readonly source?: string;
   /** Deadline for connecting and for each PubAck, in ms. Default 10 000. */
   readonly timeoutMs?: number;
@@ -96,7 +100,7 @@ export function resolveNatsOptions(given: NatsPublisherOptions): ResolvedNatsOpt
     streamSubjects: options.streamSubjects,
     duplicateWindowMs: options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
     destination: options.destination ?? defaultDestination,
-    source: options.source ?? 'tx-outbox',
+    source: sourceOf(options.source),
     timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     maxInFlight: options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT,
     pipelined: (options.mode ?? 'pipeline') === 'pipeline',

@@ -1,6 +1,9 @@
 /**
  * What a NATS JetStream publish carries, the same in both modes: the subject (and NATS's rules
  * for it), the envelope headers with `Nats-Msg-Id` and the expected stream, the payload bytes.
+ * The envelope follows the CloudEvents NATS binding (binary mode, §3.1.3.1): `ce-<name>`
+ * headers whose values are percent-encoded as the HTTP binding says (§3.1.3.2), so any
+ * attribute value arrives byte for byte; `ce-datacontenttype` carries the content type.
  */
 import { type MsgHdrs, headers as natsHeaders } from '@nats-io/transport-node';
 import { envelopeHeaders } from '../../envelope/bindings.js';
@@ -58,7 +61,7 @@ export function prepareMessage(message: OutboxMessage, rule: PrepareRule): Prepa
   }
   const { eventId, payload } = message;
   try {
-    const envelope = envelopeHeaders(message, rule.source);
+    const envelope = envelopeHeaders(message, rule.source, 'nats');
     return rule.pipelined
       ? { subject, payload, headers: encodeHeaders(envelope, eventId, rule.stream) }
       : { subject, payload, eventId, headers: buildHeaders(envelope) };
@@ -104,10 +107,13 @@ export function payloadProblem(
   );
 }
 
-/** Client-side headers for `js.publish` (the client adds `Nats-Msg-Id` and the expected stream). */
-export function buildHeaders(values: Record<string, string>): MsgHdrs {
+/**
+ * Client-side headers for `js.publish` (the client adds `Nats-Msg-Id` and the expected stream).
+ * Throws, as {@link encodeHeaders} does, on a value the client would trim.
+ */
+export function buildHeaders(values: Readonly<Record<string, string>>): MsgHdrs {
   const headers = natsHeaders();
-  for (const [key, value] of Object.entries(values)) headers.set(key, value);
+  for (const name in values) headers.set(name, checkedValue(name, values[name]!));
   return headers;
 }
 
@@ -129,10 +135,10 @@ export function encodeHeaders(
   let text = 'NATS/1.0';
   for (const name in values) {
     if (name === MSG_ID_HEADER || name === EXPECTED_STREAM_HEADER) continue; // ours win, as with js.publish
-    text += `\r\n${checkedName(name)}: ${checkedValue(values[name]!)}`;
+    text += `\r\n${checkedName(name)}: ${checkedValue(name, values[name]!)}`;
   }
-  text += `\r\n${MSG_ID_HEADER}: ${checkedValue(msgId)}`;
-  if (stream !== undefined) text += `\r\n${EXPECTED_STREAM_HEADER}: ${checkedValue(stream)}`;
+  text += `\r\n${MSG_ID_HEADER}: ${checkedValue(MSG_ID_HEADER, msgId)}`;
+  if (stream !== undefined) text += `\r\n${EXPECTED_STREAM_HEADER}: ${checkedValue(EXPECTED_STREAM_HEADER, stream)}`;
   // Buffer.from takes small strings from a shared pool: cheaper than a TextEncoder buffer each.
   return Buffer.from(`${text}\r\n\r\n`);
 }
@@ -152,13 +158,27 @@ function checkedName(name: string): string {
   return name;
 }
 
-/** The client's rule: no CR or LF; surrounding whitespace trimmed. */
-function checkedValue(value: string): string {
+/**
+ * `value`, which NATS carries unchanged: no CR or LF (they end a header line), and no
+ * whitespace at either end. nats.js trims a value when it sets a header and again when it reads
+ * one (`String.prototype.trim`, so NBSP and BOM too), and tx-outbox 0.1 trimmed it silently
+ * here: a value that would change is refused instead. Envelope values never are (they are
+ * percent-encoded: visible ASCII); a user header may be, when it did not come through `enqueue`.
+ * The value itself is never quoted (it may be a secret).
+ */
+function checkedValue(name: string, value: string): string {
   if (value.includes('\n') || value.includes('\r')) {
-    throw new Error('header values cannot contain \\r or \\n');
+    throw new Error(`header ${name}: values cannot contain \\r or \\n`);
   }
-  // Printable ASCII at both ends (the usual case): nothing to trim.
+  // Visible ASCII at both ends (the usual case): nothing a reader trims.
   const first = value.charCodeAt(0);
   const last = value.charCodeAt(value.length - 1);
-  return first > 32 && first < 127 && last > 32 && last < 127 ? value : value.trim();
+  if (first > 32 && first < 127 && last > 32 && last < 127) return value;
+  if (value.trim().length !== value.length) {
+    throw new Error(
+      `header ${name}: its value starts or ends with whitespace, which NATS clients trim ` +
+        '(it would arrive altered); remove it, or percent-encode the value',
+    );
+  }
+  return value;
 }
