@@ -90,13 +90,13 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
     return created;
   }
 
-  it('publishes a batch with the envelope headers, Nats-Msg-Id and the payload bytes unchanged', async () => {
-    const pub = publisher({ url: NATS_URL, stream: STREAM, source: 'orders-service' });
+  it('publishes a batch with the envelope headers (NATS binding), Nats-Msg-Id and the payload bytes unchanged', async () => {
+    const pub = publisher({ url: NATS_URL, stream: STREAM, source: 'urn:orders:service' });
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const batch = Array.from({ length: 5 }, (_, i) =>
       makeMessage({
         topic: `${PREFIX}.batch.${i}`,
-        aggregateId: `agg-${i}`,
+        aggregateId: ` agg ${i}/é`,
         sequence: i + 1,
         schemaVersion: 2,
         headers: { traceparent, 'x-tenant': 'acme' },
@@ -113,18 +113,26 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
       expect(Buffer.from(stored!.data).equals(Buffer.from(message.payload))).toBe(true);
       const h = stored!.header;
       expect(h.get('Nats-Msg-Id')).toBe(message.eventId);
-      expect(h.get('ce-id')).toBe(message.eventId);
-      expect(h.get('ce-type')).toBe(message.type);
-      expect(h.get('ce-source')).toBe('orders-service');
-      expect(h.get('ce-specversion')).toBe('1.0');
-      expect(h.get('ce-time')).toBe(message.createdAt.toISOString());
-      expect(h.get('ce-aggregatetype')).toBe(message.aggregateType);
-      expect(h.get('ce-aggregateid')).toBe(message.aggregateId);
-      expect(h.get('ce-sequence')).toBe(String(message.sequence));
-      expect(h.get('ce-schemaversion')).toBe('2');
-      expect(h.get('ce-datacontenttype')).toBe(message.contentType);
-      expect(h.get('traceparent')).toBe(traceparent);
-      expect(h.get('x-tenant')).toBe('acme');
+      // Values percent-encoded as the binding says (HTTP §3.1.3.2): the id's edge space survives.
+      const id = `%20agg%20${message.sequence - 1}/%C3%A9`;
+      expect(Object.fromEntries([...h].map(([name, values]) => [name, values.join(',')]))).toEqual({
+        traceparent,
+        'x-tenant': 'acme',
+        'ce-specversion': '1.0',
+        'ce-id': message.eventId,
+        'ce-source': 'urn:orders:service',
+        'ce-type': message.type,
+        'ce-time': message.createdAt.toISOString(),
+        'ce-subject': id,
+        'ce-datacontenttype': message.contentType,
+        'ce-aggregatetype': message.aggregateType,
+        'ce-aggregateid': id,
+        'ce-sequence': `000000000000000000${message.sequence}`,
+        'ce-aggregatesequence': String(message.sequence),
+        'ce-schemaversion': '2',
+        'Nats-Msg-Id': message.eventId,
+        'Nats-Expected-Stream': STREAM,
+      });
     }
   });
 
@@ -236,15 +244,27 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
       [
         makeMessage({ topic: `${PREFIX}.hdr.bad`, headers: { 'x-note': 'line\nbreak' } }),
         makeMessage({ topic: `${PREFIX}.hdr.badname`, headers: { 'bad name': 'v' } }),
-        makeMessage({ topic: `${PREFIX}.hdr.ok`, headers: { 'x-note': '  padded  ' } }),
+        // nats.js trims values on both ends (0.1 trimmed them silently): refused, never altered.
+        makeMessage({ topic: `${PREFIX}.hdr.padded`, headers: { 'x-note': '  padded  ' } }),
+        makeMessage({ topic: `${PREFIX}.hdr.nbsp`, headers: { 'x-note': 'no-break\u00a0' } }),
+        makeMessage({ topic: `${PREFIX}.hdr.ok`, headers: { 'x-note': 'inner  spaces, "é" %41' } }),
       ],
       never(),
     );
     expect(expectFailure(outcomes[0], false).message).toContain(`${PREFIX}.hdr.bad`);
     expect(expectFailure(outcomes[1], false).message).toContain(`${PREFIX}.hdr.badname`);
-    expect(outcomes[2]).toEqual({ ok: true });
+    for (const i of [2, 3]) {
+      expect(expectFailure(outcomes[i], false).message).toMatch(
+        /^Invalid header for subject ".+": header x-note: its value starts or ends with whitespace, which NATS clients trim/,
+      );
+    }
+    expect(outcomes[4]).toEqual({ ok: true });
     const stored = await jsm.streams.getMessage(STREAM, { last_by_subj: `${PREFIX}.hdr.ok` });
-    expect(stored!.header.get('x-note')).toBe('padded');
+    expect(stored!.header.get('x-note')).toBe('inner  spaces, "é" %41');
+    for (const subject of ['padded', 'nbsp']) {
+      const info = await jsm.streams.info(STREAM, { subjects_filter: `${PREFIX}.hdr.${subject}` });
+      expect(subjectCount(info, `${PREFIX}.hdr.${subject}`)).toBe(0);
+    }
   });
 
   it('creates the stream at first use with file storage and the duplicate window', async () => {

@@ -1,10 +1,14 @@
+import { type MsgHdrs, MsgHdrsImpl } from '@nats-io/transport-node';
 import { describe, expect, it, vi } from 'vitest';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
+import { percentEncode } from '../../src/envelope/percent.js';
 import {
   BROKER_UNAVAILABLE,
   isBrokerUnavailable,
   OutboxValidationError,
   PublishError,
 } from '../../src/errors.js';
+import { fromEnvelope } from '../../src/inbox/message.js';
 import type { PublishOutcome } from '../../src/publishers/contract.js';
 import { CallAbort } from '../../src/publishers/core/call-abort.js';
 import {
@@ -18,6 +22,7 @@ import {
 import { resolveNatsOptions } from '../../src/publishers/nats/options.js';
 import { pubAckOutcome, replySubject, replyToken } from '../../src/publishers/nats/puback.js';
 import {
+  buildHeaders,
   type ClientItem,
   encodeHeaders,
   type PipelineItem,
@@ -26,6 +31,7 @@ import {
   prepareMessage,
   subjectProblem,
 } from '../../src/publishers/nats/wire.js';
+import { AWKWARD_IDS } from '../../src/testing/envelopes.js';
 import { makeMessage } from '../helpers/messages.js';
 
 const URL = 'nats://127.0.0.1:4222';
@@ -62,6 +68,9 @@ describe('resolveNatsOptions', () => {
       'order.paid',
     );
     const client = {} as never;
+    expect(resolveNatsOptions({ url: URL, source: 'https://orders.example.com' }).source).toBe(
+      'https://orders.example.com',
+    );
     expect(resolveNatsOptions({ client, mode: 'client' })).toMatchObject({
       where: 'the given connection',
       pipelined: false,
@@ -83,6 +92,8 @@ describe('resolveNatsOptions', () => {
       [{ url: URL, maxInFlight: 0 }, /^maxInFlight: must be a positive integer, got 0/],
       [{ url: URL, duplicateWindowMs: 1.5 }, /^duplicateWindowMs: /],
       [{ url: URL, mode: 'fast' as never }, /^mode: must be 'pipeline' or 'client', got fast/],
+      [{ url: URL, source: 'orders service' }, /^source: has " " at index 6, which a URI cannot hold/],
+      [{ url: URL, source: '' }, /^source: is empty/],
     ];
     for (const [options, message] of cases) {
       expect(() => resolveNatsOptions(options)).toThrow(OutboxValidationError);
@@ -140,15 +151,54 @@ describe('NATS wire rules', () => {
   });
 
   it('encodes the header block: envelope, then Nats-Msg-Id and the expected stream (ours win)', () => {
-    const block = encodeHeaders({ a: 'x', 'Nats-Msg-Id': 'forged', b: '  padded ' }, 'e1', 'S');
+    const block = encodeHeaders({ a: 'x', 'Nats-Msg-Id': 'forged', b: 'in ner', c: '', d: 'é' }, 'e1', 'S');
     expect(Buffer.from(block).toString()).toBe(
-      'NATS/1.0\r\na: x\r\nb: padded\r\nNats-Msg-Id: e1\r\nNats-Expected-Stream: S\r\n\r\n',
+      'NATS/1.0\r\na: x\r\nb: in ner\r\nc: \r\nd: é\r\nNats-Msg-Id: e1\r\nNats-Expected-Stream: S\r\n\r\n',
     );
     expect(Buffer.from(encodeHeaders({}, 'e2', undefined)).toString()).toBe(
       'NATS/1.0\r\nNats-Msg-Id: e2\r\n\r\n',
     );
     expect(() => encodeHeaders({ 'bad:name': 'v' }, 'e', undefined)).toThrow(/not a valid character/);
-    expect(() => encodeHeaders({ ok: 'line\nbreak' }, 'e', undefined)).toThrow(/cannot contain/);
+    expect(() => encodeHeaders({ ok: 'line\nbreak' }, 'e', undefined)).toThrow(
+      /^header ok: .*cannot contain/,
+    );
+  });
+
+  it('refuses, in both modes, a header value NATS clients would trim instead of trimming it', () => {
+    // nats.js trims with String.prototype.trim when it sets and when it reads a header.
+    for (const value of ['  padded ', ' lead', 'trail ', '\u00a0nbsp', 'bom\ufeff', 'tab\t']) {
+      const why = /^header x-note: its value starts or ends with whitespace, which NATS clients trim/;
+      expect(() => encodeHeaders({ 'x-note': value }, 'e', undefined)).toThrow(why);
+      expect(() => buildHeaders({ 'x-note': value })).toThrow(why);
+    }
+    expect(buildHeaders({ 'x-note': 'in ner', e: '' }).get('x-note')).toBe('in ner');
+  });
+
+  it('sends the same headers in both modes: envelopeHeaders(message, source, nats), every awkward id exact', () => {
+    const rule = { destination: () => 'a.b', source: 'urn:x:y', stream: 'S' };
+    for (const aggregateId of AWKWARD_IDS) {
+      const message = makeMessage({
+        aggregateId,
+        sequence: 42,
+        type: 'order.created/"v2"',
+        headers: { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' },
+      });
+      const envelope = envelopeHeaders(message, 'urn:x:y', 'nats');
+      const lean = prepareMessage(message, { ...rule, pipelined: true }) as PipelineItem;
+      const decoded = MsgHdrsImpl.decode(lean.headers); // as the receiving client reads it
+      const client = (prepareMessage(message, { ...rule, pipelined: false }) as ClientItem).headers;
+      const record = (h: MsgHdrs) => Object.fromEntries([...h].map(([name, [value]]) => [name, value]));
+      expect(record(decoded)).toEqual({
+        ...envelope,
+        'Nats-Msg-Id': message.eventId,
+        'Nats-Expected-Stream': 'S',
+      });
+      expect(record(client)).toEqual(envelope);
+      expect(envelope['ce-aggregateid']).toBe(percentEncode(aggregateId));
+      expect(envelope['ce-datacontenttype']).toBe('application/json');
+      expect(envelope['ce-sequence']).toBe('0000000000000000042');
+      expect(fromEnvelope(record(decoded), message.payload)).toMatchObject({ aggregateId, sequence: 42 });
+    }
   });
 
   it('prepares a message for either mode, or gives its permanent outcome', () => {
