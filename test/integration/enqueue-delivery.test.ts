@@ -8,12 +8,16 @@ import type { AddressInfo } from 'node:net';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { consumeNats } from '../../src/consumers/nats.js';
+import { createInbox } from '../../src/inbox/inbox.js';
+import { fromEnvelope } from '../../src/inbox/message.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { Publisher } from '../../src/publishers/contract.js';
 import { ensureStream, natsPublisher } from '../../src/publishers/nats/index.js';
 import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createRelay } from '../../src/relay/relay.js';
+import { AWKWARD_IDS } from '../../src/testing/envelopes.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
 
@@ -94,16 +98,58 @@ describe('through NATS JetStream', () => {
       if (got.length === 2) break;
     }
     expect(got.map((m) => m.subject)).toEqual([topic, topic]);
-    expect(got[0]!.headers).toMatchObject({
-      ...HEADERS,
-      'ce-aggregateid': aggregateId,
-      'ce-subject': aggregateId,
-      'ce-aggregatetype': 'order_line-item',
-      'ce-type': 'order.created.v2',
-    });
+    // User headers verbatim; the attributes percent-encoded (NATS binding), decoded back exactly.
+    expect(got[0]!.headers).toMatchObject(HEADERS);
+    expect(got[0]!.headers['ce-aggregateid']).toBe(
+      'commande%20%C3%A9t%C3%A9-%E2%82%AC-%F0%9F%98%80%20%E6%97%A5%E6%9C%AC/x:y%2520%22q%22',
+    );
+    const read = fromEnvelope(got[0]!.headers, got[0]!.data);
+    expect(read).toMatchObject({ aggregateId, aggregateType: 'order_line-item', type: 'order.created.v2' });
+    expect(read.headers['ce-subject']).toBe(aggregateId);
     expect(JSON.parse(Buffer.from(got[0]!.data).toString('utf8'))).toEqual(JSON_PAYLOAD);
     expect([...got[1]!.data]).toEqual([...BYTES]);
   });
+
+  // 0.1 refused these ids at enqueue (edge whitespace), and its publisher trimmed header values.
+  it.each(['pipeline', 'client'] as const)(
+    'every awkward aggregate id arrives exactly as enqueued: enqueue, relay, NATS (%s mode), consumeNats, inbox',
+    async (mode) => {
+      const topic = `${ROOT}.awkward.${mode}`;
+      await relayThrough(
+        natsPublisher({ url: NATS_URL, stream: STREAM, mode }),
+        AWKWARD_IDS.map((aggregateId) => ({
+          aggregateType: `order_${mode}`, // aggregates of their own: sequence 1 in each mode
+          aggregateId,
+          type: 'order.created',
+          topic,
+          payload: { aggregateId },
+        })),
+      );
+      const consumer = `awkward-${mode}`;
+      const seen: Array<{ aggregateId: string; sequence: number; data: unknown }> = [];
+      const nats = await consumeNats({
+        inbox: createInbox({ pool: db.pool, consumer, schema: db.schema }),
+        handler: async (_tx, event) => {
+          seen.push({ aggregateId: event.aggregateId, sequence: event.sequence, data: event.data });
+        },
+        client: nc,
+        stream: STREAM,
+        durable: consumer,
+        filterSubject: topic,
+      });
+      try {
+        await waitFor(() => seen.length >= AWKWARD_IDS.length, {
+          what: 'every awkward event handled',
+          timeoutMs: 15_000,
+        });
+      } finally {
+        await nats.stop();
+      }
+      expect(seen.map((e) => e.aggregateId).sort()).toEqual([...AWKWARD_IDS].sort());
+      for (const e of seen)
+        expect(e).toEqual({ aggregateId: e.aggregateId, sequence: 1, data: { aggregateId: e.aggregateId } });
+    },
+  );
 });
 
 describe('through the webhook publisher', () => {
