@@ -26,7 +26,9 @@ import {
   type NatsConnection,
   type PublishOptions,
 } from '@nats-io/transport-node';
+import { paddedSequence } from '../../src/envelope/attributes.js';
 import { envelopeHeaders } from '../../src/envelope/bindings.js';
+import { percentEncode } from '../../src/envelope/percent.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { buildHeaders } from '../../src/publishers/nats/wire.js';
@@ -156,15 +158,18 @@ async function rawPipeline(
   const payloads = messages.map((m) => m.payload);
   const ids = messages.map((m) => m.eventId);
   const aggregateIds = messages.map((m) => m.aggregateId);
-  const sequences = messages.map((m) => String(m.sequence));
+  const sequences = messages.map((m) => m.sequence);
   const times = messages.map((m) => m.createdAt.toISOString());
   const { type, aggregateType, contentType } = messages[0]!;
+  // The NATS binding as natsPublisher writes it (envelopeHeaders(m, source, 'nats')): the same
+  // headers in the same order; the per-message values percent-encoded and padded in the loop.
   const head = `NATS/1.0\r\nce-specversion: 1.0\r\nce-id: `;
-  const afterId = `\r\nce-type: ${type}\r\nce-source: ${SOURCE}\r\nce-time: `;
+  const afterId = `\r\nce-source: ${percentEncode(SOURCE)}\r\nce-type: ${percentEncode(type)}\r\nce-time: `;
   const afterTime = '\r\nce-subject: ';
-  const afterSubject = `\r\nce-datacontenttype: ${contentType}\r\nce-aggregatetype: ${aggregateType}\r\nce-aggregateid: `;
+  const afterSubject = `\r\nce-datacontenttype: ${percentEncode(contentType)}\r\nce-aggregatetype: ${percentEncode(aggregateType)}\r\nce-aggregateid: `;
   const afterAggregate = '\r\nce-sequence: ';
-  const afterSequence = '\r\nce-schemaversion: 1\r\nNats-Msg-Id: ';
+  const afterSequence = '\r\nce-aggregatesequence: ';
+  const afterAggregateSequence = '\r\nce-schemaversion: 1\r\nNats-Msg-Id: ';
   const tail = `\r\nNats-Expected-Stream: ${stream}\r\n\r\n`;
 
   const acked = new Uint8Array(total);
@@ -213,7 +218,8 @@ async function rawPipeline(
       });
     }
     const id = ids[i]!;
-    const aggregateId = aggregateIds[i]!;
+    const aggregateId = percentEncode(aggregateIds[i]!);
+    const sequence = sequences[i]!;
     headers.bytes = Buffer.from(
       head +
         id +
@@ -224,8 +230,10 @@ async function rawPipeline(
         afterSubject +
         aggregateId +
         afterAggregate +
-        sequences[i] +
+        paddedSequence(sequence) +
         afterSequence +
+        String(sequence) +
+        afterAggregateSequence +
         id +
         tail,
     );
@@ -255,7 +263,7 @@ async function officialClient(
       await js.publish(m.topic!, m.payload, {
         msgID: m.eventId,
         expect: { streamName: stream },
-        headers: buildHeaders(envelopeHeaders(m, SOURCE)),
+        headers: buildHeaders(envelopeHeaders(m, SOURCE, 'nats')),
       });
     }
   };
