@@ -17,10 +17,11 @@ function headerRecord(headers: MsgHdrs | undefined): Record<string, string> {
 }
 
 /**
- * The message as the CloudEvents NATS binding reads it (binary mode, §3.1.3.1): every `ce-`
- * header is an attribute, its value percent-decoded (HTTP binding §3.1.3.2; the platform's own
- * decoder, not tx-outbox's), then a strict `CloudEvent` of the official SDK, which validates
- * the names, `source`, `time` and the extension values. Plain attributes, without data.
+ * The message as the CloudEvents NATS binding reads it (1.0.3, binary mode): every `ce-` header
+ * is an attribute (§3.1.3.1), its value percent-decoded once (§3.1.3.2; by the platform's
+ * decoder, not tx-outbox's, refusing invalid UTF-8; tx-outbox never sends quoted strings), then
+ * a strict `CloudEvent` of the official SDK, which validates the names, `source`, `time` and
+ * the extension values. Plain attributes, without data.
  */
 function cloudEventOf(headers: Readonly<Record<string, string>>): Record<string, unknown> {
   const attributes: Record<string, string> = {};

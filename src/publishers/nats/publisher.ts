@@ -1,8 +1,8 @@
 /**
  * NATS JetStream publisher. Every message carries the event id as `Nats-Msg-Id`, so the
  * stream's duplicate window turns the relay's at-least-once retries into one stored copy.
- * The CloudEvents envelope travels in the message headers; the payload bytes are sent
- * untouched.
+ * The CloudEvents envelope travels in the message headers as the NATS binding says (binary
+ * mode, see wire.ts); the payload bytes are sent untouched.
  *
  * Two ways to publish, same outcomes: `pipeline` (default) sends core NATS publishes with
  * reply subjects and matches the PubAcks on one wildcard subscription (see pipeline.ts);

@@ -1,9 +1,9 @@
 /**
  * What a NATS JetStream publish carries, the same in both modes: the subject (and NATS's rules
  * for it), the envelope headers with `Nats-Msg-Id` and the expected stream, the payload bytes.
- * The envelope follows the CloudEvents NATS binding (binary mode, §3.1.3.1): `ce-<name>`
- * headers whose values are percent-encoded as the HTTP binding says (§3.1.3.2), so any
- * attribute value arrives byte for byte; `ce-datacontenttype` carries the content type.
+ * The envelope follows the CloudEvents NATS binding in binary mode (1.0.3: §3.1.1 the payload
+ * is the body, §3.1.3.1 `ce-<name>` headers, `ce-datacontenttype` included, §3.1.3.2 values
+ * percent-encoded), so any attribute value arrives byte for byte.
  */
 import { type MsgHdrs, headers as natsHeaders } from '@nats-io/transport-node';
 import { envelopeHeaders } from '../../envelope/bindings.js';
@@ -138,7 +138,8 @@ export function encodeHeaders(
     text += `\r\n${checkedName(name)}: ${checkedValue(name, values[name]!)}`;
   }
   text += `\r\n${MSG_ID_HEADER}: ${checkedValue(MSG_ID_HEADER, msgId)}`;
-  if (stream !== undefined) text += `\r\n${EXPECTED_STREAM_HEADER}: ${checkedValue(EXPECTED_STREAM_HEADER, stream)}`;
+  if (stream !== undefined)
+    text += `\r\n${EXPECTED_STREAM_HEADER}: ${checkedValue(EXPECTED_STREAM_HEADER, stream)}`;
   // Buffer.from takes small strings from a shared pool: cheaper than a TextEncoder buffer each.
   return Buffer.from(`${text}\r\n\r\n`);
 }
