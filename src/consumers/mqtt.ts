@@ -1,8 +1,9 @@
 /**
  * MQTT 5 consumer adapter on MQTT.js 5.x: a persistent session (`clean: false`, fixed
  * `clientId`, `sessionExpiryInterval`) subscribed at QoS 1, whose messages go through the
- * inbox. The CloudEvents envelope is read from the MQTT 5 user properties (what
- * `mqttPublisher` sends), each delivery is handled through a KeyedQueue keyed by aggregate
+ * inbox. The CloudEvents envelope is read from the MQTT 5 user properties and the PUBLISH
+ * Content Type (the MQTT binding's binary mode, what `mqttPublisher` sends; the `ce-*` user
+ * properties of tx-outbox 0.1 too), each delivery is handled through a KeyedQueue keyed by aggregate
  * (bounded concurrency, one delivery of an aggregate at a time), and its PUBACK is written only
  * after `inbox.handle` resolved — after the inbox transaction committed.
  *
@@ -170,10 +171,7 @@ class MqttConsumer<T> implements Consumer {
   async #deliver(packet: IPublishPacket, payload: Buffer): Promise<boolean> {
     let message: InboxMessage;
     try {
-      const headers: Record<string, string> = {};
-      for (const [name, value] of Object.entries(packet.properties?.userProperties ?? {}))
-        headers[name] = Array.isArray(value) ? value[0]! : value;
-      message = fromEnvelope(headers, payload);
+      message = fromEnvelope(envelopeOf(packet), payload);
     } catch (error) {
       const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
       this.o.logger.error({ topic: packet.topic, reason }, 'message dropped');
@@ -188,4 +186,17 @@ class MqttConsumer<T> implements Consumer {
       if (this.#life.stopping) return false;
     }
   }
+}
+
+/**
+ * What `fromEnvelope` reads of a PUBLISH: its user properties (the first value of a repeated
+ * one) and its Content Type as `content-type` (the binding's `datacontenttype`, §3.1.1).
+ */
+function envelopeOf(packet: Pick<IPublishPacket, 'properties'>): Record<string, string> {
+  const headers: Record<string, string> = {};
+  const properties = packet.properties;
+  for (const [name, value] of Object.entries(properties?.userProperties ?? {}))
+    headers[name] = Array.isArray(value) ? (value[0] ?? '') : value;
+  if (properties?.contentType !== undefined) headers['content-type'] = properties.contentType;
+  return headers;
 }
