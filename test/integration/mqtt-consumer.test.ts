@@ -43,6 +43,7 @@ interface Seen {
   readonly sequence: number;
   readonly contentType: string | undefined;
   readonly data: unknown;
+  readonly payload: Buffer;
   readonly headers: Readonly<Record<string, string>>;
 }
 
@@ -56,6 +57,7 @@ async function consumer(name: string): Promise<{ topic: string; seen: Seen[] }> 
       sequence: event.sequence,
       contentType: event.contentType,
       data: event.data,
+      payload: Buffer.from(event.payload),
       headers: { ...event.headers },
     });
   };
@@ -165,5 +167,55 @@ describe('consumeMqtt reads what other CloudEvents producers send', () => {
     expect(
       seen.every((e) => e.contentType === 'application/json' && e.headers['ce-source'] === 'tx-outbox'),
     ).toBe(true);
+  });
+
+  it('structured mode: what mqttPublisher sends over MQTT 3.1.1, and a JSON event with Content Type application/cloudevents+json', async () => {
+    const { topic, seen } = await consumer('structured');
+    const v311 = mqttPublisher({ url: MQTT_BROKER_URL, protocolVersion: 4, source: '/orders' });
+    try {
+      const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+      const json = makeMessage({
+        topic,
+        aggregateId: ' café "50%off" ',
+        headers: { traceparent },
+        payload: Buffer.from('{"a": [1, "}\\"{"], "n": 2.50}'),
+      });
+      const bytes = makeMessage({
+        topic,
+        payload: new Uint8Array([0, 255, 7]),
+        contentType: 'application/octet-stream',
+      });
+      await publishAll(v311, [json, bytes]);
+      const id = randomUUID();
+      const document = JSON.stringify({
+        specversion: '1.0',
+        id,
+        source: 'urn:example:other',
+        type: 'order.created',
+        aggregatetype: 'order',
+        aggregateid: 'o-structured',
+        sequence: paddedSequence(1),
+        datacontenttype: 'application/json',
+        data: { total: 1 },
+      });
+      await raw.publishAsync(topic, document, {
+        qos: 1,
+        properties: { contentType: 'application/cloudevents+json; charset=utf-8' },
+      });
+      await waitFor(() => seen.length === 3, { what: 'three events handled' });
+      const byId = (eventId: string): Seen => seen.find((e) => e.eventId === eventId)!;
+      expect(byId(json.eventId)).toMatchObject({
+        aggregateId: ' café "50%off" ',
+        sequence: 1,
+        contentType: 'application/json',
+        data: { a: [1, '}"{'], n: 2.5 },
+      });
+      expect(byId(json.eventId).headers).toMatchObject({ traceparent, 'ce-source': '/orders' });
+      expect(byId(json.eventId).payload.equals(Buffer.from(json.payload))).toBe(true);
+      expect(Buffer.from(byId(bytes.eventId).data as Uint8Array).equals(Buffer.from([0, 255, 7]))).toBe(true);
+      expect(byId(id)).toMatchObject({ aggregateId: 'o-structured', data: { total: 1 } });
+    } finally {
+      await v311.close();
+    }
   });
 });
