@@ -391,7 +391,7 @@ export const mqtt: BrokerAdapter = {
           {
             qos: 1,
             properties: {
-              userProperties: envelopeHeaders(m, SOURCE),
+              userProperties: envelopeHeaders(m, SOURCE, 'mqtt'),
               contentType: m.contentType,
               payloadFormatIndicator: true,
             },
