@@ -5,7 +5,7 @@ import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
 import { describeUrl } from './link.js';
-import { AMQP10_STRING_MAX, defaultRoutingKey, SHORTSTR_MAX } from './wire.js';
+import { defaultRoutingKey, SHORTSTR_MAX } from './wire.js';
 
 /** An amqplib connection: a plain one, or one made with `recovery` (it reconnects on its own). */
 export type AmqpConnection = ChannelModel | RecoveringChannelModel;
@@ -47,8 +47,8 @@ export interface RabbitMqPublisherOptions {
    */
   readonly assertExchange?: boolean;
   /**
-   * CloudEvents `source` attribute: a URI-reference of at most 255 characters (RabbitMQ would
-   * hand a longer one to AMQP 1.0 consumers as binary). Default `tx-outbox`.
+   * CloudEvents `source` attribute: a URI-reference of at most 255 characters (`sourceOf`:
+   * RabbitMQ would hand a longer one to AMQP 1.0 consumers as binary). Default `tx-outbox`.
    */
   readonly source?: string;
   /** Deadline for connecting and for each publisher confirm, in ms. Default 10 000. */
@@ -119,13 +119,6 @@ export function resolveRabbitMqOptions(given: RabbitMqPublisherOptions): Resolve
     throw new OutboxValidationError('destination', 'must be a function', 'Fix the option');
   }
   const source = sourceOf(options.source);
-  if (source.length > AMQP10_STRING_MAX) {
-    throw new OutboxValidationError(
-      'source',
-      `is ${source.length} characters long: RabbitMQ would hand it to AMQP 1.0 consumers as binary, not as a string`,
-      `Keep it to ${AMQP10_STRING_MAX}.`,
-    );
-  }
   return Object.freeze({
     url,
     clientOptions: options.clientOptions,
