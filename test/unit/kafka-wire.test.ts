@@ -32,8 +32,13 @@ describe('topic names', () => {
     expect(topicProblem('')).toBe('is empty');
     expect(topicProblem('.')).toBe('is "." or ".."');
     expect(topicProblem('..')).toBe('is "." or ".."');
-    expect(topicProblem('orders/created')).toMatch(/characters other than ASCII letters/);
-    expect(topicProblem('créé')).toMatch(/characters other than ASCII letters/);
+    const rule = 'has characters other than ASCII letters, digits, ".", "_" and "-"';
+    expect(topicProblem('orders/created')).toBe(`${rule} ("/" U+002F at index 6)`);
+    expect(topicProblem('créé')).toBe(`${rule} ("é" U+00E9 at index 2)`);
+    expect(topicProblem('urn:orders')).toBe(`${rule} (":" U+003A at index 3)`);
+    expect(topicProblem('order created')).toBe(`${rule} (" " U+0020 at index 5)`);
+    expect(topicProblem('a😀')).toBe(`${rule} ("😀" U+1F600 at index 1)`);
+    expect(topicProblem('no\u00a0break')).toBe(`${rule} ("\u00a0" U+00A0 at index 2)`);
   });
 
   it('defaults to message.topic, else aggregateType.type', () => {
@@ -126,14 +131,14 @@ describe('wire: prepare and records', () => {
     expect(failure(prepare(contractMessage('orders/created', 'a', 1), 0, settings))).toEqual({
       retryable: false,
       message: expect.stringMatching(
-        /^Kafka rejects topic "orders\/created" \(event .*\): it has characters/,
+        /^Kafka rejects topic "orders\/created" \(event .*\): it has characters other than ASCII letters, digits, "\.", "_" and "-" \("\/" U\+002F at index 6\)\. Enqueue it with a valid topic, or map topics to valid names with the `destination` option$/,
       ),
     });
     const notString = prepare(contractMessage('t', 'a', 1), 0, {
       ...settings,
       destination: () => 42 as unknown as string,
     });
-    expect(failure(notString).message).toMatch(/it is not a string$/);
+    expect(failure(notString).message).toMatch(/: it is not a string\. Enqueue it with a valid topic/);
     const fits = prepare(contractMessage('t', 'a', 1), 0, settings) as Item;
     const limit = fits.bytes + BATCH_OVERHEAD;
     expect('ok' in prepare(contractMessage('t', 'a', 1), 0, { ...settings, maxMessageBytes: limit })).toBe(

@@ -50,8 +50,10 @@ export function prepare(
   }
   const problem = typeof topic === 'string' ? topicProblem(topic) : 'is not a string';
   if (problem !== undefined) {
+    // enqueue takes any topic (other brokers allow more): say how to get one Kafka accepts.
     return permanent(
-      `Kafka rejects topic ${JSON.stringify(topic).slice(0, 300)} (event ${message.eventId}): it ${problem}`,
+      `Kafka rejects topic ${JSON.stringify(topic).slice(0, 300)} (event ${message.eventId}): it ${problem}. ` +
+        'Enqueue it with a valid topic, or map topics to valid names with the `destination` option',
     );
   }
   const key = Buffer.from(message.aggregateId);
