@@ -192,7 +192,7 @@ export const kafka: BrokerAdapter = {
         for (const m of messages.slice(from, from + 1000)) {
           const key = Buffer.from(m.aggregateId);
           const headers = new Map<Buffer, Buffer>();
-          const envelope = envelopeHeaders(m, SOURCE);
+          const envelope = envelopeHeaders(m, SOURCE, 'kafka');
           for (const name in envelope) {
             let nameBytes = names.get(name);
             if (nameBytes === undefined) {
