@@ -326,7 +326,7 @@ export const redis: BrokerAdapter = {
         const pipeline = client.multi();
         for (const m of messages.slice(from, from + 1000)) {
           const args: RedisArgument[] = ['XADD', dest.topic, '*'];
-          const envelope = envelopeHeaders(m, SOURCE);
+          const envelope = envelopeHeaders(m, SOURCE, 'redis');
           for (const field in envelope) args.push(field, envelope[field]!);
           args.push('payload', asBuffer(m.payload));
           pipeline.addCommand(args);

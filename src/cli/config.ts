@@ -21,11 +21,27 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, extname, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
+import { sourceOf } from '../envelope/source.js';
 import { CliError } from './common.js';
 import { type RenamedField, renamedConfigFields } from './config-renames.js';
 
 const nonEmpty = z.string().min(1);
 const list = z.union([nonEmpty, z.array(nonEmpty).min(1)]);
+/** The CloudEvents `source` the publisher stamps: a URI-reference. */
+const source = nonEmpty
+  .refine(isUriReference, {
+    message: "must be a URI-reference such as 'https://orders.example.com' or 'urn:example:orders'",
+  })
+  .optional();
+
+function isUriReference(value: string): boolean {
+  try {
+    sourceOf(value);
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 export const publisherSpecSchema = z.discriminatedUnion('kind', [
   z
@@ -34,6 +50,7 @@ export const publisherSpecSchema = z.discriminatedUnion('kind', [
       url: list,
       stream: nonEmpty.optional(),
       streamSubjects: z.array(nonEmpty).min(1).optional(),
+      source,
     })
     .strict(),
   z
@@ -43,16 +60,17 @@ export const publisherSpecSchema = z.discriminatedUnion('kind', [
       secret: nonEmpty.optional(),
       /** A file holding the secret; relative to the config file. */
       secretFile: nonEmpty.optional(),
+      source,
     })
     .strict()
     .refine((spec) => spec.secret === undefined || spec.secretFile === undefined, {
       message: 'give "secret" or "secretFile", not both',
       path: ['secretFile'],
     }),
-  z.object({ kind: z.literal('kafka'), url: list, clientId: nonEmpty.optional() }).strict(),
-  z.object({ kind: z.literal('rabbitmq'), url: nonEmpty, exchange: nonEmpty.optional() }).strict(),
-  z.object({ kind: z.literal('redis'), url: nonEmpty }).strict(),
-  z.object({ kind: z.literal('mqtt'), url: nonEmpty }).strict(),
+  z.object({ kind: z.literal('kafka'), url: list, clientId: nonEmpty.optional(), source }).strict(),
+  z.object({ kind: z.literal('rabbitmq'), url: nonEmpty, exchange: nonEmpty.optional(), source }).strict(),
+  z.object({ kind: z.literal('redis'), url: nonEmpty, source }).strict(),
+  z.object({ kind: z.literal('mqtt'), url: nonEmpty, source }).strict(),
 ]);
 
 export type PublisherSpec = z.infer<typeof publisherSpecSchema>;

@@ -41,6 +41,7 @@ export function importNats(): Promise<typeof import('../publishers/nats/index.js
 
 /** One publisher from its spec (a config entry, or what a flag says). */
 export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: string): Promise<Publisher> {
+  const source = spec.source === undefined ? {} : { source: spec.source };
   switch (spec.kind) {
     case 'nats': {
       const { natsPublisher } = await importNats();
@@ -48,6 +49,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
         url: list(spec.url),
         stream: spec.stream,
         streamSubjects: spec.streamSubjects,
+        ...source,
       });
     }
     case 'webhook': {
@@ -62,26 +64,27 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
             '--webhook-secret-file <path>, or give "secretFile" in the config',
         );
       }
-      return webhookPublisher({ endpoints: spec.url, secret });
+      return webhookPublisher({ endpoints: spec.url, secret, ...source });
     }
     case 'kafka': {
       const { kafkaPublisher } = await load('kafka', () => import('../publishers/kafka/index.js'));
-      return kafkaPublisher({ url: list(spec.url), clientId: spec.clientId });
+      return kafkaPublisher({ url: list(spec.url), clientId: spec.clientId, ...source });
     }
     case 'rabbitmq': {
       const { rabbitmqPublisher } = await load('rabbitmq', () => import('../publishers/rabbitmq/index.js'));
       return rabbitmqPublisher({
         url: spec.url,
         ...(spec.exchange === undefined ? {} : { exchange: spec.exchange }),
+        ...source,
       });
     }
     case 'redis': {
       const { redisPublisher } = await load('redis', () => import('../publishers/redis/index.js'));
-      return redisPublisher({ url: spec.url });
+      return redisPublisher({ url: spec.url, ...source });
     }
     case 'mqtt': {
       const { mqttPublisher } = await load('mqtt', () => import('../publishers/mqtt/index.js'));
-      return mqttPublisher({ url: spec.url });
+      return mqttPublisher({ url: spec.url, ...source });
     }
   }
 }

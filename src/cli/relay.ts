@@ -6,6 +6,7 @@
 
 import type { Command } from 'commander';
 import type { Logger as PinoLogger } from 'pino';
+import { sourceOf } from '../envelope/source.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
 import { createRelay, type Relay } from '../relay/relay.js';
@@ -31,6 +32,7 @@ const STOP_TIMEOUT_MS = 30_000;
 interface RelayCliOptions extends DatabaseCommandOptions {
   readonly nats?: string;
   readonly natsStream?: string;
+  readonly source?: string;
   readonly natsSubjects?: string[];
   readonly webhook?: string;
   readonly webhookSecret?: string;
@@ -80,6 +82,10 @@ export function registerRelay(program: Command): void {
     .option(
       '--config <file>',
       `publishers and routing rules (default: the first of ${CONFIG_FILES.join(', ')} in this directory)`,
+    )
+    .option(
+      '--source <uri>',
+      "CloudEvents source of the events, a URI-reference such as https://orders.example.com (default 'tx-outbox')",
     )
     .option('--batch-size <n>', 'events claimed per batch (default 500)', integerOption(1, 10_000))
     .option(
@@ -180,6 +186,9 @@ async function publisherSource(options: RelayCliOptions): Promise<Source> {
   if (flags.length === 1 && options.config !== undefined) {
     throw usageError(`choose --${flags[0]} or --config, not both`);
   }
+  if (flags.length === 0 && options.source !== undefined) {
+    throw usageError('--source goes with a publisher flag; in a config file, give "source" per publisher');
+  }
   checkPublisherOptions(options);
   if (flags.length === 0) {
     const file = findConfig(options.config);
@@ -194,6 +203,11 @@ async function publisherSource(options: RelayCliOptions): Promise<Source> {
 }
 
 function specFromFlags(options: RelayCliOptions): PublisherSpec {
+  const spec = publisherFlag(options);
+  return options.source === undefined ? spec : { ...spec, source: sourceOf(options.source, '--source') };
+}
+
+function publisherFlag(options: RelayCliOptions): PublisherSpec {
   if (options.webhook !== undefined) return { kind: 'webhook', url: checkedWebhookUrl(options.webhook) };
   if (options.kafka !== undefined) return { kind: 'kafka', url: nonEmptyList('--kafka', options.kafka) };
   if (options.rabbitmq !== undefined) {

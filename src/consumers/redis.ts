@@ -5,8 +5,11 @@
  * only after `inbox.handle` resolved, i.e. after the inbox transaction committed — for
  * every status but `deferred`. A deferred entry stays pending; a periodic `XAUTOCLAIM`
  * of entries idle longer than `claimIdleMs` hands it over again (and recovers the
- * pending entries of consumers that died). An entry without a tx-outbox envelope cannot
- * be deduplicated nor quarantined (no event id): it is logged and acknowledged.
+ * pending entries of consumers that died). An entry's fields (all but `payload`) are read by
+ * `fromEnvelope`: the unprefixed attribute fields the publisher writes (`id`, `source` …, see
+ * `redisPublisher`) and the `ce-*` fields of tx-outbox 0.1, so entries of a relay not yet
+ * upgraded read the same. An entry without a tx-outbox envelope cannot be deduplicated nor
+ * quarantined (no event id): it is logged and acknowledged.
  */
 import { createClient, RESP_TYPES, type RedisArgument } from 'redis';
 import { errorMessage } from '../errors.js';

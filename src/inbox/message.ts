@@ -15,7 +15,8 @@ export interface InboxMessage {
   /**
    * The message's own headers (`traceparent`, the producer's headers …) and every CloudEvents
    * attribute under its `ce-` name (`ce-time`, `ce-source` …), decoded, whichever transport
-   * binding carried them.
+   * binding carried them (`aggregatesequence` is `sequence` here). `fromEnvelope` of these
+   * headers gives the same message again.
    */
   readonly headers: Readonly<Record<string, string>>;
 }
@@ -62,7 +63,11 @@ export function fromEnvelope(
   const version = attributes['schemaversion'];
   const schemaVersion = version !== undefined && DIGITS.test(version) ? Number(version) : 1;
   const canonical: Record<string, string> = { ...envelope.headers };
-  for (const attribute in attributes) canonical[`ce-${attribute}`] = attributes[attribute]!;
+  // The 0.1 form (`ce-` names, values as they are, no `ce-aggregatesequence`): read again, it
+  // gives the same message instead of percent-decoding the values a second time.
+  for (const attribute in attributes) {
+    if (attribute !== 'aggregatesequence') canonical[`ce-${attribute}`] = attributes[attribute]!;
+  }
   return {
     eventId: eventId.toLowerCase(),
     type: get('type'),

@@ -247,10 +247,11 @@ export function consumerContract(api: TestApi, subject: ConsumerUnderTest): void
           const messages = PREVIOUS_IDS.map((id) => s.message(id, sequence));
           await (sequence % 2 === 1 ? s.publishPrevious(...messages) : s.publish(...messages));
         }
-        // Ids only the current envelope carries.
+        // Ids only the current envelope carries (those both lists hold are aggregates above).
+        const awkward = AWKWARD_IDS.filter((id) => !PREVIOUS_IDS.includes(id));
         for (let sequence = 1; sequence <= 2; sequence += 1)
-          await s.publish(...AWKWARD_IDS.map((id) => s.message(id, sequence)));
-        const total = PREVIOUS_IDS.length * 4 + AWKWARD_IDS.length * 2;
+          await s.publish(...awkward.map((id) => s.message(id, sequence)));
+        const total = PREVIOUS_IDS.length * 4 + awkward.length * 2;
         await until(
           `${total} events applied`,
           async () => (await s.applied()).length >= total && (await s.settled()),
@@ -259,7 +260,7 @@ export function consumerContract(api: TestApi, subject: ConsumerUnderTest): void
         expect(applied).toHaveLength(total);
         for (const id of PREVIOUS_IDS)
           expect(applied.filter((e) => e.aggregate_id === id).map((e) => e.sequence)).toEqual([1, 2, 3, 4]);
-        for (const id of AWKWARD_IDS)
+        for (const id of awkward)
           expect(applied.filter((e) => e.aggregate_id === id).map((e) => e.sequence)).toEqual([1, 2]);
         expect(await s.quarantined()).toEqual([]);
       },

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { createClient } from 'redis';
+import { createClient, type RedisArgument } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeRedis } from '../../src/consumers/redis.js';
-import type { Publisher } from '../../src/publishers/contract.js';
+import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { redisPublisher } from '../../src/publishers/redis/index.js';
-import { consumerContract } from '../../src/testing/index.js';
+import { consumerContract, previousEnvelopeHeaders } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { publishAll } from '../helpers/messages.js';
 
@@ -38,7 +38,8 @@ consumerContract(
   {
     name: 'redis',
     databaseUrl: DATABASE_URL,
-    publish: (_ns, messages) => publishAll(publisher, messages),
+    publish: (_ns, messages, options) =>
+      options?.previous ? publishPrevious(messages) : publishAll(publisher, messages),
     async publishForeign(ns) {
       await redis.xAdd(streamOf(ns), '*', { foo: 'bar', payload: '{}' });
     },
@@ -64,6 +65,17 @@ consumerContract(
     },
   },
 );
+
+/** Appends `messages` as tx-outbox 0.1's publisher did: its `ce-*` fields, then `payload`. */
+async function publishPrevious(messages: readonly OutboxMessage[]): Promise<void> {
+  for (const m of messages) {
+    const args: RedisArgument[] = ['XADD', streamOf(m.topic ?? ''), '*'];
+    const envelope = previousEnvelopeHeaders(m, 'contract');
+    for (const field in envelope) if (field !== 'payload') args.push(field, envelope[field]!);
+    args.push('payload', Buffer.from(m.payload));
+    await redis.sendCommand(args);
+  }
+}
 
 function chunk(flat: unknown[]): Array<[string, unknown]> {
   const pairs: Array<[string, unknown]> = [];

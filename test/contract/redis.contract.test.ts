@@ -38,7 +38,8 @@ publisherContract(
     name: 'redis',
     features: { orderedPerKey: true, brokerDedup: true, persistent: false },
     broker: { host: broker.hostname, port: Number(broker.port || 6379) },
-    create: async (address, ns) => {
+    cloudEvents: true,
+    create: async (address, ns, options) => {
       // The suite's poison() is synchronous, so the key that makes XADD fail is made here,
       // before any publish of the namespace, where it can be awaited.
       await redis.set(contractKey(ns, 'poison'), 'not a stream');
@@ -46,6 +47,7 @@ publisherContract(
         url: `redis://${address.host}:${address.port}`,
         keyPrefix: contractKey(ns, 'guard'),
         timeoutMs: 3000,
+        ...(options?.source === undefined ? {} : { source: options.source }),
       });
     },
     topic: (ns) => contractKey(ns, 'events'),

@@ -121,6 +121,23 @@ describe('tx-outbox CLI', () => {
     expect(expectOneErrorLine(result)).toMatch(/--nats.*--webhook/);
   });
 
+  it('relay with a --source that is not a URI-reference is bad usage naming the flag', async () => {
+    const result = await run([
+      'relay',
+      '--schema',
+      SCHEMA,
+      '--redis',
+      'redis://127.0.0.1:1',
+      '--source',
+      'orders service',
+    ]);
+    expect(result.code).toBe(2);
+    expect(expectOneErrorLine(result)).toMatch(/--source: has " " at index 6/);
+    const alone = await run(['relay', '--schema', SCHEMA, '--source', 'urn:x:y']);
+    expect(alone.code).toBe(2);
+    expect(expectOneErrorLine(alone)).toMatch(/--source goes with a publisher flag/);
+  });
+
   it('relay with a non-numeric --batch-size is bad usage naming the flag', async () => {
     const result = await run([
       'relay',

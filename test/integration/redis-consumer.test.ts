@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { createClient } from 'redis';
+import { createClient, type RedisArgument } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeRedis } from '../../src/consumers/redis.js';
 import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
-import { redisPublisher } from '../../src/publishers/redis/index.js';
+import { PAYLOAD_FIELD, redisPublisher } from '../../src/publishers/redis/index.js';
+import { previousEnvelopeHeaders } from '../../src/testing/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
@@ -91,6 +92,28 @@ async function setup(): Promise<Setup> {
 }
 
 describe('consumeRedis', () => {
+  it('reads the entries of a relay still on 0.1 (ce-* fields) between current ones, in order', async () => {
+    const s = await setup();
+    await s.consume({ ordering: 'strict' });
+    const id = ' 50%41 café ';
+    const previous = async (m: OutboxMessage): Promise<void> => {
+      const args: RedisArgument[] = ['XADD', s.stream, '*'];
+      const envelope = previousEnvelopeHeaders(m, 'tx-outbox');
+      for (const field in envelope) args.push(field, envelope[field]!);
+      await redis.sendCommand([...args, PAYLOAD_FIELD, Buffer.from(m.payload)]);
+    };
+    await previous(makeMessage({ aggregateId: 'old-1', sequence: 1 }));
+    await s.publish(makeMessage({ aggregateId: 'old-1', sequence: 2 }));
+    await previous(makeMessage({ aggregateId: 'old-1', sequence: 3 }));
+    await s.publish(makeMessage({ aggregateId: id, sequence: 1 }));
+    await waitFor(async () => (await s.applied()).length === 4 && (await s.pending()) === 0, {
+      what: 'every entry applied',
+    });
+    const applied = await s.applied();
+    expect(applied.filter((e) => e.aggregate_id === 'old-1').map((e) => e.sequence)).toEqual([1, 2, 3]);
+    expect(applied.filter((e) => e.aggregate_id === id).map((e) => e.sequence)).toEqual([1]);
+  });
+
   it('recovers entries left pending by a dead consumer', async () => {
     const s = await setup();
     const m = makeMessage({ aggregateId: 'd', sequence: 1 });

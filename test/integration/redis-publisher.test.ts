@@ -151,17 +151,18 @@ describe('redisPublisher', () => {
       traceparent,
       tracestate: 'k=v',
       'x-tenant': 'acme',
-      'ce-specversion': '1.0',
-      'ce-id': m.eventId,
-      'ce-type': m.type,
-      'ce-source': 'orders-service',
-      'ce-time': m.createdAt.toISOString(),
-      'ce-subject': 'o-1',
-      'ce-datacontenttype': 'application/octet-stream',
-      'ce-aggregatetype': m.aggregateType,
-      'ce-aggregateid': 'o-1',
-      'ce-sequence': '3',
-      'ce-schemaversion': '2',
+      specversion: '1.0',
+      id: m.eventId,
+      source: 'orders-service',
+      type: m.type,
+      time: m.createdAt.toISOString(),
+      subject: 'o-1',
+      datacontenttype: 'application/octet-stream',
+      aggregatetype: m.aggregateType,
+      aggregateid: 'o-1',
+      sequence: '0000000000000000003',
+      aggregatesequence: '3',
+      schemaversion: '2',
     });
     expect(Object.keys(first.fields).at(-1)).toBe(PAYLOAD_FIELD);
     expect(first.fields[PAYLOAD_FIELD]!.equals(Buffer.from([255, 1, 254, 10, 13]))).toBe(true);
@@ -253,7 +254,7 @@ describe('redisPublisher', () => {
     expect(await pub.publish([m], never())).toEqual([{ ok: true }]);
     const after = await entries(redis, stream);
     expect(after).toHaveLength(2);
-    expect(after.map((e) => e.fields['ce-id']!.toString())).toEqual([m.eventId, m.eventId]);
+    expect(after.map((e) => e.fields['id']!.toString())).toEqual([m.eventId, m.eventId]);
     expect(await redis.get(guard)).toBe(after[1]!.id);
   });
 
@@ -279,9 +280,7 @@ describe('redisPublisher', () => {
     const exactPub = publisher({ keyPrefix: prefix, maxLen: { count: 10, approximate: false } });
     expect((await exactPub.publish(exactBatch, never())).every((o) => o.ok)).toBe(true);
     const kept = await entries(redis, exact);
-    expect(kept.map((e) => e.fields['ce-id']!.toString())).toEqual(
-      exactBatch.slice(-10).map((m) => m.eventId),
-    );
+    expect(kept.map((e) => e.fields['id']!.toString())).toEqual(exactBatch.slice(-10).map((m) => m.eventId));
 
     for (const dedupWindowSeconds of [60, 0]) {
       const stream = `${approx}:${dedupWindowSeconds}`;
@@ -459,7 +458,7 @@ describe('redisPublisher', () => {
       await check.connect();
       try {
         const stored = await entries(check, stream);
-        expect(stored.map((e) => e.fields['ce-id']!.toString())).toEqual([again.eventId]);
+        expect(stored.map((e) => e.fields['id']!.toString())).toEqual([again.eventId]);
         expect(await check.exists(`tx-outbox:dedup:${again.eventId}`)).toBe(1);
 
         // The script cache emptied under a live connection: NOSCRIPT, reloaded, resent.

@@ -90,3 +90,32 @@ describe('CLI config: one vocabulary', () => {
     expect(renamedConfigFields('not a config')).toEqual({ config: 'not a config', renamed: [] });
   });
 });
+
+describe('CLI config: the CloudEvents source', () => {
+  it('takes a URI-reference per publisher, of every kind', async () => {
+    const file = configFile({
+      publishers: {
+        n: { kind: 'nats', url: 'nats://a', source: 'https://orders.example.com' },
+        k: { kind: 'kafka', url: 'h:1', source: 'urn:example:orders' },
+        r: { kind: 'rabbitmq', url: 'amqp://h', source: '/orders' },
+        s: { kind: 'redis', url: 'redis://h', source: 'orders' },
+        m: { kind: 'mqtt', url: 'mqtt://h', source: 'orders' },
+        w: { kind: 'webhook', url: 'https://h/x', secret: 's', source: 'orders' },
+      },
+      routes: [{ match: { aggregateType: 'order' }, to: 'n' }],
+      default: 'k',
+    });
+    const config = await loadConfig(file);
+    expect(config.publishers['n']).toMatchObject({ source: 'https://orders.example.com' });
+    expect(config.publishers['w']).toMatchObject({ source: 'orders' });
+  });
+
+  it('refuses one that is not, naming the file and the field', async () => {
+    const file = configFile({
+      publishers: { e: { kind: 'redis', url: 'redis://h', source: 'orders service' } },
+    });
+    await expect(loadConfig(file)).rejects.toThrow(
+      `config file ${file}: publishers.e.source: must be a URI-reference`,
+    );
+  });
+});

@@ -1,5 +1,6 @@
 import { ErrorReply } from 'redis';
 import { describe, expect, it, vi } from 'vitest';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import { BROKER_UNAVAILABLE, OutboxValidationError } from '../../src/errors.js';
 import type { PublishOutcome } from '../../src/publishers/contract.js';
 import {
@@ -70,6 +71,13 @@ describe('resolveRedisOptions', () => {
       expect(() => resolveRedisOptions(options)).toThrow(OutboxValidationError);
       expect(() => resolveRedisOptions(options)).toThrow(message);
     }
+    expect(() => resolveRedisOptions({ url: URL, source: 'orders service' })).toThrow(
+      /^source: has " " at index 6, which a URI cannot hold unencoded/,
+    );
+    expect(() => resolveRedisOptions({ url: URL, source: '' })).toThrow(/^source: is empty/);
+    expect(resolveRedisOptions({ url: URL, source: 'urn:example:orders' }).append.source).toBe(
+      'urn:example:orders',
+    );
     expect(resolveRedisOptions({ client }).url).toBeUndefined();
     expect(resolveRedisOptions({ url: URL, dedupWindowSeconds: 0 }).append.window).toBeUndefined();
   });
@@ -117,8 +125,8 @@ describe('appendCommand', () => {
     ]);
     const fields = args.slice(8);
     expect(fields.slice(0, 2)).toEqual(['traceparent', 't']);
-    expect(fields).toContain('ce-id');
-    expect(fields[fields.indexOf('ce-source') + 1]).toBe('src');
+    expect(fields[fields.indexOf('id') + 1]).toBe(message.eventId);
+    expect(fields[fields.indexOf('source') + 1]).toBe('src');
     expect(fields.filter((f) => f === PAYLOAD_FIELD)).toHaveLength(1);
     expect(fields.at(-2)).toBe(PAYLOAD_FIELD);
     expect(Buffer.isBuffer(fields.at(-1))).toBe(true);
@@ -128,7 +136,7 @@ describe('appendCommand', () => {
   it('without the guard: a plain XADD, with MAXLEN ~ when capped', () => {
     const message = makeMessage({ topic: 's2' });
     const plain = command(appendCommand(message, 0, route, appendRule({ dedupWindowSeconds: 0 })));
-    expect(plain.args.slice(0, 4)).toEqual(['XADD', 's2', '*', 'ce-specversion']);
+    expect(plain.args.slice(0, 4)).toEqual(['XADD', 's2', '*', 'specversion']);
     const capped = appendRule({ dedupWindowSeconds: 0, maxLen: { count: 100 } });
     expect(command(appendCommand(message, 0, route, capped)).args.slice(0, 7)).toEqual([
       'XADD',
@@ -137,8 +145,55 @@ describe('appendCommand', () => {
       '~',
       '100',
       '*',
-      'ce-specversion',
+      'specversion',
     ]);
+  });
+
+  it('writes the fields of the MQTT 5 layout: own headers, unprefixed attributes raw, payload last', () => {
+    const message = makeMessage({
+      topic: 's3',
+      aggregateId: ' 50% café "x" ',
+      sequence: 42,
+      schemaVersion: 3,
+      contentType: 'application/octet-stream',
+      headers: { traceparent: 't', 'x-note': 'a %41 b' },
+      createdAt: new Date(Date.UTC(2026, 0, 2, 3, 4, 5, 6)),
+    });
+    const rule = appendRule({ dedupWindowSeconds: 0, source: 'urn:orders' });
+    const fields = command(appendCommand(message, 0, route, rule)).args.slice(3);
+    expect(fields.slice(0, -2)).toEqual(
+      Object.entries(envelopeHeaders(message, 'urn:orders', 'redis')).flat(),
+    );
+    expect(fields.slice(0, -2)).toEqual([
+      ...['traceparent', 't', 'x-note', 'a %41 b'],
+      ...['specversion', '1.0', 'id', message.eventId, 'source', 'urn:orders'],
+      ...['type', 'order.created', 'time', '2026-01-02T03:04:05.006Z', 'subject', ' 50% café "x" '],
+      ...['datacontenttype', 'application/octet-stream', 'aggregatetype', 'order'],
+      ...['aggregateid', ' 50% café "x" ', 'sequence', '0000000000000000042', 'aggregatesequence', '42'],
+      ...['schemaversion', '3'],
+    ]);
+    expect(fields.at(-2)).toBe(PAYLOAD_FIELD);
+  });
+
+  it('drops own headers readers would take for an attribute or the payload (rows of earlier versions)', () => {
+    const message = makeMessage({
+      topic: 's4',
+      sequence: 7,
+      // 0.1 accepted `aggregatesequence` as a header name; the others only an unchecked row holds.
+      headers: { AggregateSequence: 'x', Payload: 'y', dataschema: 'z', type: 'mine', 'x-ok': 'kept' },
+    });
+    const fields = command(
+      appendCommand(message, 0, route, appendRule({ dedupWindowSeconds: 0 })),
+    ).args.slice(3);
+    const names = fields.filter((_, i) => i % 2 === 0);
+    expect(names).not.toContain('AggregateSequence');
+    expect(names).not.toContain('Payload');
+    expect(names).not.toContain('dataschema');
+    expect(names.filter((n) => n === 'type')).toHaveLength(1);
+    expect(fields[fields.indexOf('type') + 1]).toBe(message.type);
+    expect(fields[fields.indexOf('aggregatesequence') + 1]).toBe('7');
+    expect(fields[fields.indexOf('x-ok') + 1]).toBe('kept');
+    expect(names.filter((n) => n === PAYLOAD_FIELD)).toHaveLength(1);
   });
 
   it('a destination that throws or gives no key fails the message permanently', () => {

@@ -52,7 +52,10 @@ export interface RedisPublisherOptions {
   readonly dedupWindowSeconds?: number;
   /** Prefix of the guard keys: `<keyPrefix>:dedup:<eventId>`. Default `tx-outbox`. */
   readonly keyPrefix?: string;
-  /** CloudEvents `source` attribute. Default `tx-outbox`. */
+  /**
+   * CloudEvents `source` attribute of every event: a URI-reference (`https://orders.example.com`,
+   * `urn:example:orders`, `/orders`), checked when the publisher is created. Default `tx-outbox`.
+   */
   readonly source?: string;
   /** Deadline for connecting and for the replies of a batch, in ms. Default 10 000. */
   readonly timeoutMs?: number;

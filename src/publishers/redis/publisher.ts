@@ -33,11 +33,20 @@ import { appendCommand, type Command, scriptLoad } from './wire.js';
  * A {@link Publisher} for Redis Streams.
  *
  * Each message is appended to the stream `destination(message)` (default `message.topic`, else
- * `${aggregateType}.${type}`) as one entry whose fields are the envelope — the user headers
- * (`traceparent`, `tracestate` …) and the CloudEvents attributes `ce-id` (event id),
- * `ce-type`, `ce-source`, `ce-time`, `ce-subject`, `ce-datacontenttype`, `ce-aggregatetype`,
- * `ce-aggregateid`, `ce-sequence`, `ce-schemaversion`, `ce-specversion` — followed by the
- * payload bytes, untouched, in the field `payload` (a user header of that name is dropped).
+ * `${aggregateType}.${type}`) as one entry. Redis Streams has no CloudEvents protocol binding;
+ * the entry's fields follow the MQTT 5 binding's layout (binary content mode, attributes as
+ * unprefixed user properties), in this order:
+ * 1. the message's own headers (`traceparent`, `tracestate`, `x-…`), names and values as they are;
+ * 2. the CloudEvents attributes, each under its own name, values raw UTF-8 (a field is
+ *    binary-safe: nothing is encoded, every string arrives byte for byte): `specversion` (`1.0`),
+ *    `id` (the event id), `source` (the `source` option), `type`, `time` (RFC 3339, UTC, ms),
+ *    `subject` (= the aggregate id), `datacontenttype`, `aggregatetype`, `aggregateid`,
+ *    `sequence` (the Sequence extension: zero-padded to 19 digits, so it orders as a string),
+ *    `aggregatesequence` (the same number, plain), `schemaversion`;
+ * 3. `payload`: the data bytes, untouched (always the last field).
+ * A header of the message named `payload`, or like an attribute in another case
+ * (`AggregateSequence`), is not written: readers would take it for that field. `consumeRedis`
+ * (through `fromEnvelope`) reads this layout and the `ce-*` fields tx-outbox 0.1 wrote.
  * All commands of a batch are written in one pipeline (one round trip, no MULTI/EXEC); one
  * connection keeps them in order, so per-aggregate order holds across batches.
  *
@@ -55,7 +64,7 @@ import { appendCommand, type Command, scriptLoad } from './wire.js';
  *   republishes it (lost acks, timeouts, relay crashes). This holds per Redis primary.
  * - After the window the guard has expired: a republish appends a second entry. Make the
  *   window longer than an event can stay unacknowledged (relay downtime, backoff, a dead event
- *   replayed later) — and let consumers dedup by `ce-id` anyway (the inbox does).
+ *   replayed later) — and let consumers dedup by the `id` field anyway (the inbox does).
  * - Trimming (`maxLen`, `XTRIM`) or deleting the stream leaves the guards: a republish within
  *   the window is still reported delivered, with the old entry id, and not appended again.
  * - Redis acknowledges writes held in memory. Without persistence a restart loses the streams

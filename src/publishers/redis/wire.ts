@@ -2,10 +2,17 @@
  * What a Redis Streams publish writes: the `XADD` (or the guarded `EVALSHA`) arguments of a
  * message — its stream key, the envelope fields, the payload field last, the `MAXLEN` trim and
  * the dedup guard key.
+ *
+ * Redis Streams has no CloudEvents binding, so the fields follow the MQTT 5 binding's layout
+ * (user properties): the message's own headers as they are, then each attribute under its
+ * own name (`id`, `source`, … `datacontenttype`), raw UTF-8 — a stream field is binary-safe,
+ * nothing needs encoding — then `payload`, the data bytes.
  */
 import { createHash } from 'node:crypto';
 import type { RedisArgument } from 'redis';
+import { ATTRIBUTE_NAMES, KNOWN_ATTRIBUTES } from '../../envelope/attributes.js';
 import { envelopeHeaders } from '../../envelope/bindings.js';
+import { sourceOf } from '../../envelope/source.js';
 import { errorMessage } from '../../errors.js';
 import type { OutboxMessage, PublishOutcome } from '../contract.js';
 import { asBuffer } from '../core/bytes.js';
@@ -16,7 +23,6 @@ export const PAYLOAD_FIELD = 'payload';
 
 const DEFAULT_DEDUP_WINDOW_SECONDS = 86_400;
 const DEFAULT_KEY_PREFIX = 'tx-outbox';
-const DEFAULT_SOURCE = 'tx-outbox';
 
 /**
  * KEYS[1] stream, KEYS[2] guard; ARGV[1] window (s), ARGV[2] MAXLEN count or '', ARGV[3] '~'
@@ -47,11 +53,11 @@ export interface AppendRule {
   readonly trimCount: string;
   /** `~` (approximate) or `=`. */
   readonly trimMode: '~' | '=';
-  /** CloudEvents `source`. */
+  /** CloudEvents `source`, checked (a URI-reference). */
   readonly source: string;
 }
 
-/** The append rule of the options, with their defaults. */
+/** The append rule of the options, with their defaults; throws naming `source` when it is not a URI-reference. */
 export function appendRule(options: {
   readonly dedupWindowSeconds?: number | undefined;
   readonly keyPrefix?: string | undefined;
@@ -64,7 +70,7 @@ export function appendRule(options: {
     guardPrefix: `${options.keyPrefix ?? DEFAULT_KEY_PREFIX}:dedup:`,
     trimCount: options.maxLen === undefined ? '' : String(options.maxLen.count),
     trimMode: options.maxLen?.approximate === false ? '=' : '~',
-    source: options.source ?? DEFAULT_SOURCE,
+    source: sourceOf(options.source),
   });
 }
 
@@ -113,12 +119,29 @@ export function appendCommand(
           rule.trimCount,
           rule.trimMode,
         ];
-  const envelope = envelopeHeaders(message, rule.source);
+  const envelope = envelopeHeaders(message, rule.source, 'redis');
+  const own = message.headers;
   for (const field in envelope) {
-    if (field !== PAYLOAD_FIELD) args.push(field, envelope[field]!);
+    if (Object.hasOwn(own, field) && shadows(field)) continue;
+    args.push(field, envelope[field]!);
   }
   args.push(PAYLOAD_FIELD, asBuffer(message.payload));
   return { index, eventId: message.eventId, stream, args };
+}
+
+const WRITTEN: ReadonlySet<string> = new Set<string>(ATTRIBUTE_NAMES);
+
+/**
+ * Whether a header of the message itself would pass for another field: `payload`, or a
+ * CloudEvents attribute name in another case or one tx-outbox does not write (`AggregateSequence`,
+ * `dataschema`), which readers of the unprefixed layout would take for the attribute. Enqueue
+ * refuses such names; a row from an earlier version (which allowed `aggregatesequence`) may
+ * still hold one. A header spelled exactly like an attribute it writes is overwritten by it.
+ */
+function shadows(name: string): boolean {
+  if (WRITTEN.has(name)) return false;
+  const lower = name.toLowerCase();
+  return lower === PAYLOAD_FIELD || KNOWN_ATTRIBUTES.has(lower);
 }
 
 /** `SCRIPT LOAD` of the append script (sent in front of the first EVALSHAs, and after a NOSCRIPT). */
