@@ -4,12 +4,15 @@
  * as `webhookPublisher` sends with `batch` — attributes as plain strings, the payload as
  * `data` (JSON) or `data_base64` (bytes). 0.1 wrote the same layout with a plain `sequence`
  * and no `aggregatesequence`; `fromEnvelope` reads both. The whole body is signed, so every
- * attribute of every element is.
+ * attribute of every element is. A JSON payload arrives as the same JSON value, serialised
+ * again (`JSON.stringify`), not as the stored bytes a binary-mode body carries.
  */
 import { OutboxValidationError } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { BATCH_CONTENT_TYPE } from '../publishers/webhook/request.js';
 
+/** Refuses bytes that are not UTF-8 rather than reading U+FFFD into an attribute. */
+const utf8 = new TextDecoder('utf-8', { fatal: true });
 /** CloudEvents attribute names: what a JSON event's member must be named to be an attribute. */
 const ATTRIBUTE_NAME = /^[a-z0-9]+$/;
 /** The attributes an event cannot do without (one of each group), named as the error says. */
@@ -36,11 +39,11 @@ export function isBatch(contentType: string): boolean {
 export function readBatch(body: Uint8Array): InboxMessage[] {
   let parsed: unknown;
   try {
-    parsed = JSON.parse(Buffer.from(body).toString('utf8'));
+    parsed = JSON.parse(utf8.decode(body));
   } catch (error) {
     throw new OutboxValidationError(
       'batch',
-      `is not JSON (${(error as Error).message})`,
+      `is not UTF-8 JSON (${(error as Error).message})`,
       'Send a JSON array of CloudEvents.',
     );
   }

@@ -332,7 +332,14 @@ describe('webhookReceiver — batch mode', () => {
       { 'content-type': 'application/cloudevents-batch+json' },
       Buffer.from('[{'),
     );
-    expect(broken).toMatchObject({ status: 400, text: expect.stringMatching(/batch: is not JSON/) });
+    expect(broken).toMatchObject({ status: 400, text: expect.stringMatching(/batch: is not UTF-8 JSON/) });
+    const latin1 = await signedPost(
+      s.url,
+      `batch_${m.eventId}`,
+      { 'content-type': 'application/cloudevents-batch+json' },
+      Buffer.from('["caf\xe9"]', 'latin1'),
+    );
+    expect(latin1).toMatchObject({ status: 400, text: expect.stringMatching(/batch: is not UTF-8 JSON/) });
     expect(await s.applied()).toEqual([]);
   });
 });
