@@ -263,7 +263,7 @@ export const rabbitmq: BrokerAdapter = {
           contentType: m.contentType,
           type: m.type,
           timestamp: Math.floor(m.createdAt.getTime() / 1000),
-          headers: envelopeHeaders(m, SOURCE),
+          headers: envelopeHeaders(m, SOURCE, 'amqp'),
         });
         if (!ok) await once(ch, 'drain');
       }
@@ -391,7 +391,7 @@ export const mqtt: BrokerAdapter = {
           {
             qos: 1,
             properties: {
-              userProperties: envelopeHeaders(m, SOURCE),
+              userProperties: envelopeHeaders(m, SOURCE, 'mqtt'),
               contentType: m.contentType,
               payloadFormatIndicator: true,
             },
