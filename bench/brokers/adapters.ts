@@ -192,7 +192,7 @@ export const kafka: BrokerAdapter = {
         for (const m of messages.slice(from, from + 1000)) {
           const key = Buffer.from(m.aggregateId);
           const headers = new Map<Buffer, Buffer>();
-          const envelope = envelopeHeaders(m, SOURCE);
+          const envelope = envelopeHeaders(m, SOURCE, 'kafka');
           for (const name in envelope) {
             let nameBytes = names.get(name);
             if (nameBytes === undefined) {
@@ -263,7 +263,7 @@ export const rabbitmq: BrokerAdapter = {
           contentType: m.contentType,
           type: m.type,
           timestamp: Math.floor(m.createdAt.getTime() / 1000),
-          headers: envelopeHeaders(m, SOURCE),
+          headers: envelopeHeaders(m, SOURCE, 'amqp'),
         });
         if (!ok) await once(ch, 'drain');
       }
@@ -391,7 +391,7 @@ export const mqtt: BrokerAdapter = {
           {
             qos: 1,
             properties: {
-              userProperties: envelopeHeaders(m, SOURCE),
+              userProperties: envelopeHeaders(m, SOURCE, 'mqtt'),
               contentType: m.contentType,
               payloadFormatIndicator: true,
             },

@@ -1,10 +1,13 @@
 /**
  * MQTT 5 consumer adapter on MQTT.js 5.x: a persistent session (`clean: false`, fixed
  * `clientId`, `sessionExpiryInterval`) subscribed at QoS 1, whose messages go through the
- * inbox. The CloudEvents envelope is read from the MQTT 5 user properties (what
- * `mqttPublisher` sends), each delivery is handled through a KeyedQueue keyed by aggregate
- * (bounded concurrency, one delivery of an aggregate at a time), and its PUBACK is written only
- * after `inbox.handle` resolved — after the inbox transaction committed.
+ * inbox. The CloudEvents envelope is read as the MQTT binding says: binary mode from the user
+ * properties and the PUBLISH Content Type (what `mqttPublisher` sends over MQTT 5; the `ce-*`
+ * user properties of tx-outbox 0.1 too), structured mode from the JSON event in the payload
+ * (Content Type `application/cloudevents+json`, or a PUBLISH without properties: what
+ * `mqttPublisher` sends over MQTT 3.1.1). Each delivery is handled through a KeyedQueue keyed
+ * by aggregate (bounded concurrency, one delivery of an aggregate at a time), and its PUBACK is
+ * written only after `inbox.handle` resolved — after the inbox transaction committed.
  *
  * Manual acks: MQTT.js's `customHandleAcks` hook is installed, and the PUBACK it produces is
  * held back until the delivery was handled. (MQTT.js handles incoming packets one at a time and
@@ -32,6 +35,7 @@ import {
   type ResolvedMqttConsumerOptions,
   resolveMqttConsumerOptions,
 } from './mqtt-options.js';
+import { isStructured, readStructured } from './mqtt-structured.js';
 
 export type { Consumer } from './consumer.js';
 export type { MqttConsumerOptions } from './mqtt-options.js';
@@ -170,10 +174,8 @@ class MqttConsumer<T> implements Consumer {
   async #deliver(packet: IPublishPacket, payload: Buffer): Promise<boolean> {
     let message: InboxMessage;
     try {
-      const headers: Record<string, string> = {};
-      for (const [name, value] of Object.entries(packet.properties?.userProperties ?? {}))
-        headers[name] = Array.isArray(value) ? value[0]! : value;
-      message = fromEnvelope(headers, payload);
+      const { headers, payload: data } = envelopeOf(packet, payload);
+      message = fromEnvelope(headers, data);
     } catch (error) {
       const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
       this.o.logger.error({ topic: packet.topic, reason }, 'message dropped');
@@ -188,4 +190,23 @@ class MqttConsumer<T> implements Consumer {
       if (this.#life.stopping) return false;
     }
   }
+}
+
+/**
+ * What `fromEnvelope` reads of a PUBLISH. Binary mode (§3.1): the user properties (the first
+ * value of a repeated one) and the Content Type as `content-type` (the binding's
+ * `datacontenttype`, §3.1.1), the payload as it is. Structured mode (§3.2): the JSON event's
+ * members and its data.
+ */
+function envelopeOf(
+  packet: Pick<IPublishPacket, 'properties'>,
+  payload: Buffer,
+): { headers: Record<string, string>; payload: Uint8Array } {
+  const properties = packet.properties;
+  const userProperties = Object.entries(properties?.userProperties ?? {});
+  if (isStructured(properties?.contentType, userProperties.length > 0)) return readStructured(payload);
+  const headers: Record<string, string> = {};
+  for (const [name, value] of userProperties) headers[name] = Array.isArray(value) ? (value[0] ?? '') : value;
+  if (properties?.contentType !== undefined) headers['content-type'] = properties.contentType;
+  return { headers, payload };
 }

@@ -1,16 +1,18 @@
 /**
  * RabbitMQ consumer adapter (AMQP 0-9-1 through amqplib): consumes a queue with manual
- * acknowledgement and a prefetch window; each delivery is read from its CloudEvents `ce-*`
- * AMQP headers (as `rabbitmqPublisher` sends them), handled through a KeyedQueue keyed by
- * aggregate (bounded concurrency, never two deliveries of one aggregate at once), and
- * acknowledged only after `inbox.handle` resolved — after the inbox transaction committed.
- * `deferred` (or an inbox failure) is held for `deferMs`, then a copy is published to the tail
- * of the queue (default exchange, confirmed) and the delivery acked — a `nack(requeue)` would put
- * it back at the head, where prefetch-many deferred messages would keep every message behind
- * them waiting; only when that publish fails is it nacked with requeue. Every other status is
- * acked. A message without a tx-outbox
- * envelope is rejected without requeue (dead-lettered when the queue has a dead-letter
- * exchange, dropped otherwise) and logged.
+ * acknowledgement and a prefetch window; each delivery is read from its CloudEvents envelope
+ * (the AMQP binding's `cloudEvents_*` headers and `content-type` property, as
+ * `rabbitmqPublisher` sends them; `cloudEvents:*` headers; the `ce-*` headers of tx-outbox 0.1),
+ * handled through a KeyedQueue keyed by aggregate (bounded concurrency, never two deliveries of
+ * one aggregate at once), and acknowledged only after `inbox.handle` resolved — after the inbox
+ * transaction committed. `deferred` (or an inbox failure) is held for `deferMs`, then a copy
+ * (every property and header as delivered, so the envelope in whichever form) is published to
+ * the tail of the queue (default exchange, confirmed) and the delivery acked — a
+ * `nack(requeue)` would put it back at the head, where prefetch-many deferred messages would
+ * keep every message behind them waiting; only when that publish fails is it nacked with
+ * requeue. Every other status is acked. A message without a tx-outbox envelope is rejected
+ * without requeue (dead-lettered when the queue has a dead-letter exchange, dropped otherwise)
+ * and logged.
  */
 import { type Channel, type ConfirmChannel, type ConsumeMessage, connect } from 'amqplib';
 import { errorMessage } from '../errors.js';
@@ -55,20 +57,64 @@ export async function consumeRabbitMq<T = unknown>(options: RabbitMqConsumerOpti
   }
 }
 
-/** AMQP header values as strings (amqplib may decode strings as Buffers, numbers as numbers). */
-function headerStrings(msg: ConsumeMessage): Record<string, string> {
+/**
+ * What `fromEnvelope` reads from a delivery: the header table as strings, plus the AMQP
+ * `content-type` property, which carries `datacontenttype` in the AMQP binding (§3.1.1). The
+ * attributes are `cloudEvents_*` headers (`rabbitmqPublisher`), `cloudEvents:*` (other
+ * CloudEvents producers, the binding's older separator) or `ce-*` (tx-outbox 0.1, which also
+ * sent `ce-datacontenttype`).
+ */
+function deliveryHeaders(msg: ConsumeMessage): Record<string, string> {
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(msg.properties.headers ?? {})) {
-    if (value === undefined || value === null) continue;
-    if (typeof value === 'string') headers[name] = value;
-    else if (Buffer.isBuffer(value)) headers[name] = value.toString('utf8');
-    else if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean')
-      headers[name] = String(value);
+    const text = headerText(value);
+    if (text !== undefined) headers[name] = text;
   }
-  // The AMQP message-id is the event id: use it when the header was stripped.
-  if (headers['ce-id'] === undefined && typeof msg.properties.messageId === 'string')
-    headers['ce-id'] = msg.properties.messageId;
+  const { contentType, messageId } = msg.properties as { contentType?: unknown; messageId?: unknown };
+  if (typeof contentType === 'string') headers['content-type'] = contentType;
+  if (typeof messageId === 'string') addMissingId(headers, messageId);
   return headers;
+}
+
+/**
+ * A header value as a string. amqplib gives long strings as strings, byte arrays as Buffers,
+ * numbers and booleans as such, and timestamps as `{ '!': 'timestamp', value: <seconds> }`:
+ * what an AMQP 1.0 producer's native Integer, Boolean and Timestamp attributes become on the way
+ * to AMQP 0-9-1 (the binding lets producers use them instead of canonical strings, §3.1.3.2).
+ */
+function headerText(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (Buffer.isBuffer(value)) return value.toString('utf8');
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean')
+    return String(value);
+  if (typeof value === 'object' && value !== null && (value as { '!'?: unknown })['!'] === 'timestamp') {
+    const seconds = (value as { value?: unknown }).value;
+    if (typeof seconds === 'number' && Number.isFinite(seconds))
+      return new Date(seconds * 1000).toISOString();
+  }
+  return undefined;
+}
+
+/** Envelope prefixes a RabbitMQ delivery may carry, the AMQP binding's first. */
+const ID_PREFIXES = ['cloudevents_', 'cloudevents:', 'ce-'] as const;
+
+/**
+ * The AMQP message-id is the event id (the publisher sets both): it stands in for an id header
+ * stripped on the way, named with the prefix the envelope's other headers carry, so that the
+ * reader sees one envelope. A delivery without an envelope gets nothing.
+ */
+function addMissingId(headers: Record<string, string>, messageId: string): void {
+  let found: string | undefined;
+  for (const name in headers) {
+    const lower = name.toLowerCase();
+    const prefix = ID_PREFIXES.find((p) => lower.startsWith(p));
+    if (prefix === undefined) continue;
+    if (lower === `${prefix}id`) return;
+    // An AMQP binding header wins over a `ce-` one: that is the form the reader picks.
+    if (found === undefined || (found.toLowerCase() === 'ce-' && prefix !== 'ce-'))
+      found = name.slice(0, prefix.length);
+  }
+  if (found !== undefined) headers[`${found}id`] = messageId;
 }
 
 class RabbitMqConsumer<T> implements Consumer {
@@ -241,7 +287,7 @@ class RabbitMqConsumer<T> implements Consumer {
   async #deliver(msg: ConsumeMessage): Promise<void> {
     let message: InboxMessage;
     try {
-      message = fromEnvelope(headerStrings(msg), msg.content);
+      message = fromEnvelope(deliveryHeaders(msg), msg.content);
     } catch (error) {
       const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
       this.o.logger.error(

@@ -12,7 +12,7 @@ export interface WebhookReceiverOptions<T = unknown> extends Omit<ConsumerOption
   readonly toleranceSeconds?: number;
   /** `Retry-After` of a deferred delivery, in seconds. Default 1. */
   readonly retryAfterSeconds?: number;
-  /** Largest accepted body; larger requests get 413. Default 1 MiB. */
+  /** Largest accepted body (in batch mode the whole JSON array); larger requests get 413. Default 1 MiB. */
   readonly maxBodyBytes?: number;
   /** Time from the request's headers to the end of its body; a slower body gets 408 and the connection closed. Default 10 000 ms. */
   readonly bodyTimeoutMs?: number;

@@ -3,13 +3,17 @@
  * `verifyWebhookEvent` — the Standard Webhooks signature and timestamp tolerance, the
  * signature over the event's headers (`txo-signed-headers`, `txo-signature`), and
  * `ce-id` = `webhook-id`; any failure → 401, which the publisher treats as permanent —
- * then read from the signed CloudEvents binary-mode `ce-*` headers and the body (no
- * envelope → 400): no unsigned header reaches the inbox or the handler. It is handled
- * through the inbox, serialised per aggregate by a KeyedQueue. The answer is sent only
- * after `inbox.handle` resolved, that is after the inbox transaction committed: 204 for
- * processed/duplicate/stale/quarantined, 503 with `Retry-After` for deferred or when the
- * inbox itself failed (the sender retries). Batch-mode requests
- * (`application/cloudevents-batch+json`) are not supported (415).
+ * then read from the signed headers only, so no unsigned header reaches the inbox or the
+ * handler: in binary mode the `ce-*` headers and the body through `fromEnvelope` (the
+ * current HTTP binding, percent-encoded with `content-type` as the data content type, and
+ * what 0.1 wrote: raw values and `ce-datacontenttype`); with a signed `content-type` of
+ * `application/cloudevents-batch+json` each event of the (signed) JSON body
+ * (webhook-batch.ts). No envelope, or a value that does not decode → 400, logged. Each
+ * event is handled through the inbox, serialised per aggregate by a KeyedQueue. The answer
+ * is sent only after `inbox.handle` resolved for every event of the request, that is after
+ * the inbox transactions committed: 204 when each was processed/duplicate/stale/quarantined,
+ * 503 with `Retry-After` when one was deferred or the inbox itself failed (the sender
+ * retries the whole request; what was applied comes back as duplicates).
  *
  * A slow client cannot hold a connection: the body must arrive within `bodyTimeoutMs`
  * (408), and `createWebhookServer` also bounds the headers and the whole request. A
@@ -22,6 +26,7 @@ import { verifyWebhookEvent } from '../publishers/webhook/signature.js';
 import { aggregateKey } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { ConsumerLifecycle } from './lifecycle.js';
+import { isBatch, readBatch } from './webhook-batch.js';
 import {
   resolveWebhookReceiverOptions,
   resolveWebhookServerOptions,
@@ -97,31 +102,50 @@ export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>)
       logger.warn({ webhookId: req.headers['webhook-id'], reason: verified.reason }, 'webhook rejected');
       return answer(res, 401, {}, `invalid webhook: ${verified.reason}`);
     }
-    const contentType = verified.headers['content-type'] ?? '';
-    if (contentType.startsWith('application/cloudevents-batch+json'))
-      return answer(res, 415, {}, 'batch mode is not supported by this receiver');
-    let message: InboxMessage;
+    const webhookId = verified.id;
+    const batch = isBatch(verified.headers['content-type'] ?? '');
+    let messages: InboxMessage[];
     try {
-      message = fromEnvelope(verified.headers, body);
+      messages = batch ? readBatch(body) : [fromEnvelope(verified.headers, body)];
     } catch (error) {
-      const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
-      logger.error({ webhookId: req.headers['webhook-id'], reason }, 'webhook rejected');
+      // Signed, so sent by someone holding the secret: a sender bug or a foreign sender, not
+      // worth a retry (4xx is permanent for webhookPublisher). A value that is not valid
+      // percent-encoding lands here too, naming its header.
+      const reason = `${batch ? 'unreadable batch' : 'no readable tx-outbox envelope'}: ${errorMessage(error)}`;
+      logger.error({ webhookId, reason }, 'webhook rejected');
       return answer(res, 400, {}, reason);
     }
-    try {
-      const result = await queue.run(aggregateKey(message), () => o.inbox.handle(message, o.handler));
-      if (result.status === 'deferred') {
+    const results = await Promise.allSettled(
+      messages.map((message) => queue.run(aggregateKey(message), () => o.inbox.handle(message, o.handler))),
+    );
+    let failed = 0;
+    let deferred = 0;
+    let why = '';
+    results.forEach((result, index) => {
+      if (result.status === 'rejected') {
+        failed += 1;
+        logger.error(
+          { err: result.reason, eventId: messages[index]!.eventId },
+          'inbox failed; asking the sender to retry',
+        );
+      } else if (result.value.status === 'deferred') {
+        deferred += 1;
         // The sender learns that it must retry, not the receiver's internals: a handler's
         // error text stays in the receiver's log and inbox.
-        const why = result.error === undefined ? (result.reason ?? '') : 'the handler failed';
-        return answer(res, 503, { 'retry-after': retryAfter }, `deferred: ${why}`);
+        why = result.value.error === undefined ? (result.value.reason ?? '') : 'the handler failed';
       }
-      return answer(res, 204, { 'x-inbox-status': result.status });
-    } catch (error) {
-      // The inbox itself failed (database down …): nothing was committed, the sender retries.
-      logger.error({ err: error, eventId: message.eventId }, 'inbox failed; asking the sender to retry');
-      return answer(res, 503, { 'retry-after': retryAfter }, 'inbox unavailable');
+    });
+    // The inbox itself failed (database down …): nothing of it was committed, the sender retries.
+    if (failed > 0) return answer(res, 503, { 'retry-after': retryAfter }, 'inbox unavailable');
+    if (deferred > 0) {
+      const text = batch ? `deferred: ${deferred} of ${messages.length} events` : `deferred: ${why}`;
+      return answer(res, 503, { 'retry-after': retryAfter }, text);
     }
+    const single = results[0];
+    if (!batch && single?.status === 'fulfilled') {
+      return answer(res, 204, { 'x-inbox-status': single.value.status });
+    }
+    return answer(res, 204);
   };
 
   /** Answers, then closes the connection: the rest of the body is not worth waiting for. */

@@ -7,6 +7,12 @@ import { OutboxValidationError } from '../errors.js';
 
 export const DEFAULT_SOURCE = 'tx-outbox';
 
+/**
+ * Longest source, in characters (all ASCII): it travels in every message, and RabbitMQ hands a
+ * header value of 256 bytes or more to AMQP 1.0 consumers as binary instead of a string.
+ */
+export const MAX_SOURCE_LENGTH = 255;
+
 /** RFC 3986 characters (unreserved, reserved) and `%XX`. */
 const URI_REFERENCE = /^(?:[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})+$/;
 /** A scheme, when the first segment has a colon. */
@@ -21,6 +27,13 @@ export function sourceOf(source: unknown, field = 'source'): string {
       field,
       typeof source === 'string' ? 'is empty' : `is a ${typeof source}`,
       fix,
+    );
+  }
+  if (source.length > MAX_SOURCE_LENGTH) {
+    throw new OutboxValidationError(
+      field,
+      `is ${source.length} characters long (it travels in every message, and RabbitMQ hands a longer one to AMQP 1.0 consumers as binary)`,
+      `Keep it to ${MAX_SOURCE_LENGTH}.`,
     );
   }
   if (!URI_REFERENCE.test(source)) {

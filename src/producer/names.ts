@@ -120,7 +120,7 @@ export function topicOf(value: unknown, field: string): string | null {
     throw new OutboxValidationError(
       field,
       `${JSON.stringify(topic.slice(0, 100))} ${problem}`,
-      'Use letters, digits and separators such as . - _ / :',
+      'Use letters, digits and . - _ (a topic every broker takes; Kafka also refuses / : and non-ASCII).',
     );
   }
   return topic;

@@ -1,9 +1,15 @@
-import { Admin, Producer } from '@platformatic/kafka';
+/**
+ * The consumer contract (src/testing/consumer-contract.ts) on consumeKafka, against a real broker
+ * on 127.0.0.1:9092 and PostgreSQL. Events go out through the Kafka publisher (the Kafka
+ * binding's `ce_` headers) or, as a relay still on tx-outbox 0.1 would send them, with `ce-*`
+ * headers holding the values as they are.
+ */
+import { Admin, type MessageToProduce, Producer } from '@platformatic/kafka';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeKafka } from '../../src/consumers/kafka/index.js';
-import type { Publisher } from '../../src/publishers/contract.js';
-import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
-import { consumerContract } from '../../src/testing/index.js';
+import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
+import { kafkaPublisher, partitionFor } from '../../src/publishers/kafka/index.js';
+import { consumerContract, previousEnvelopeHeaders } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { committedToEnd, KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
 import { publishAll } from '../helpers/messages.js';
@@ -13,6 +19,21 @@ const kafkaUp = await kafkaAvailable('kafka-consumer.contract.test.ts:');
 let admin: Admin;
 let publisher: Publisher;
 let raw: Producer<Buffer, Buffer, Buffer, Buffer>;
+
+/** A record as tx-outbox 0.1's Kafka publisher wrote it: keyed and partitioned (murmur2) by aggregate id. */
+function previousRecord(topic: string, m: OutboxMessage): MessageToProduce<Buffer, Buffer, Buffer, Buffer> {
+  const key = Buffer.from(m.aggregateId);
+  const headers = new Map<Buffer, Buffer>();
+  const envelope = previousEnvelopeHeaders(m, 'contract');
+  for (const name in envelope) headers.set(Buffer.from(name), Buffer.from(envelope[name]!));
+  return {
+    topic,
+    partition: partitionFor(key, PARTITIONS),
+    key,
+    value: Buffer.from(m.payload),
+    headers,
+  };
+}
 
 describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
   beforeAll(async () => {
@@ -39,7 +60,10 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
       prepare: async (ns) => {
         await admin.createTopics({ topics: [ns], partitions: PARTITIONS, replicas: 1 });
       },
-      publish: (_ns, messages) => publishAll(publisher, messages),
+      publish: async (ns, messages, options) => {
+        if (!options?.previous) return publishAll(publisher, messages);
+        await raw.send({ messages: messages.map((m) => previousRecord(ns, m)) });
+      },
       async publishForeign(ns) {
         await raw.send({ messages: [{ topic: ns, key: Buffer.from('f'), value: Buffer.from('{}') }] });
       },

@@ -1,15 +1,18 @@
 /**
  * The publisher contract (src/testing/publisher-contract.ts) on the Kafka publisher, against a
  * real broker on 127.0.0.1:9092 (`bash scripts/kafka.sh start`; CI starts it). Without a broker
- * there, the whole file is skipped with a message.
+ * there, the whole file is skipped with a message. Every record read back also goes through the
+ * official CloudEvents SDK's Kafka binding (`Kafka.toEvent`).
  */
+import { randomBytes } from 'node:crypto';
 import type { Admin, Consumer } from '@platformatic/kafka';
+import { CloudEvent } from 'cloudevents';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Publisher } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
-import { publisherContract } from '../../src/testing/index.js';
+import { AWKWARD_IDS, contractMessage, publisherContract } from '../../src/testing/index.js';
 import { KAFKA_BROKER, KAFKA_HOST, KAFKA_PORT, kafkaAvailable } from '../helpers/kafka.js';
-import { kafkaReader, readTopic } from '../helpers/kafka-read.js';
+import { kafkaReader, readTopic, withCloudEvent } from '../helpers/kafka-read.js';
 
 const MiB = 1024 * 1024;
 const kafkaUp = await kafkaAvailable('kafka.contract.test.ts:');
@@ -36,9 +39,10 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
       name: 'kafka',
       features: { orderedPerKey: true, brokerDedup: false, persistent: true },
       broker: { host: KAFKA_HOST, port: KAFKA_PORT },
-      create: (address, namespace) => {
+      create: (address, namespace, options) => {
         const created = kafkaPublisher({
           url: [`${address.host}:${address.port}`],
+          ...(options?.source === undefined ? {} : { source: options.source }),
           clientId: `txo-contract-${namespace}`,
           createTopics: { partitions: 3 },
           // Kafka advertises 127.0.0.1:9092 in metadata: dial the suite's proxy instead, so that
@@ -52,9 +56,42 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
         return created;
       },
       topic: topicOf,
-      read: (namespace, expected) => readTopic(reader, topicOf(namespace), expected),
+      read: async (namespace, expected) =>
+        (await readTopic(reader, topicOf(namespace), expected)).map(withCloudEvent),
+      cloudEvents: true,
       poison: (_namespace, m) => ({ ...m, payload: Buffer.alloc(2 * MiB, 120) }),
       cleanup: (namespace) => admin.deleteTopics({ topics: [topicOf(namespace)] }).catch(() => undefined),
     },
   );
+
+  it("the SDK's partitionkey is the aggregate id (the record key), and each event passes its strict checks", async () => {
+    const topic = topicOf(`pk${randomBytes(4).toString('hex')}`);
+    const publisher = kafkaPublisher({
+      url: [KAFKA_BROKER],
+      clientId: 'txo-contract-pk',
+      createTopics: { partitions: 3 },
+      source: 'urn:tx-outbox:contract',
+    });
+    publishers.push(publisher);
+    try {
+      const batch = AWKWARD_IDS.map((id, i) => contractMessage(topic, id, i + 1));
+      const outcomes = await publisher.publish(batch, new AbortController().signal);
+      expect(outcomes.every((o) => o.ok)).toBe(true);
+      const got = (await readTopic(reader, topic, batch.length)).map(withCloudEvent);
+      expect(got).toHaveLength(batch.length);
+      for (const sent of batch) {
+        const r = got.find((m) => m.eventId === sent.eventId)!;
+        expect(r.key).toBe(sent.aggregateId);
+        expect(r.cloudEvent['partitionkey']).toBe(sent.aggregateId);
+        expect(r.cloudEvent['subject']).toBe(sent.aggregateId);
+        // Kafka.toEvent does not validate; the strict constructor checks names, source and time.
+        expect(
+          () =>
+            new CloudEvent({ ...r.cloudEvent, data: JSON.parse(Buffer.from(r.payload).toString()) }, true),
+        ).not.toThrow();
+      }
+    } finally {
+      await admin.deleteTopics({ topics: [topic] }).catch(() => undefined);
+    }
+  });
 });

@@ -1,9 +1,9 @@
 import { connectAsync, type MqttClient, connect as mqttConnect } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeMqtt } from '../../src/consumers/mqtt.js';
-import type { Publisher } from '../../src/publishers/contract.js';
+import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
-import { consumerContract } from '../../src/testing/index.js';
+import { consumerContract, previousEnvelopeHeaders } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { publishAll } from '../helpers/messages.js';
 
@@ -27,12 +27,27 @@ afterAll(async () => {
   }
 });
 
+/** As tx-outbox 0.1's MQTT 5 publisher sent them: `ce-*` user properties, Content Type, the UTF-8 indicator for JSON. */
+async function publishPrevious(messages: readonly OutboxMessage[]): Promise<void> {
+  for (const m of messages) {
+    await raw.publishAsync(`${m.topic}/${m.aggregateId}`, Buffer.from(m.payload), {
+      qos: 1,
+      properties: {
+        userProperties: previousEnvelopeHeaders(m, 'contract'),
+        contentType: m.contentType,
+        ...(m.contentType === 'application/json' ? { payloadFormatIndicator: true } : {}),
+      },
+    });
+  }
+}
+
 consumerContract(
   { describe, it, expect, beforeAll, afterAll },
   {
     name: 'mqtt',
     databaseUrl: DATABASE_URL,
-    publish: (_ns, messages) => publishAll(publisher, messages),
+    publish: (_ns, messages, options) =>
+      options?.previous ? publishPrevious(messages) : publishAll(publisher, messages),
     async publishForeign(ns) {
       await raw.publishAsync(`${ns}/raw`, '{}', { qos: 1 });
     },

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import amqp, { type Channel, type ChannelModel } from 'amqplib';
+import amqp, { type Channel, type ChannelModel, type ConfirmChannel } from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeRabbitMq } from '../../src/consumers/rabbitmq.js';
 import type { Publisher } from '../../src/publishers/contract.js';
@@ -7,17 +7,21 @@ import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
 import { consumerContract } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { publishAll } from '../helpers/messages.js';
+import { previousProperties } from '../helpers/rabbitmq.js';
 
 const RABBITMQ_URL = process.env['RABBITMQ_URL'] ?? 'amqp://guest:guest@127.0.0.1:5672';
 const ROOT = `txo-rmqcc-${randomBytes(4).toString('hex')}`;
 const queueOf = (ns: string) => `${ROOT}.${ns}`;
 let conn: ChannelModel;
 let admin: Channel;
+/** Publishes as tx-outbox 0.1 did, confirmed. */
+let previous: ConfirmChannel;
 let publisher: Publisher;
 
 beforeAll(async () => {
   conn = await amqp.connect(RABBITMQ_URL);
   admin = await conn.createChannel();
+  previous = await conn.createConfirmChannel();
   publisher = rabbitmqPublisher({
     url: RABBITMQ_URL,
     exchange: '',
@@ -37,7 +41,12 @@ consumerContract(
     prepare: async (ns) => {
       await admin.assertQueue(queueOf(ns), { durable: false });
     },
-    publish: (_ns, messages) => publishAll(publisher, messages),
+    async publish(ns, messages, options) {
+      if (!options?.previous) return publishAll(publisher, messages);
+      for (const m of messages)
+        previous.sendToQueue(queueOf(ns), Buffer.from(m.payload), previousProperties(m));
+      await previous.waitForConfirms();
+    },
     async publishForeign(ns) {
       admin.sendToQueue(queueOf(ns), Buffer.from('{}'), { headers: { foo: 'bar' } });
     },

@@ -29,13 +29,14 @@ publisherContract(
     name: 'rabbitmq',
     features: { orderedPerKey: true, brokerDedup: false, persistent: true },
     broker: { host: HOST, port: PORT },
-    async create(address, ns) {
+    async create(address, ns, options) {
       await topology(ns);
       return rabbitmqPublisher({
         url: url(address.host, address.port),
         exchange: exchangeOf(ns),
         assertExchange: true,
         timeoutMs: 5_000,
+        ...(options?.source === undefined ? {} : { source: options.source }),
       });
     },
     topic: topicOf,
@@ -46,5 +47,7 @@ publisherContract(
     poison: (ns, message) => ({ ...message, topic: `${ns}.unroutable` }),
     cleanup,
     reconnectMs: 15_000,
+    // read() decodes each message by the AMQP binding into a strict SDK CloudEvent.
+    cloudEvents: true,
   },
 );

@@ -3,14 +3,17 @@
  * the relay, so this file plays it — per publish() call, in waves of at most one event per
  * aggregate (as the relay's ordering gate does), each POSTed to one of the running receiver
  * instances in turn, and anything not answered 2xx (503 on a deferral, or no receiver running)
- * sent again after a pause, until delivered.
+ * sent again after a pause, until delivered. With `previous` the POSTs are the ones
+ * tx-outbox 0.1's webhookPublisher made: its `ce-*` envelope as it is (raw values,
+ * `ce-datacontenttype`, a plain `ce-sequence`) next to `content-type`, every one of those
+ * headers signed by the same (unchanged) txo-signature scheme.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer } from '../../src/consumers/webhook.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook/index.js';
-import { consumerContract } from '../../src/testing/index.js';
+import { consumerContract, previousEnvelopeHeaders } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 
 const SECRET = `whsec_${Buffer.from('a-32-byte-secret-for-the-tests!!').toString('base64')}`;
@@ -30,8 +33,11 @@ function pick(ns: string): string | undefined {
   return urls[turn % urls.length];
 }
 
+/** POSTs `messages` to their receiver (each message's topic is the receiver's URL): an outcome each, ok when answered 2xx. */
+type Post = (messages: readonly OutboxMessage[]) => Promise<ReadonlyArray<{ readonly ok: boolean }>>;
+
 /** Delivers the messages in waves (one per aggregate at a time), retrying what failed. */
-async function send(ns: string, messages: readonly OutboxMessage[]): Promise<void> {
+async function send(ns: string, messages: readonly OutboxMessage[], post: Post): Promise<void> {
   const queue = [...messages];
   while (queue.length > 0 && !closed) {
     const wave: OutboxMessage[] = [];
@@ -40,10 +46,7 @@ async function send(ns: string, messages: readonly OutboxMessage[]): Promise<voi
     const targets = new Map(wave.map((m) => [m, pick(ns)]));
     const sendable = wave.filter((m) => targets.get(m) !== undefined);
     const outcomes = sendable.length
-      ? await publisher.publish(
-          sendable.map((m) => ({ ...m, topic: targets.get(m) ?? null })),
-          new AbortController().signal,
-        )
+      ? await post(sendable.map((m) => ({ ...m, topic: targets.get(m) ?? null })))
       : [];
     let delivered = 0;
     sendable.forEach((m, i) => {
@@ -56,6 +59,29 @@ async function send(ns: string, messages: readonly OutboxMessage[]): Promise<voi
     if (delivered < wave.length) await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
   }
 }
+
+const current: Post = (messages) => publisher.publish(messages, new AbortController().signal);
+
+/** As 0.1's webhookPublisher sent each message (single mode); a refused connection is a failure to retry. */
+const previous: Post = (messages) =>
+  Promise.all(
+    messages.map(async (m) => {
+      const headers = { ...previousEnvelopeHeaders(m, 'contract'), 'content-type': m.contentType };
+      const signature = signWebhookRequest({ secret: SECRET, id: m.eventId, body: m.payload, headers });
+      try {
+        const res = await fetch(`${m.topic}/events`, {
+          method: 'POST',
+          headers: { ...headers, ...signature },
+          body: m.payload,
+          signal: AbortSignal.timeout(5000),
+        });
+        await res.arrayBuffer();
+        return { ok: res.ok };
+      } catch {
+        return { ok: false };
+      }
+    }),
+  );
 
 beforeAll(() => {
   // The message's topic carries the chosen receiver's URL.
@@ -71,9 +97,9 @@ consumerContract(
   {
     name: 'webhook',
     databaseUrl: DATABASE_URL,
-    async publish(ns, messages) {
+    async publish(ns, messages, options) {
       unsent.set(ns, (unsent.get(ns) ?? 0) + messages.length);
-      void send(ns, messages);
+      void send(ns, messages, options?.previous ? previous : current);
     },
     async publishForeign(ns) {
       // Signed, but without the ce-* envelope: refused with 400, and not sent again.

@@ -1,6 +1,8 @@
 import { createServer, type Server } from 'node:http';
+import { HTTP } from 'cloudevents';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { webhookPublisher } from '../../src/publishers/webhook/index.js';
+import { percentDecode } from '../../src/envelope/percent.js';
+import { verifyWebhookEvent, webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
 import { DATABASE_URL } from '../helpers/env.js';
 
@@ -9,7 +11,27 @@ const received = new Map<string, ReceivedMessage[]>();
 let server: Server;
 let port = 0;
 
-// The "broker": an HTTP receiver that keeps what it was sent, per path; paths ending in -reject get a 422.
+/**
+ * The event as the official SDK reads it. `HTTP.toEvent` maps `ce-*` headers to attributes
+ * but never undoes the binding's percent-encoding (HTTP binding §3.1.3.2; cloudevents@10
+ * leaves that to the application), so each string attribute it took from a `ce-` header is
+ * decoded here, as a receiver must. `datacontenttype` comes from `content-type`, which is
+ * not encoded, and `data` from the body.
+ */
+function cloudEventOf(headers: Record<string, string>, body: Buffer): Record<string, unknown> {
+  const event = HTTP.toEvent({ headers, body: body.toString('utf8') });
+  if (Array.isArray(event)) throw new Error('expected one event in binary mode, got a batch');
+  const attributes: Record<string, unknown> = { ...event };
+  for (const name in attributes) {
+    const value = attributes[name];
+    if (typeof value === 'string' && headers[`ce-${name}`] !== undefined)
+      attributes[name] = percentDecode(value);
+  }
+  return attributes;
+}
+
+// The "broker": an HTTP receiver that checks every signature (401 otherwise: the publisher's
+// outcome would be permanent) and keeps what it was sent, per path; paths ending in -reject get a 422.
 beforeAll(async () => {
   server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -20,15 +42,22 @@ beforeAll(async () => {
         res.writeHead(422).end('unprocessable');
         return;
       }
+      const body = Buffer.concat(chunks);
+      const verdict = verifyWebhookEvent({ secret: SECRET, headers: req.headers, body });
+      if (!verdict.ok) {
+        res.writeHead(401).end(verdict.reason);
+        return;
+      }
       const headers: Record<string, string> = {};
       for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string') headers[k] = v;
       const list = received.get(path) ?? [];
       list.push({
         eventId: headers['webhook-id'] ?? '',
-        aggregateId: headers['ce-aggregateid'] ?? '',
-        sequence: Number(headers['ce-sequence']),
+        aggregateId: percentDecode(headers['ce-aggregateid'] ?? ''),
+        sequence: Number(headers['ce-aggregatesequence']),
         headers,
-        payload: Buffer.concat(chunks),
+        payload: body,
+        cloudEvent: cloudEventOf(headers, body),
       });
       received.set(path, list);
       res.writeHead(204).end();
@@ -47,14 +76,16 @@ publisherContract(
   {
     name: 'webhook',
     features: { orderedPerKey: true, brokerDedup: false, persistent: false },
+    cloudEvents: true,
     get broker() {
       return { host: '127.0.0.1', port };
     },
-    create: (address) =>
+    create: (address, _ns, options) =>
       webhookPublisher({
         endpoints: (m) => `http://${address.host}:${address.port}/${m.topic}`,
         secret: SECRET,
         timeoutMs: 3000,
+        source: options?.source,
       }),
     topic: (ns) => ns,
     read: async (ns, expected) => {

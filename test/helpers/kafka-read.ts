@@ -1,9 +1,11 @@
 /**
  * Reads back what a Kafka topic holds, with each record's partition, offset and the producer id
- * of its batch: for the Kafka publisher's integration and contract tests.
+ * of its batch: for the Kafka publisher's integration and contract tests. The envelope is read
+ * from the Kafka binding's `ce_` headers only, so a record without them reads as no event.
  */
 import { randomUUID } from 'node:crypto';
 import { Admin, Consumer } from '@platformatic/kafka';
+import { Kafka, type KafkaMessage } from 'cloudevents';
 import type { ReceivedMessage } from '../../src/testing/index.js';
 import { KAFKA_BROKER } from './kafka.js';
 
@@ -24,6 +26,8 @@ export interface Stored extends ReceivedMessage {
   readonly offset: bigint;
   readonly producerId: bigint;
   readonly key: string;
+  /** The record's timestamp, ms since the epoch. */
+  readonly timestamp: bigint;
 }
 
 /** Reads everything the topic holds (each partition from its start, in offset order), once `expected` arrived. */
@@ -75,12 +79,13 @@ export async function readTopic(
           const headers: Record<string, string> = {};
           for (const [name, value] of record.headers) headers[String(name)] = String(value ?? '');
           stored.push({
-            eventId: headers['ce-id'] ?? '',
-            aggregateId: headers['ce-aggregateid'] ?? '',
-            sequence: Number(headers['ce-sequence']),
+            eventId: headers['ce_id'] ?? '',
+            aggregateId: headers['ce_aggregateid'] ?? '',
+            sequence: Number(headers['ce_aggregatesequence']),
             headers,
             payload: record.value ?? Buffer.alloc(0),
             key: String(record.key ?? ''),
+            timestamp: batch.firstTimestamp + record.timestampDelta,
             partition,
             offset: at,
             producerId: batch.producerId,
@@ -91,4 +96,29 @@ export async function readTopic(
     }
   }
   return stored;
+}
+
+/**
+ * The record as the official CloudEvents SDK reads it (`Kafka.toEvent`, binary mode), as plain
+ * attributes without the data; throws what the SDK throws.
+ */
+export function cloudEventOf(stored: Stored): Record<string, unknown> {
+  const value = Buffer.from(stored.payload);
+  // `body` is the generic Message's field; the Kafka binding reads `value`.
+  const message: KafkaMessage<Buffer> = {
+    key: stored.key,
+    value,
+    headers: { ...stored.headers },
+    timestamp: String(stored.timestamp),
+    body: value,
+  };
+  const event = Kafka.toEvent(message);
+  if (Array.isArray(event)) throw new Error(`record ${stored.offset} is a batch of ${event.length} events`);
+  const { data: _data, data_base64: _base64, ...attributes } = event;
+  return attributes;
+}
+
+/** `stored` with the SDK's reading of it, for the publisher contract's `cloudEvents` checks. */
+export function withCloudEvent(stored: Stored): Stored & { readonly cloudEvent: Record<string, unknown> } {
+  return { ...stored, cloudEvent: cloudEventOf(stored) };
 }

@@ -4,7 +4,11 @@
  * suffix): test files run in parallel. One admin connection per test file (module state).
  */
 import { randomBytes } from 'node:crypto';
-import amqp, { type Channel, type ChannelModel, type ConsumeMessage } from 'amqplib';
+import amqp, { type Channel, type ChannelModel, type ConsumeMessage, type Options } from 'amqplib';
+import { CloudEvent } from 'cloudevents';
+import { fromEnvelope } from '../../src/inbox/message.js';
+import type { OutboxMessage } from '../../src/publishers/contract.js';
+import { previousEnvelopeHeaders } from '../../src/testing/envelopes.js';
 import type { ReceivedMessage } from '../../src/testing/index.js';
 
 export const HOST = process.env['RABBITMQ_HOST'] ?? '127.0.0.1';
@@ -90,15 +94,56 @@ export async function readQueue(ns: string, expected: number): Promise<ConsumeMe
   });
 }
 
+/**
+ * A message as the publisher contract checks it: every header as a string, named as on the
+ * wire, the AMQP `content-type` property under `content-type`, and the CloudEvent the AMQP
+ * binding decodes (the `cloudEvents_` or `cloudEvents:` application properties with the prefix
+ * stripped, `datacontenttype` from the content-type property) validated strictly by the SDK.
+ */
 export function received(m: ConsumeMessage): ReceivedMessage {
   const headers: Record<string, string> = {};
   for (const [k, v] of Object.entries(m.properties.headers ?? {})) headers[k] = String(v);
+  if (typeof m.properties.contentType === 'string') headers['content-type'] = m.properties.contentType;
+  const envelope = fromEnvelope(headers, m.content);
   return {
-    eventId: String(m.properties.messageId ?? headers['ce-id']),
-    aggregateId: headers['ce-aggregateid'] ?? '',
-    sequence: Number(headers['ce-sequence']),
+    eventId: String(m.properties.messageId ?? envelope.eventId),
+    aggregateId: envelope.aggregateId,
+    sequence: envelope.sequence,
     headers,
     payload: m.content,
+    cloudEvent: amqpCloudEvent(m),
+  };
+}
+
+/** The AMQP binding's binary-mode decoding (§3.1.1, §3.1.3), then a strict SDK CloudEvent. */
+export function amqpCloudEvent(m: ConsumeMessage): Record<string, unknown> {
+  const attributes: Record<string, unknown> = {};
+  const separators = new Set<string>();
+  for (const [name, value] of Object.entries(m.properties.headers ?? {})) {
+    const match = /^cloudEvents([_:])(.+)$/.exec(name);
+    if (match === null) continue;
+    separators.add(match[1]!);
+    if (typeof value !== 'string') throw new Error(`${name} is not an AMQP string: ${typeof value}`);
+    attributes[match[2]!] = value;
+  }
+  // §3.1.3.1: "Any single message MUST use the same separator for all CloudEvents attributes".
+  if (separators.size !== 1) throw new Error(`separators ${[...separators].join(' ')}`);
+  if ('datacontenttype' in attributes)
+    throw new Error('datacontenttype belongs in the content-type property');
+  if (typeof m.properties.contentType === 'string') attributes['datacontenttype'] = m.properties.contentType;
+  return { ...new CloudEvent(attributes, true) };
+}
+
+/** The AMQP properties tx-outbox 0.1 published `m` with (`git show d7da17d:src/publishers/rabbitmq/wire.ts`). */
+export function previousProperties(m: OutboxMessage, source = 'contract'): Options.Publish {
+  return {
+    persistent: true,
+    mandatory: true,
+    messageId: m.eventId,
+    contentType: m.contentType,
+    type: m.type,
+    timestamp: Math.floor(m.createdAt.getTime() / 1000),
+    headers: previousEnvelopeHeaders(m, source),
   };
 }
 

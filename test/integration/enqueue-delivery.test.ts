@@ -1,6 +1,7 @@
 /**
  * What `enqueue` accepts is deliverable: edge-but-valid names, headers and payloads go
- * through the relay and the real NATS and webhook publishers and are read back unchanged.
+ * through the relay and the real NATS and webhook publishers (and the webhook receiver) and
+ * are read back unchanged.
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -9,6 +10,8 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeNats } from '../../src/consumers/nats.js';
+import { createWebhookServer, type WebhookServer } from '../../src/consumers/webhook.js';
+import { percentDecode } from '../../src/envelope/percent.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { fromEnvelope } from '../../src/inbox/message.js';
 import { enqueue } from '../../src/producer/enqueue.js';
@@ -19,6 +22,7 @@ import { webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { createRelay } from '../../src/relay/relay.js';
 import { AWKWARD_IDS } from '../../src/testing/envelopes.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
+import { recordingHandler } from '../helpers/effects.js';
 import { NATS_URL } from '../helpers/env.js';
 
 const suffix = randomUUID().slice(0, 8);
@@ -185,17 +189,64 @@ describe('through the webhook publisher', () => {
     ]);
     expect(received).toHaveLength(2);
     const [json, bytes] = received;
-    // Node lower-cases received header names.
+    // Node lower-cases received header names. The event's own headers go as they are; the
+    // attributes percent-encoded (HTTP binding §3.1.3.2).
     const expected = Object.fromEntries(Object.entries(HEADERS).map(([k, v]) => [k.toLowerCase(), v]));
+    const encodedId = 'id%20with%20spaces/x:y%2520%22q%22(1)';
     expect(json!.headers).toMatchObject({
       ...expected,
-      'ce-aggregateid': aggregateId,
-      'ce-subject': aggregateId,
+      'ce-aggregateid': encodedId,
+      'ce-subject': encodedId,
       'ce-type': 'order.created.v2',
       'content-type': 'application/json',
     });
+    expect(percentDecode(json!.headers['ce-aggregateid'] as string)).toBe(aggregateId);
     expect(JSON.parse(json!.body.toString('utf8'))).toEqual(JSON_PAYLOAD);
     expect(bytes!.headers['content-type']).toBe('application/octet-stream');
     expect([...bytes!.body]).toEqual([...BYTES]);
+  });
+
+  describe('into the webhook receiver', () => {
+    const SECRET = 'a-test-secret-for-the-receiver';
+    // Every kind of id enqueue accepts: 0.1's publisher sent them raw, so fetch refused those
+    // above U+00FF (the event went dead) and trimmed the edge spaces (a different aggregate).
+    const IDS = [...AWKWARD_IDS, 'Ω-Ωmega', 'a  b', '%', '%%41'];
+    let receiver: WebhookServer;
+    const { handler, seen } = recordingHandler();
+    beforeAll(async () => {
+      receiver = await createWebhookServer({
+        inbox: createInbox({ pool: db.pool, consumer: 'enqueue-delivery', schema: db.schema }),
+        handler,
+        secret: SECRET,
+      });
+    });
+    afterAll(async () => {
+      await receiver?.close();
+    });
+
+    it.each([
+      ['binary mode', undefined],
+      ['batch mode', { maxSize: 7 }],
+    ] as const)(
+      'every aggregate id enqueue accepts is delivered, and arrives exactly (%s)',
+      async (_, batch) => {
+        const type = `order.placed.${batch === undefined ? 'single' : 'batch'}`;
+        const events: OutboxEvent[] = IDS.map((aggregateId) => ({
+          aggregateType: 'order',
+          aggregateId,
+          type,
+          payload: { aggregateId },
+          headers: { 'x-note': 'a "quoted" %41; value' },
+        }));
+        const publisher = webhookPublisher({ endpoints: `${receiver.url}/events`, secret: SECRET, batch });
+        await relayThrough(publisher, events);
+        const got = seen.filter((e) => e.type === type);
+        expect(got.map((e) => e.aggregateId).sort()).toEqual([...IDS].sort());
+        for (const event of got) {
+          expect(event.headers['ce-subject']).toBe(event.aggregateId);
+          if (batch === undefined) expect(event.headers['x-note']).toBe('a "quoted" %41; value');
+        }
+      },
+    );
   });
 });

@@ -1,14 +1,18 @@
 /**
- * Kafka-only behaviour of consumeKafka: consumer-group rebalances. What every adapter shares
- * (exactly once, ordering policies, quarantine, stop) is in test/contract/kafka-consumer.contract.test.ts.
+ * Kafka-only behaviour of consumeKafka: the record headers it reads, consumer-group rebalances.
+ * What every adapter shares (exactly once, ordering policies, quarantine, stop, the 0.1
+ * envelope) is in test/contract/kafka-consumer.contract.test.ts.
  */
 import { randomBytes } from 'node:crypto';
-import { Admin } from '@platformatic/kafka';
+import { Admin, Producer } from '@platformatic/kafka';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeKafka } from '../../src/consumers/kafka/index.js';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
+import type { InboxEvent } from '../../src/inbox/decode.js';
 import { createInbox, type Inbox, type InboxHandler } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
+import { previousEnvelopeHeaders } from '../../src/testing/index.js';
 import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { appliedEffects, createEffectsTable, effectsHandler } from '../helpers/effects.js';
 import { committedToEnd, KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';
@@ -23,7 +27,7 @@ let publisher: Publisher;
 const topics: string[] = [];
 const consumers: Consumer[] = [];
 
-describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
+describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}`, () => {
   beforeAll(async () => {
     db = await createTestDb('kafka_consumer');
     await createEffectsTable(db);
@@ -42,6 +46,68 @@ describe.skipIf(!kafkaUp)(`consumeKafka on ${KAFKA_BROKER}: rebalances`, () => {
     await admin?.close();
     await db?.close();
   }, 30_000);
+
+  it("reads the Kafka binding's headers, 0.1's ce-* headers, and a record with a null header value", async () => {
+    const topic = `txo-khdr-${suffix}`;
+    const consumerName = `kafka-headers-${suffix}`;
+    topics.push(topic);
+    await admin.createTopics({ topics: [topic], partitions: 1, replicas: 1 });
+    const aggregateId = ' café 50%41 "x" ';
+    const headers = {
+      traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+      'x-note': 'a %41; b',
+    };
+    const [current, previous, nullHeader] = [1, 2, 3].map((sequence) =>
+      makeMessage({ aggregateId, sequence, topic, headers }),
+    ) as [OutboxMessage, OutboxMessage, OutboxMessage];
+    await publishAll(publisher, [current]);
+    const raw = new Producer<Buffer, Buffer, Buffer, Buffer>({
+      clientId: 'txo-khdr-raw',
+      bootstrapBrokers: [KAFKA_BROKER],
+    });
+    try {
+      const record = (m: OutboxMessage, envelope: Record<string, string>) => ({
+        topic,
+        partition: 0,
+        key: Buffer.from(m.aggregateId),
+        value: Buffer.from(m.payload),
+        headers: new Map<Buffer, Buffer>(
+          Object.entries(envelope).map(([k, v]) => [Buffer.from(k), Buffer.from(v)]),
+        ),
+      });
+      const withNull = record(nullHeader, envelopeHeaders(nullHeader, 'urn:other', 'kafka'));
+      // Kafka allows a null header value (a Java producer's `headers.add("x-null", null)`).
+      withNull.headers.set(Buffer.from('x-null'), null as unknown as Buffer);
+      await raw.send({
+        messages: [record(previous, previousEnvelopeHeaders(previous, 'legacy-relay')), withNull],
+      });
+    } finally {
+      await raw.close();
+    }
+    const seen: InboxEvent[] = [];
+    const consumer = await consumeKafka({
+      inbox: createInbox({ pool: db.pool, consumer: consumerName, schema: db.schema, ordering: 'strict' }),
+      handler: async (_tx, event) => {
+        seen.push(event);
+      },
+      url: [KAFKA_BROKER],
+      topic,
+      group: topic,
+    });
+    consumers.push(consumer);
+    await waitFor(async () => seen.length >= 3, { what: 'the three records handled', timeoutMs: 30_000 });
+    await consumer.stop();
+    expect(seen.map((e) => [e.eventId, e.aggregateId, e.sequence, e.contentType])).toEqual(
+      [current, previous, nullHeader].map((m) => [m.eventId, aggregateId, m.sequence, 'application/json']),
+    );
+    expect(seen.map((e) => e.headers['ce-source'])).toEqual(['tx-outbox', 'legacy-relay', 'urn:other']);
+    for (const e of seen) {
+      expect(e.headers['ce-subject']).toBe(aggregateId);
+      expect(e.headers['x-note']).toBe('a %41; b');
+      expect(e.headers['traceparent']).toBe(headers.traceparent);
+    }
+    expect(seen[2]!.headers['x-null']).toBeUndefined();
+  }, 60_000);
 
   it('members joining and leaving mid-stream: every event applied once, in order, everything committed', async () => {
     const topic = `txo-kreb-${suffix}`;

@@ -91,7 +91,7 @@ describe('mqttPublisher on Mosquitto', () => {
       });
       // The broker has every message (the subscriber got them) but its PUBACKs are held back.
       const got = await arrived(ns, 11);
-      expect(got.map((m) => userProperties(m.packet)['ce-id'])).toEqual(
+      expect(got.map((m) => userProperties(m.packet)['id'])).toEqual(
         expect.arrayContaining(batch.map((m) => m.eventId)),
       );
       await new Promise((r) => setTimeout(r, 200));
@@ -153,7 +153,7 @@ describe('mqttPublisher on Mosquitto', () => {
       subscriber.on('message', onMessage);
       const outcomes = await pub.publish(batch, never());
       const got = await arrived(ns, 300, 300);
-      const delivered = new Set(got.map((m) => userProperties(m.packet)['ce-id']));
+      const delivered = new Set(got.map((m) => userProperties(m.packet)['id']));
 
       const ok = batch.filter((_, i) => outcomes[i]!.ok);
       expect(ok.length).toBeGreaterThanOrEqual(250);
@@ -179,7 +179,7 @@ describe('mqttPublisher on Mosquitto', () => {
       expect(last).toEqual({ ok: true });
       // The failed messages were dropped from MQTT.js's store: nothing is resent on reconnect.
       const after = await arrived(ns, got.length + 1, 300);
-      const fresh = after.slice(got.length).map((m) => userProperties(m.packet)['ce-id']);
+      const fresh = after.slice(got.length).map((m) => userProperties(m.packet)['id']);
       expect(fresh).toEqual([again.eventId]);
     } finally {
       await proxy.close();
@@ -215,7 +215,7 @@ describe('mqttPublisher on Mosquitto', () => {
       expect(r.topic).toBe(topic);
       expect(r.packet.qos).toBe(1);
       expect(r.packet.retain).toBe(false);
-      expect(userProperties(r.packet)).toEqual(envelopeHeaders(sent, 'orders-service'));
+      expect(userProperties(r.packet)).toEqual(envelopeHeaders(sent, 'orders-service', 'mqtt'));
       expect(r.packet.properties?.contentType).toBe(sent.contentType);
       expect(Buffer.from(r.payload).equals(Buffer.from(sent.payload))).toBe(true);
     }
@@ -232,7 +232,7 @@ describe('mqttPublisher on Mosquitto', () => {
     );
     expect(await pub.publish(batch, never())).toEqual(batch.map(() => ({ ok: true })));
     const got = await arrived(ns, 50, 200);
-    expect(got.map((m) => userProperties(m.packet)['ce-id'])).toEqual(batch.map((m) => m.eventId));
+    expect(got.map((m) => userProperties(m.packet)['id'])).toEqual(batch.map((m) => m.eventId));
   });
 
   it('derives the topic from topic, else aggregateType/type with dots as slashes, or from the destination option', async () => {
@@ -294,7 +294,7 @@ describe('mqttPublisher on Mosquitto', () => {
     });
     expect(sentPublishes).toBe(2);
     const got = await arrived(ns, 2);
-    expect(got.map((m) => userProperties(m.packet)['ce-id'])).toEqual(good.map((m) => m.eventId));
+    expect(got.map((m) => userProperties(m.packet)['id'])).toEqual(good.map((m) => m.eventId));
     expect(closes).toBe(0);
 
     const throwing = publisher({
@@ -377,7 +377,8 @@ describe('mqttPublisher on Mosquitto', () => {
       datacontenttype: 'application/json',
       aggregatetype: json.aggregateType,
       aggregateid: json.aggregateId,
-      sequence: '3',
+      sequence: '0000000000000000003',
+      aggregatesequence: '3',
       schemaversion: '1',
       traceparent,
       data: { total: 12.5, items: ['a'] },

@@ -6,6 +6,7 @@ import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publish
 import { type RabbitMqPublisherOptions, rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
 import { contractMessage, TcpProxy } from '../../src/testing/index.js';
 import {
+  amqpCloudEvent,
   closeAdmin,
   created,
   exchangeOf,
@@ -159,13 +160,57 @@ describe('rabbitmqPublisher', () => {
       expect(m.properties.type).toBe(sent.type);
       expect(m.properties.contentType).toBe(sent.contentType);
       expect(m.properties.timestamp).toBe(Math.floor(createdAt.getTime() / 1000));
-      expect(m.properties.headers?.['ce-id']).toBe(sent.eventId);
-      expect(m.properties.headers?.['ce-source']).toBe('orders-service');
-      expect(m.properties.headers?.['ce-sequence']).toBe(String(sent.sequence));
-      expect(m.properties.headers?.['ce-time']).toBe(createdAt.toISOString());
+      // The AMQP binding: datacontenttype is the content-type property, never a header.
+      expect(m.properties.headers).toEqual({
+        ...sent.headers,
+        cloudEvents_specversion: '1.0',
+        cloudEvents_id: sent.eventId,
+        cloudEvents_source: 'orders-service',
+        cloudEvents_type: sent.type,
+        cloudEvents_time: createdAt.toISOString(),
+        cloudEvents_subject: sent.aggregateId,
+        cloudEvents_aggregatetype: sent.aggregateType,
+        cloudEvents_aggregateid: sent.aggregateId,
+        cloudEvents_sequence: `000000000000000000${sent.sequence}`,
+        cloudEvents_aggregatesequence: String(sent.sequence),
+        cloudEvents_schemaversion: String(sent.schemaVersion),
+      });
       expect(Buffer.compare(m.content, Buffer.from(sent.payload))).toBe(0);
+      expect(amqpCloudEvent(m)).toMatchObject({ id: sent.eventId, datacontenttype: sent.contentType });
     });
     expect(got[0]!.properties.headers?.['x-tenant']).toBe('acme');
+  });
+
+  it('the largest envelope enqueue accepts arrives intact, every attribute under the 256 bytes RabbitMQ converts to an AMQP 1.0 string', async () => {
+    const ns = newNamespace();
+    await topology(ns);
+    const source = `urn:${'s'.repeat(251)}`;
+    const p = publisher({ url: RABBITMQ_URL, exchange: exchangeOf(ns), source });
+    // 255 bytes each (type and aggregate type ASCII, the id in 3-byte characters), 8 KiB of headers.
+    const headers = Object.fromEntries(
+      Array.from({ length: 8 }, (_, i) => [`x-h${i}`, 'v'.repeat(1024 - 4)] as const),
+    );
+    const sent = contractMessage(topicOf(ns), '日'.repeat(85), Number.MAX_SAFE_INTEGER, {
+      type: 't'.repeat(255),
+      aggregateType: 'a'.repeat(255),
+      headers,
+    });
+    expect(Buffer.byteLength(sent.aggregateId)).toBe(255);
+    expect(await p.publish([sent], never())).toEqual([{ ok: true }]);
+    const [m] = await readQueue(ns, 1);
+    const got = m!.properties.headers ?? {};
+    for (const [name, value] of Object.entries(got)) {
+      if (name.startsWith('cloudEvents_')) expect(Buffer.byteLength(String(value))).toBeLessThanOrEqual(255);
+    }
+    expect(got['cloudEvents_source']).toBe(source);
+    expect(got['cloudEvents_aggregateid']).toBe(sent.aggregateId);
+    expect(got['cloudEvents_type']).toBe(sent.type);
+    expect(got['x-h7']).toBe(headers['x-h7']);
+    expect(amqpCloudEvent(m!)).toMatchObject({
+      source,
+      subject: sent.aggregateId,
+      aggregatetype: sent.aggregateType,
+    });
   });
 
   it('counts one confirm per message, many in flight at once, on a connection it was given (and leaves open)', async () => {

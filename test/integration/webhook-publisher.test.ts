@@ -132,11 +132,16 @@ describe('webhookPublisher — single mode', () => {
       'ce-source': 'orders-service',
       'ce-aggregatetype': 'order',
       'ce-aggregateid': message.aggregateId,
-      'ce-sequence': '3',
+      'ce-subject': message.aggregateId,
+      'ce-time': message.createdAt.toISOString(),
+      'ce-sequence': '0000000000000000003',
+      'ce-aggregatesequence': '3',
       'ce-schemaversion': '2',
       traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
       'webhook-id': message.eventId,
     });
+    // HTTP binding §3.1.1: the data content type is content-type, not also ce-datacontenttype.
+    expect(req?.headers).not.toHaveProperty('ce-datacontenttype');
     const timestamp = Number(req?.headers['webhook-timestamp']);
     expect(Math.abs(timestamp - Date.now() / 1000)).toBeLessThan(5);
     expect(req?.headers['webhook-signature']).toMatch(/^v1,[A-Za-z0-9+/]+=*$/);

@@ -2,7 +2,7 @@
  * The webhook receiver against an attacker who has seen signed requests and writes raw
  * HTTP on loopback (node:net, so header case, duplicates, folding and padding are as
  * sent, not as fetch would normalise them). Each request is signed as webhookPublisher
- * signs (envelopeHeaders + signWebhookRequest), then altered; the real receiver checks it
+ * signs (envelopeHeaders(…, 'http') + signWebhookRequest), then altered; the real receiver checks it
  * against a real PostgreSQL inbox. Whatever the alteration, there is never a second or
  * different effect: one event id, its signed attributes, applied at most once.
  */
@@ -14,6 +14,8 @@ import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { listQuarantine } from '../../src/inbox/quarantine.js';
 import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook/index.js';
+import { structuredEvent } from '../../src/publishers/webhook/request.js';
+import { previousEnvelopeHeaders } from '../../src/testing/envelopes.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 import { recordingHandler } from '../helpers/effects.js';
 import { makeMessage } from '../helpers/messages.js';
@@ -64,10 +66,7 @@ afterAll(async () => {
 /** A request for a fresh event, signed as webhookPublisher signs it (`omit`: event headers left out of it). */
 function signed(aggregateId: string, omit: readonly string[] = []): Signed {
   const message = makeMessage({ aggregateId, sequence: 1 });
-  const event: Record<string, string> = {
-    ...envelopeHeaders(message, 'tx-outbox'),
-    'content-type': message.contentType,
-  };
+  const event: Record<string, string> = envelopeHeaders(message, 'tx-outbox', 'http');
   for (const name of omit) delete event[name];
   const body = Buffer.from(message.payload);
   const signature = signWebhookRequest({ secret: SECRET, id: message.eventId, body, headers: event });
@@ -203,11 +202,15 @@ describe('webhook receiver under attack: raw requests', () => {
 
   it('an attribute the signer did not list is never read from an unsigned header', async () => {
     // A sender of its own that signs fewer headers: the receiver must not fill the gaps.
-    for (const missing of ['ce-type', 'ce-aggregateid', 'ce-id', 'ce-sequence']) {
-      const r = signed(`adv-unlisted-${missing}`, [missing]);
+    // The sequence is in two attributes: ce-sequence (padded) and ce-aggregatesequence.
+    const unlisted = [['ce-type'], ['ce-aggregateid'], ['ce-id'], ['ce-sequence', 'ce-aggregatesequence']];
+    for (const missing of unlisted) {
+      const r = signed(`adv-unlisted-${missing[0]}`, missing);
       const injected: HeaderLines = [
         ...r.lines,
-        [missing, missing === 'ce-id' ? r.eventId : missing === 'ce-sequence' ? '1' : 'x'],
+        ...missing.map(
+          (name) => [name, name === 'ce-id' ? r.eventId : name.includes('sequence') ? '1' : 'x'] as const,
+        ),
       ];
       expect(await raw(injected, r.body)).toBe(400);
       expect(effectsOf(r.eventId)).toHaveLength(0);
@@ -224,7 +227,7 @@ describe('webhook receiver under attack: raw requests', () => {
   it('a timestamp outside the tolerance, in the past or the future, is refused even when correctly signed', async () => {
     for (const offsetS of [-3600, 3600, 10 ** 9]) {
       const message = makeMessage({ aggregateId: `adv-time-${offsetS}`, sequence: 1 });
-      const event = { ...envelopeHeaders(message, 'tx-outbox'), 'content-type': 'application/json' };
+      const event = envelopeHeaders(message, 'tx-outbox', 'http');
       const body = Buffer.from(message.payload);
       const signature = signWebhookRequest({
         secret: SECRET,
@@ -252,18 +255,40 @@ describe('webhook receiver under attack: raw requests', () => {
     expect(effectsOf(r.eventId)).toHaveLength(0);
   });
 
-  it('a batch-mode request is refused with 415 by the single receiver, nothing applied', async () => {
-    const message = makeMessage({ aggregateId: 'adv-batch', sequence: 1 });
-    const body = Buffer.from(JSON.stringify([{ id: message.eventId, type: 'x', data: {} }]));
-    const event = { 'content-type': 'application/cloudevents-batch+json' };
-    const signature = signWebhookRequest({
-      secret: SECRET,
-      id: `batch_${message.eventId}`,
-      body,
-      headers: event,
-    });
-    expect(await raw([...Object.entries(event), ...Object.entries(signature)], body)).toBe(415);
-    expect(effectsOf(message.eventId)).toHaveLength(0);
+  it('a batch is read from its signed body only: taken whole or refused whole (400), each event once', async () => {
+    const good = makeMessage({ aggregateId: 'adv-batch', sequence: 1 });
+    const events = [structuredEvent(good, 'tx-outbox'), { id: randomUUID(), type: 'x', data: {} }];
+    const post = (body: Buffer, id = `batch_${good.eventId}`) => {
+      const event = { 'content-type': 'application/cloudevents-batch+json' };
+      const signature = signWebhookRequest({ secret: SECRET, id, body, headers: event });
+      return raw([...Object.entries(event), ...Object.entries(signature)], body);
+    };
+    // One element without an envelope: nothing of the batch is applied.
+    expect(await post(Buffer.from(JSON.stringify(events)))).toBe(400);
+    expect(effectsOf(good.eventId)).toHaveLength(0);
+    expect(await post(Buffer.from('{"not":"an array"}'))).toBe(400);
+    const whole = Buffer.from(JSON.stringify([events[0]]));
+    expect(await post(whole)).toBe(204);
+    expect(await post(whole)).toBe(204); // a replay: duplicates
+    expect(effectsOf(good.eventId)).toHaveLength(1);
+    expect(effectsOf(good.eventId)[0]!.aggregateId).toBe('adv-batch');
+  });
+
+  it('an unsigned ce-aggregatesequence cannot make the receiver percent-decode what 0.1 sent raw', async () => {
+    // 0.1 sent the values as they are; its requests are told apart by the absence of a signed
+    // ce-aggregatesequence. Adding one unsigned must not turn `a%20b` into `a b`.
+    const message = makeMessage({ aggregateId: 'adv-0.1-a%20b', sequence: 1 });
+    const event = { ...previousEnvelopeHeaders(message, 'tx-outbox'), 'content-type': message.contentType };
+    const body = Buffer.from(message.payload);
+    const signature = signWebhookRequest({ secret: SECRET, id: message.eventId, body, headers: event });
+    const lines: HeaderLines = [
+      ...Object.entries(event),
+      ...Object.entries(signature),
+      ['ce-aggregatesequence', '1'],
+    ];
+    expect(await raw(lines, body)).toBe(204);
+    expect(effectsOf(message.eventId)).toHaveLength(1);
+    expect(effectsOf(message.eventId)[0]!.aggregateId).toBe('adv-0.1-a%20b');
   });
 
   it('oversized headers and bodies are refused without effect, and the server keeps serving', async () => {

@@ -1,9 +1,15 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer, type WebhookServer } from '../../src/consumers/webhook.js';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import { createInbox, type InboxHandler, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
-import { webhookPublisher } from '../../src/publishers/webhook/index.js';
+import { signWebhookRequest, webhookPublisher } from '../../src/publishers/webhook/index.js';
+import { structuredEvent } from '../../src/publishers/webhook/request.js';
+import { AWKWARD_IDS, PREVIOUS_IDS, previousEnvelopeHeaders } from '../../src/testing/envelopes.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
+import { recordingHandler } from '../helpers/effects.js';
+import { logRecorder } from '../helpers/log-recorder.js';
 import { makeMessage } from '../helpers/messages.js';
 
 const SECRET = `whsec_${Buffer.from('a-32-byte-secret-for-the-tests!!').toString('base64')}`;
@@ -104,7 +110,6 @@ describe('webhookReceiver', () => {
 
   it('answers 400 to a signed request without an envelope', async () => {
     const s = await setup();
-    const { signWebhookRequest } = await import('../../src/publishers/webhook/index.js');
     const body = '{}';
     const headers = { 'content-type': 'application/json' };
     const res = await fetch(`${s.url}/events`, {
@@ -152,5 +157,189 @@ describe('webhookReceiver', () => {
     expect(rows[0].event_id).toBe(v2.eventId);
     expect(rows[0].reason).toMatch(/schema version 2/);
     expect((await s.applied()).map((r) => r.event_id)).toEqual([ok.eventId]);
+  });
+});
+
+/** POSTs a request signed as webhookPublisher signs, with `headers` as the event's headers. */
+async function signedPost(url: string, id: string, headers: Record<string, string>, body: Uint8Array) {
+  const res = await fetch(`${url}/events`, {
+    method: 'POST',
+    headers: { ...headers, ...signWebhookRequest({ secret: SECRET, id, body, headers }) },
+    body,
+  });
+  return { status: res.status, text: await res.text() };
+}
+
+describe('webhookReceiver — the envelope on the wire', () => {
+  it('reads what 0.1 sent (raw ce-* values, ce-datacontenttype, a plain ce-sequence) beside the current form', async () => {
+    const s = await setup({ ordering: 'strict' });
+    for (const aggregateId of PREVIOUS_IDS) {
+      const old = makeMessage({ aggregateId, sequence: 1, contentType: 'application/octet-stream' });
+      const headers = { ...previousEnvelopeHeaders(old, 'tx-outbox'), 'content-type': old.contentType };
+      expect((await signedPost(s.url, old.eventId, headers, old.payload)).status).toBe(204);
+      expect(await s.post(SECRET, makeMessage({ aggregateId, sequence: 2 }))).toEqual([{ ok: true }]);
+    }
+    const applied = await s.applied();
+    for (const id of PREVIOUS_IDS) {
+      // '%41%42' and 'a%20b' stay as they are: 0.1 never encoded.
+      expect(applied.filter((r) => r.aggregate_id === id).map((r) => r.sequence)).toEqual([1, 2]);
+    }
+  });
+
+  it('reads the content type of each form: content-type now, ce-datacontenttype from 0.1', async () => {
+    const { handler, seen } = recordingHandler();
+    const server = await createWebhookServer({
+      inbox: createInbox({ pool: db.pool, consumer: `ct-${db.schema}`, schema: db.schema }),
+      handler: async (tx, event) => {
+        await handler(tx, event);
+        types.set(event.eventId, event.contentType);
+      },
+      secret: SECRET,
+    });
+    servers.push(server);
+    const types = new Map<string, string | undefined>();
+    const current = makeMessage({ payload: new Uint8Array([1]), contentType: 'application/octet-stream' });
+    const publisher = webhookPublisher({ endpoints: `${server.url}/events`, secret: SECRET });
+    publishers.push(publisher);
+    expect(await publisher.publish([current], new AbortController().signal)).toEqual([{ ok: true }]);
+    const old = makeMessage({ payload: new Uint8Array([2]), contentType: 'application/octet-stream' });
+    // 0.1 sent content-type too; its ce-datacontenttype is the attribute.
+    const headers = { ...previousEnvelopeHeaders(old, 'tx-outbox'), 'content-type': 'text/plain' };
+    expect((await signedPost(server.url, old.eventId, headers, old.payload)).status).toBe(204);
+    expect(types.get(current.eventId)).toBe('application/octet-stream');
+    expect(types.get(old.eventId)).toBe('application/octet-stream');
+    expect(seen.map((e) => e.eventId)).toEqual([current.eventId, old.eventId]);
+  });
+
+  it('a signed ce-* value that is not valid percent-encoding is a 400 naming the header, logged; nothing applied', async () => {
+    const { lines, logger } = logRecorder();
+    const { handler, seen } = recordingHandler();
+    const server = await createWebhookServer({
+      inbox: createInbox({ pool: db.pool, consumer: `pct-${db.schema}`, schema: db.schema }),
+      handler,
+      secret: SECRET,
+      logger,
+    });
+    servers.push(server);
+    for (const [value, why] of [
+      ['50%zz', /'%' at index 2 is not followed by two hex digits/],
+      ['%FF%FE', /not UTF-8/],
+      ['trailing%', /'%' at index 8/],
+    ] as const) {
+      const m = makeMessage({ sequence: 1 });
+      const headers = { ...envelopeHeaders(m, 'tx-outbox', 'http'), 'ce-aggregateid': value };
+      const answer = await signedPost(server.url, m.eventId, headers, m.payload);
+      expect(answer.status).toBe(400);
+      expect(answer.text).toMatch(/headers\.ce-aggregateid: is not valid percent-encoding/);
+      expect(answer.text).toMatch(why);
+      const line = lines.find((l) => l.obj['webhookId'] === m.eventId);
+      expect(line).toMatchObject({ level: 'error', msg: 'webhook rejected' });
+      expect(String(line?.obj['reason'])).toContain('headers.ce-aggregateid');
+    }
+    expect(seen).toEqual([]);
+  });
+});
+
+describe('webhookReceiver — batch mode', () => {
+  it('applies every event of a batch exactly, awkward ids included; a retried batch adds nothing', async () => {
+    const s = await setup();
+    const messages = AWKWARD_IDS.map((aggregateId) => makeMessage({ aggregateId, sequence: 1 }));
+    const batcher = webhookPublisher({
+      endpoints: `${s.url}/events`,
+      secret: SECRET,
+      batch: { maxSize: 6 },
+    });
+    publishers.push(batcher);
+    expect(await batcher.publish(messages, new AbortController().signal)).toEqual(
+      messages.map(() => ({ ok: true })),
+    );
+    expect(await batcher.publish(messages, new AbortController().signal)).toEqual(
+      messages.map(() => ({ ok: true })),
+    );
+    const applied = await s.applied();
+    expect(applied.map((r) => r.event_id).sort()).toEqual(messages.map((m) => m.eventId).sort());
+    for (const m of messages) {
+      expect(applied.find((r) => r.event_id === m.eventId)?.aggregate_id).toBe(m.aggregateId);
+    }
+  });
+
+  it('strict: a batch with a deferred event is answered 503 (the sender retries it whole), and applies in order', async () => {
+    const s = await setup({ ordering: 'strict' });
+    const [m1, m2, m3] = [1, 2, 3].map((sequence) => makeMessage({ aggregateId: 'bx', sequence })) as [
+      OutboxMessage,
+      OutboxMessage,
+      OutboxMessage,
+    ];
+    const other = makeMessage({ aggregateId: 'by', sequence: 1 });
+    const batcher = webhookPublisher({
+      endpoints: `${s.url}/events`,
+      secret: SECRET,
+      batch: { maxSize: 10 },
+    });
+    publishers.push(batcher);
+    const first = await batcher.publish([m1, m3, other], new AbortController().signal);
+    expect(first.map((o) => o.ok)).toEqual([false, false, false]);
+    expect(first[0]).toMatchObject({ retryable: true, retryAfterMs: 1000 });
+    if (!first[0]!.ok) expect(first[0]!.error.message).toContain('deferred: 1 of 3 events');
+    // Aggregates run side by side: their order between them is not fixed.
+    expect((await s.applied()).map((r) => `${r.aggregate_id}:${r.sequence}`).sort()).toEqual([
+      'bx:1',
+      'by:1',
+    ]);
+    expect(await batcher.publish([m2, m3], new AbortController().signal)).toEqual([
+      { ok: true },
+      { ok: true },
+    ]);
+    expect((await s.applied()).filter((r) => r.aggregate_id === 'bx').map((r) => r.sequence)).toEqual([
+      1, 2, 3,
+    ]);
+  });
+
+  it('reads a batch as 0.1 wrote it: the same members, values as they are, a plain sequence', async () => {
+    const s = await setup({ ordering: 'none' });
+    const m = makeMessage({ aggregateId: 'a%20b 0.1', sequence: 7, json: { v: 1 } });
+    const event: Record<string, unknown> = { traceparent: 'tp' };
+    for (const [name, value] of Object.entries(previousEnvelopeHeaders(m, 'tx-outbox')))
+      if (name.startsWith('ce-')) event[name.slice(3)] = value;
+    event['data'] = { v: 1 };
+    const body = Buffer.from(JSON.stringify([event]));
+    const headers = { 'content-type': 'application/cloudevents-batch+json' };
+    expect((await signedPost(s.url, `batch_${m.eventId}`, headers, body)).status).toBe(204);
+    expect(await s.applied()).toEqual([{ event_id: m.eventId, aggregate_id: 'a%20b 0.1', sequence: 7 }]);
+  });
+
+  it('refuses, with a 400 naming the element and attribute, a batch with an event it cannot read', async () => {
+    const s = await setup();
+    const m = makeMessage({ aggregateId: 'bad-batch', sequence: 1 });
+    const good = structuredEvent(m, 'tx-outbox');
+    const cases: Array<[unknown, RegExp]> = [
+      [[good, { ...good, id: randomUUID(), aggregateid: undefined }], /batch\[1\]\.aggregateid: is missing/],
+      [[good, { ...good, id: 'not-a-uuid' }], /batch\[1\]: is not a tx-outbox event .*is not a UUID/],
+      [[{ ...good, data_base64: '***' }], /batch\[0\]\.data_base64: is not base64/],
+      [[good, 42], /batch\[1\]: is not a JSON object/],
+      [{ events: [good] }, /batch: is not a JSON array/],
+    ];
+    for (const [events, why] of cases) {
+      const body = Buffer.from(JSON.stringify(events));
+      const headers = { 'content-type': 'application/cloudevents-batch+json' };
+      const answer = await signedPost(s.url, `batch_${m.eventId}`, headers, body);
+      expect(answer.status).toBe(400);
+      expect(answer.text).toMatch(why);
+    }
+    const broken = await signedPost(
+      s.url,
+      `batch_${m.eventId}`,
+      { 'content-type': 'application/cloudevents-batch+json' },
+      Buffer.from('[{'),
+    );
+    expect(broken).toMatchObject({ status: 400, text: expect.stringMatching(/batch: is not UTF-8 JSON/) });
+    const latin1 = await signedPost(
+      s.url,
+      `batch_${m.eventId}`,
+      { 'content-type': 'application/cloudevents-batch+json' },
+      Buffer.from('["caf\xe9"]', 'latin1'),
+    );
+    expect(latin1).toMatchObject({ status: 400, text: expect.stringMatching(/batch: is not UTF-8 JSON/) });
+    expect(await s.applied()).toEqual([]);
   });
 });

@@ -291,7 +291,16 @@ describe('source (a URI-reference)', () => {
   });
 
   it('refuses what is not one, naming the field', () => {
-    for (const bad of ['', 'orders service', 'http://[bad"', '50%', '1http://x', 'café', 7]) {
+    for (const bad of [
+      '',
+      'orders service',
+      'http://[bad"',
+      '50%',
+      '1http://x',
+      'café',
+      7,
+      `urn:${'x'.repeat(252)}`,
+    ]) {
       expect(() => sourceOf(bad)).toThrow(/^source: /);
     }
   });

@@ -123,4 +123,15 @@ describe('resolveKafkaOptions', () => {
       problem(() => resolveKafkaOptions({ url: ['h:1'], createTopics: { replicationFactor: -1 } })).field,
     ).toBe('createTopics.replicationFactor');
   });
+
+  it('takes a URI-reference as source and refuses one a CloudEvents SDK would not read', () => {
+    for (const source of ['urn:example:orders', 'https://orders.example.com/a%20b', '/orders']) {
+      expect(resolveKafkaOptions({ url: ['h:1'], source }).source).toBe(source);
+    }
+    const spaced = problem(() => resolveKafkaOptions({ url: ['h:1'], source: 'order service' }));
+    expect(spaced.field).toBe('source');
+    expect(spaced.message).toMatch(/^source: has " " at index 5/);
+    expect(problem(() => resolveKafkaOptions({ url: ['h:1'], source: '' })).field).toBe('source');
+    expect(problem(() => kafkaPublisher({ url: ['h:1'], source: 'café' })).field).toBe('source');
+  });
 });

@@ -32,8 +32,13 @@ describe('topic names', () => {
     expect(topicProblem('')).toBe('is empty');
     expect(topicProblem('.')).toBe('is "." or ".."');
     expect(topicProblem('..')).toBe('is "." or ".."');
-    expect(topicProblem('orders/created')).toMatch(/characters other than ASCII letters/);
-    expect(topicProblem('créé')).toMatch(/characters other than ASCII letters/);
+    const rule = 'has characters other than ASCII letters, digits, ".", "_" and "-"';
+    expect(topicProblem('orders/created')).toBe(`${rule} ("/" U+002F at index 6)`);
+    expect(topicProblem('créé')).toBe(`${rule} ("é" U+00E9 at index 2)`);
+    expect(topicProblem('urn:orders')).toBe(`${rule} (":" U+003A at index 3)`);
+    expect(topicProblem('order created')).toBe(`${rule} (" " U+0020 at index 5)`);
+    expect(topicProblem('a😀')).toBe(`${rule} ("😀" U+1F600 at index 1)`);
+    expect(topicProblem('no\u00a0break')).toBe(`${rule} ("\u00a0" U+00A0 at index 2)`);
   });
 
   it('defaults to message.topic, else aggregateType.type', () => {
@@ -54,14 +59,24 @@ describe('wire: prepare and records', () => {
     expect(prepared.partition).toBe(-1);
     expect(prepared.key.toString()).toBe('order-7');
     expect(prepared.value.buffer).toBe((message.payload as Buffer).buffer); // not copied
-    const headers = Object.fromEntries([...prepared.headers].map(([k, v]) => [k.toString(), v.toString()]));
-    expect(headers).toMatchObject({
-      'ce-id': message.eventId,
-      'ce-source': 'shop',
-      'ce-aggregateid': 'order-7',
-      'ce-sequence': '3',
-      traceparent: message.headers['traceparent'],
-    });
+    // The Kafka binding (§3.2): user headers first, then ce_<attribute>, the data content type
+    // in content-type (so no ce_datacontenttype).
+    const headers = [...prepared.headers].map(([k, v]) => [k.toString(), v.toString()]);
+    expect(headers).toEqual([
+      ['traceparent', message.headers['traceparent']],
+      ['ce_specversion', '1.0'],
+      ['ce_id', message.eventId],
+      ['ce_source', 'shop'],
+      ['ce_type', 'contract.happened'],
+      ['ce_time', message.createdAt.toISOString()],
+      ['ce_subject', 'order-7'],
+      ['ce_aggregatetype', 'contract'],
+      ['ce_aggregateid', 'order-7'],
+      ['ce_sequence', '0000000000000000003'],
+      ['ce_aggregatesequence', '3'],
+      ['ce_schemaversion', '2'],
+      ['content-type', 'application/json'],
+    ]);
     // The size bound: 36 per record, plus key, value, and 10 per header plus its bytes.
     let bytes = 36 + prepared.key.length + prepared.value.length;
     for (const [k, v] of prepared.headers) bytes += 10 + k.length + v.length;
@@ -73,12 +88,33 @@ describe('wire: prepare and records', () => {
     ]);
   });
 
+  it('header values are the attributes as UTF-8, never percent-encoded; the key is the id as UTF-8', () => {
+    const id = ' café 50%41 "x" 😀 ';
+    const message = contractMessage('orders', id, 1, {
+      type: 'order.créé%20',
+      contentType: 'application/octet-stream',
+    });
+    const prepared = prepare(message, 0, { ...settings, source: 'urn:shop:a%20b' }) as Item;
+    const value = (name: string): Buffer | undefined =>
+      [...prepared.headers].find(([k]) => k.toString() === name)?.[1];
+    expect(prepared.key.equals(Buffer.from(id, 'utf8'))).toBe(true);
+    expect(value('ce_aggregateid')?.equals(Buffer.from(id, 'utf8'))).toBe(true);
+    expect(value('ce_subject')?.equals(Buffer.from(id, 'utf8'))).toBe(true);
+    expect(value('ce_type')?.toString()).toBe('order.créé%20');
+    expect(value('ce_source')?.toString()).toBe('urn:shop:a%20b');
+    expect(value('content-type')?.toString()).toBe('application/octet-stream');
+    expect(value('ce_datacontenttype')).toBeUndefined();
+    expect([...prepared.headers.keys()].some((k) => k.toString().startsWith('ce-'))).toBe(false);
+  });
+
   it('one Buffer per header name, shared by every record', () => {
-    expect(headerName('ce-id')).toBe(headerName('ce-id'));
+    expect(headerName('ce_id')).toBe(headerName('ce_id'));
     const a = prepare(contractMessage('t', 'a', 1), 0, settings) as Item;
     const b = prepare(contractMessage('t', 'b', 1), 1, settings) as Item;
-    expect([...a.headers.keys()]).toEqual([...b.headers.keys()]);
-    expect([...a.headers.keys()][0]).toBe([...b.headers.keys()][0]);
+    const [aNames, bNames] = [[...a.headers.keys()], [...b.headers.keys()]];
+    expect(aNames).toEqual(bNames);
+    for (const [i, name] of aNames.entries()) expect(name).toBe(bNames[i]);
+    expect(aNames.at(-1)).toBe(headerName('content-type'));
   });
 
   it('fails permanently: a topic function that throws, a bad topic name, a message over maxMessageBytes', () => {
@@ -95,14 +131,14 @@ describe('wire: prepare and records', () => {
     expect(failure(prepare(contractMessage('orders/created', 'a', 1), 0, settings))).toEqual({
       retryable: false,
       message: expect.stringMatching(
-        /^Kafka rejects topic "orders\/created" \(event .*\): it has characters/,
+        /^Kafka rejects topic "orders\/created" \(event .*\): it has characters other than ASCII letters, digits, "\.", "_" and "-" \("\/" U\+002F at index 6\)\. Enqueue it with a valid topic, or map topics to valid names with the `destination` option$/,
       ),
     });
     const notString = prepare(contractMessage('t', 'a', 1), 0, {
       ...settings,
       destination: () => 42 as unknown as string,
     });
-    expect(failure(notString).message).toMatch(/it is not a string$/);
+    expect(failure(notString).message).toMatch(/: it is not a string\. Enqueue it with a valid topic/);
     const fits = prepare(contractMessage('t', 'a', 1), 0, settings) as Item;
     const limit = fits.bytes + BATCH_OVERHEAD;
     expect('ok' in prepare(contractMessage('t', 'a', 1), 0, { ...settings, maxMessageBytes: limit })).toBe(

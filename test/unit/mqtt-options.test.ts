@@ -56,7 +56,7 @@ describe('MQTT publisher options', () => {
       destination: (m) => `x/${m.aggregateId}`,
       qos: 2,
       protocolVersion: 4,
-      source: 'orders',
+      source: 'urn:example:orders/a%20b?x=1',
       timeoutMs: 500,
       maxInFlight: 65_535,
     };
@@ -85,6 +85,10 @@ describe('MQTT publisher options', () => {
       [{ client, protocolVersion: 4 }, 'protocolVersion'],
       [{ url: URL, destination: 'orders' as unknown as () => string }, 'destination'],
       [{ url: URL, source: '' }, 'source'],
+      [{ url: URL, source: 'orders service' }, 'source'],
+      [{ url: URL, source: 'ördérs' }, 'source'],
+      [{ url: URL, source: '1x:orders' }, 'source'],
+      [{ url: URL, source: 7 as unknown as string }, 'source'],
       [{ url: URL, timeoutMs: 1.5 }, 'timeoutMs'],
       [{ url: URL, timeoutMs: 0 }, 'timeoutMs'],
       [{ url: URL, maxInFlight: 0 }, 'maxInFlight'],
@@ -101,6 +105,9 @@ describe('MQTT publisher options', () => {
       /must be at most 65535 \(MQTT packet identifiers\), got 70000/,
     );
     expect(() => resolveMqttOptions({ url: URL, qos: 0 as 1 })).toThrow(/QoS 0 has no acknowledgement/);
+    expect(() => resolveMqttOptions({ url: URL, source: 'orders service' })).toThrow(
+      /the CloudEvents source is a URI-reference.*'urn:example:orders'/,
+    );
   });
 
   it('still takes the old spelling `topic`, warning once; an invalid one is reported under its own name', () => {

@@ -1,6 +1,7 @@
+import { MQTT } from 'cloudevents';
 import { generate, type IPublishPacket } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
-import { envelopeHeaders } from '../../src/envelope/bindings.js';
+import { envelopeHeaders, structuredAttributes } from '../../src/envelope/bindings.js';
 import type { OutboxMessage, PublishOutcome } from '../../src/publishers/contract.js';
 import { defaultTopic, show, topicProblem } from '../../src/publishers/mqtt/topic.js';
 import {
@@ -95,16 +96,76 @@ describe('MQTT 5 wire mapping', () => {
     expect(item.options).toEqual({
       qos: 2,
       properties: {
-        userProperties: envelopeHeaders(json, 'orders'),
+        userProperties: envelopeHeaders(json, 'orders', 'mqtt'),
         contentType: 'application/json',
         payloadFormatIndicator: true,
       },
     });
     const bytes = makeMessage({ payload: new Uint8Array([0, 255]), contentType: 'application/octet-stream' });
     expect(prepared(bytes).options.properties).toEqual({
-      userProperties: envelopeHeaders(bytes, 'tx-outbox'),
+      userProperties: envelopeHeaders(bytes, 'tx-outbox', 'mqtt'),
       contentType: 'application/octet-stream',
     });
+  });
+
+  it('user properties named as the attributes (§3.1.3.1), values as they are (§3.1.3.2), the headers first', () => {
+    const aggregateId = ' café 50%off "q" 😀\ufeff ';
+    const message = makeMessage({
+      topic: 't',
+      aggregateId,
+      sequence: 42,
+      schemaVersion: 3,
+      type: 'order.created/"v2"%41',
+      headers: {
+        traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+        'x-note': 'a "b" %41',
+      },
+      createdAt: new Date(Date.UTC(2026, 11, 1, 10, 11, 12, 7)),
+    });
+    const properties = prepared(message, { ...V5, source: 'urn:example:orders' }).options.properties!;
+    expect(Object.entries(properties.userProperties!)).toEqual([
+      ['traceparent', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'],
+      ['x-note', 'a "b" %41'],
+      ['specversion', '1.0'],
+      ['id', message.eventId],
+      ['source', 'urn:example:orders'],
+      ['type', 'order.created/"v2"%41'],
+      ['time', '2026-12-01T10:11:12.007Z'],
+      ['subject', aggregateId],
+      ['datacontenttype', 'application/json'],
+      ['aggregatetype', 'order'],
+      ['aggregateid', aggregateId],
+      ['sequence', '0000000000000000042'],
+      ['aggregatesequence', '42'],
+      ['schemaversion', '3'],
+    ]);
+    expect(properties.contentType).toBe('application/json');
+  });
+
+  it('the cloudevents SDK reads the PUBLISH as the event: every attribute exact, the payload as data', () => {
+    const aggregateId = ' ÿ "x" %41 ';
+    const message = makeMessage({ topic: 't', aggregateId, sequence: 9, json: { total: 1 } });
+    const item = prepared(message, { ...V5, source: '/orders' });
+    const event = MQTT.toEvent({
+      PUBLISH: { 'Content Type': item.options.properties!.contentType },
+      body: item.payload,
+      headers: item.options.properties!.userProperties,
+    } as Parameters<typeof MQTT.toEvent>[0]);
+    expect(event).toMatchObject({
+      specversion: '1.0',
+      id: message.eventId,
+      source: '/orders',
+      type: message.type,
+      time: message.createdAt.toISOString(),
+      subject: aggregateId,
+      datacontenttype: 'application/json',
+      aggregateid: aggregateId,
+      sequence: '0000000000000000009',
+      aggregatesequence: '9',
+    });
+    expect(Buffer.from((event as { data_base64: string }).data_base64, 'base64').equals(item.payload)).toBe(
+      true,
+    );
   });
 
   it('uses the destination function; one that throws or returns a non-string fails the message permanently', () => {
@@ -150,22 +211,51 @@ describe('MQTT 3.1.1 wire mapping', () => {
     const json = makeMessage({ topic: 't', headers: { traceparent }, json: { total: 12.5 }, sequence: 3 });
     const item = prepared(json, { ...V4, source: 'orders' });
     expect(item.options).toEqual({ qos: 1 });
-    const attributes = Object.entries(envelopeHeaders(json, 'orders')).map(([name, value]) => [
-      name.startsWith('ce-') ? name.slice(3) : name,
-      value,
-    ]);
     const doc = JSON.parse(item.payload.toString('utf8'));
-    expect(doc).toEqual({ ...Object.fromEntries(attributes), data: { total: 12.5 } });
-    expect(doc).toMatchObject({
+    expect(doc).toEqual({ ...structuredAttributes(json, 'orders'), data: { total: 12.5 } });
+    expect(doc).toEqual({
+      traceparent,
       specversion: '1.0',
       id: json.eventId,
       source: 'orders',
-      sequence: '3',
-      traceparent,
+      type: json.type,
+      time: json.createdAt.toISOString(),
+      subject: json.aggregateId,
+      datacontenttype: 'application/json',
+      aggregatetype: json.aggregateType,
+      aggregateid: json.aggregateId,
+      sequence: '0000000000000000003',
+      aggregatesequence: '3',
+      schemaversion: '1',
+      data: { total: 12.5 },
     });
     // The payload text is embedded as it is, not re-serialised.
     const spaced = makeMessage({ payload: Buffer.from('{ "a" : [1, 2] }') });
     expect(prepared(spaced, V4).payload.toString('utf8')).toMatch(/,"data":\{ "a" : \[1, 2\] \}\}$/);
+  });
+
+  it('awkward values exact, and the cloudevents SDK reads the document (application/cloudevents+json implied, §3.2.1)', () => {
+    const aggregateId = ' "50%off" café\\ 😀 ';
+    const message = makeMessage({ topic: 't', aggregateId, sequence: 10, json: { a: [1] } });
+    const item = prepared(message, { ...V4, source: 'urn:example:orders' });
+    const doc = JSON.parse(item.payload.toString('utf8'));
+    expect(doc).toMatchObject({
+      subject: aggregateId,
+      aggregateid: aggregateId,
+      sequence: '0000000000000000010',
+    });
+    const event = MQTT.toEvent({
+      PUBLISH: { 'Content Type': 'application/cloudevents+json' },
+      body: item.payload.toString('utf8'),
+      headers: {},
+    } as Parameters<typeof MQTT.toEvent>[0]);
+    expect(event).toMatchObject({
+      id: message.eventId,
+      source: 'urn:example:orders',
+      aggregateid: aggregateId,
+      aggregatesequence: '10',
+      data: { a: [1] },
+    });
   });
 
   it('bytes as data_base64', () => {
@@ -196,6 +286,9 @@ describe('MQTT packet sizes and CONNACK limits', () => {
       [makeMessage({ topic: 'héllo/日本', headers: { 'x-unicode': 'héllo ✓ 🚀', traceparent: 'x' } }), V5],
       [makeMessage({ payload: Buffer.alloc(300, 1), contentType: 'application/octet-stream' }), V5],
       [makeMessage({ payload: Buffer.alloc(20_000, 1), contentType: 'application/octet-stream' }), V5],
+      // Raw UTF-8 user property values: up to 4 bytes per character.
+      [makeMessage({ aggregateId: '😀'.repeat(127), type: 'é'.repeat(200), headers: { 'x-a': 'b' } }), V5],
+      [makeMessage({ aggregateId: ' "%" ', json: { ü: '日本' } }), V4],
       [makeMessage({ topic: 'a/b', json: { n: 1 } }), V4],
       [
         makeMessage({

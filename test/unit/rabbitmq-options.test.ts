@@ -76,6 +76,24 @@ describe('resolveRabbitMqOptions', () => {
     expect(resolveRabbitMqOptions({ url: URL, exchange: 'x'.repeat(255) }).exchange).toHaveLength(255);
   });
 
+  it('takes a source that is a CloudEvents URI-reference RabbitMQ hands on as an AMQP 1.0 string', () => {
+    for (const ok of [
+      'https://orders.example.com',
+      'urn:example:orders',
+      '/orders',
+      `urn:${'s'.repeat(251)}`,
+    ]) {
+      expect(resolveRabbitMqOptions({ url: URL, source: ok }).source).toBe(ok);
+    }
+    for (const bad of ['', 'has space', 'café', '1bad:scheme', 7 as unknown as string]) {
+      expect(refusal({ url: URL, source: bad }).field).toBe('source');
+    }
+    const long = refusal({ url: URL, source: `urn:${'s'.repeat(252)}` });
+    expect(long.field).toBe('source');
+    expect(long.message).toContain('256 characters long');
+    expect(long.message).toContain('AMQP 1.0 consumers as binary');
+  });
+
   it('refuses a URL of another scheme without echoing its password', () => {
     const error = refusal({ url: 'http://user:s3cret@127.0.0.1:5672' });
     expect(error.field).toBe('url');

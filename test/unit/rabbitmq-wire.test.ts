@@ -51,11 +51,19 @@ describe('prepare', () => {
       contentType: 'application/json',
       timestamp: Math.floor(createdAt.getTime() / 1000),
     });
-    expect(got.options.headers).toMatchObject({
-      'ce-id': m.eventId,
-      'ce-source': 'orders-service',
-      'ce-sequence': '7',
+    expect(got.options.headers).toEqual({
       traceparent: m.headers['traceparent'],
+      cloudEvents_specversion: '1.0',
+      cloudEvents_id: m.eventId,
+      cloudEvents_source: 'orders-service',
+      cloudEvents_type: 'order.created',
+      cloudEvents_time: '2025-06-01T12:00:00.999Z',
+      cloudEvents_subject: 'o-1',
+      cloudEvents_aggregatetype: 'contract',
+      cloudEvents_aggregateid: 'o-1',
+      cloudEvents_sequence: '0000000000000000007',
+      cloudEvents_aggregatesequence: '7',
+      cloudEvents_schemaversion: '2',
     });
     expect(Buffer.compare(got.content, Buffer.from(m.payload))).toBe(0);
     expect(got.propertiesBytes).toBeGreaterThan(

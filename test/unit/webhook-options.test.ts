@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { DEFAULT_SOURCE } from '../../src/envelope/source.js';
 import { OutboxValidationError, PublishError } from '../../src/errors.js';
 import {
   DEFAULT_MAX_IN_FLIGHT,
-  DEFAULT_SOURCE,
   DEFAULT_TIMEOUT_MS,
   resolveWebhookOptions,
   type WebhookPublisherOptions,
@@ -84,7 +84,9 @@ describe('resolveWebhookOptions', () => {
     ['batch.maxSize', { batch: { maxSize: 0 } }, /Pass an integer >= 1/],
     ['headers', { headers: 'x' }, /must be an object/],
     ['headers.x-n', { headers: { 'x-n': 1 } }, /must be a string, got number/],
-    ['source', { source: '' }, /non-empty string/],
+    ['source', { source: '' }, /is empty/],
+    ['source', { source: 'orders service' }, /" " at index 6.*URI-reference/],
+    ['source', { source: 42 }, /is a number/],
   ])('refuses a bad %s, naming it and the fix', (field, override, message) => {
     const error = thrown(override === null ? null : { ...valid, ...override });
     expect(error.field).toBe(field);

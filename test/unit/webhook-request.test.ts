@@ -1,4 +1,6 @@
+import { type CloudEvent, HTTP } from 'cloudevents';
 import { describe, expect, it } from 'vitest';
+import { percentDecode } from '../../src/envelope/percent.js';
 import { PublishError } from '../../src/errors.js';
 import type { PublishOutcome } from '../../src/publishers/contract.js';
 import { resolveWebhookOptions, type WebhookPublisherOptions } from '../../src/publishers/webhook/options.js';
@@ -64,14 +66,53 @@ describe('planRequests — single mode', () => {
 
     expect(request.webhookId).toBe(message.eventId);
     expect(request.body).toBe(message.payload);
-    expect(Object.fromEntries(request.eventHeaders)).toMatchObject({
+    const headers = Object.fromEntries(request.eventHeaders);
+    expect(headers).toEqual({
       'content-type': 'application/json',
+      'ce-specversion': '1.0',
       'ce-id': message.eventId,
       'ce-type': 'order.created',
       'ce-source': 'orders',
-      'ce-sequence': '1',
+      'ce-time': message.createdAt.toISOString(),
+      'ce-subject': message.aggregateId,
+      'ce-aggregatetype': 'order',
+      'ce-aggregateid': message.aggregateId,
+      'ce-sequence': '0000000000000000001',
+      'ce-aggregatesequence': '1',
+      'ce-schemaversion': '1',
       traceparent: 'tp',
     });
+  });
+
+  it('follows the HTTP binding: percent-encoded ce-* values, content-type and no ce-datacontenttype', () => {
+    // §3.1.3.2: space, '"', '%' and everything outside visible ASCII as %XX of the UTF-8 bytes.
+    const message = makeMessage({
+      topic: 'a',
+      aggregateId: ' café 50% "日本" ',
+      type: 'order.created/"v2"',
+      sequence: 12,
+      payload: new Uint8Array([1]),
+      contentType: 'application/octet-stream',
+      headers: { 'x-note': 'a "quoted" %41; value' },
+    });
+    const request = prepared(planRequests([message], options({ source: 'urn:x:a%20b' })).posts[0]);
+    const headers = Object.fromEntries(request.eventHeaders);
+
+    const id = '%20caf%C3%A9%2050%25%20%22%E6%97%A5%E6%9C%AC%22%20';
+    expect(headers).toMatchObject({
+      'content-type': 'application/octet-stream',
+      'ce-aggregateid': id,
+      'ce-subject': id,
+      'ce-type': 'order.created/%22v2%22',
+      'ce-source': 'urn:x:a%2520b',
+      'ce-sequence': '0000000000000000012',
+      'ce-aggregatesequence': '12',
+      // The event's own headers are not attributes: sent as they are.
+      'x-note': 'a "quoted" %41; value',
+    });
+    expect(headers).not.toHaveProperty('ce-datacontenttype');
+    for (const value of Object.values(headers)) expect(value).toMatch(/^[\x20-\x7e]*$/);
+    expect(percentDecode(headers['ce-aggregateid']!)).toBe(message.aggregateId);
   });
 
   it('turns an event header that HTTP refuses into a permanent outcome for that POST only', () => {
@@ -106,6 +147,51 @@ describe('planRequests — batch mode', () => {
     expect(events.map((e) => e['id'])).toEqual([batch[0]!.eventId, batch[2]!.eventId]);
     expect(events[0]).toMatchObject({ data: { n: 1 }, source: 'tx-outbox' });
     expect(events[1]).toMatchObject({ data_base64: Buffer.from([1, 2]).toString('base64') });
+  });
+
+  it('writes the attributes as plain strings (JSON carries them, nothing percent-encoded) that the SDK reads', () => {
+    const message = makeMessage({
+      topic: 'a',
+      aggregateId: ' café 50% "日本" ',
+      type: 'order.created/"v2"',
+      sequence: 12,
+      json: { n: 1 },
+      headers: { traceparent: 'tp', 'x-note': 'not an attribute name' },
+    });
+    const [post] = planRequests([message], options({ batch: { maxSize: 5 }, source: 'urn:x:a%20b' })).posts;
+    const request = prepared(post);
+
+    const [event] = JSON.parse(Buffer.from(request.body).toString('utf8')) as Array<Record<string, unknown>>;
+    expect(event).toEqual({
+      traceparent: 'tp',
+      specversion: '1.0',
+      id: message.eventId,
+      source: 'urn:x:a%20b',
+      type: 'order.created/"v2"',
+      time: message.createdAt.toISOString(),
+      subject: message.aggregateId,
+      datacontenttype: 'application/json',
+      aggregatetype: 'order',
+      aggregateid: message.aggregateId,
+      sequence: '0000000000000000012',
+      aggregatesequence: '12',
+      schemaversion: '1',
+      data: { n: 1 },
+    });
+    // The official SDK's batched-mode reader (strict: extension names, source, time checked).
+    const [read] = HTTP.toEvent({
+      headers: Object.fromEntries(request.eventHeaders),
+      body: Buffer.from(request.body).toString('utf8'),
+    }) as CloudEvent<unknown>[];
+    expect({ ...read }).toMatchObject({
+      id: message.eventId,
+      source: 'urn:x:a%20b',
+      type: 'order.created/"v2"',
+      subject: message.aggregateId,
+      aggregateid: message.aggregateId,
+      sequence: '0000000000000000012',
+      data: { n: 1 },
+    });
   });
 });
 

@@ -226,9 +226,7 @@ export class KafkaConsumer<T> implements Consumer {
   async #deliver(record: KafkaMessage, received: Received): Promise<boolean> {
     let message: InboxMessage;
     try {
-      const headers: Record<string, string> = {};
-      for (const [name, value] of record.headers ?? []) headers[name.toString()] = value.toString();
-      message = fromEnvelope(headers, record.value ?? Buffer.alloc(0));
+      message = fromEnvelope(recordHeaders(record), record.value ?? Buffer.alloc(0));
     } catch (error) {
       this.o.logger.error(
         {
@@ -257,4 +255,17 @@ export class KafkaConsumer<T> implements Consumer {
       if (this.#life.stopping || !this.#book.isCurrent(received)) return false;
     }
   }
+}
+
+/**
+ * A record's headers as UTF-8 strings, what `fromEnvelope` reads: the Kafka binding's `ce_*`
+ * and `content-type`, or the `ce-*` of tx-outbox 0.1. Kafka allows a null header value (the
+ * client hands it over as undefined): such a header is left out rather than failing the record.
+ */
+export function recordHeaders(record: Pick<KafkaMessage, 'headers'>): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of record.headers ?? []) {
+    if (value != null) headers[name.toString()] = value.toString();
+  }
+  return headers;
 }

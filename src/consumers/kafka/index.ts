@@ -1,7 +1,8 @@
 /**
  * Apache Kafka consumer adapter, on @platformatic/kafka: a consumer group member reading one
  * topic (from the earliest offset when the group has none committed) whose records go through
- * the inbox. Each record is read from its CloudEvents headers, handled through a KeyedQueue keyed
+ * the inbox. Each record is read from its CloudEvents headers (the Kafka binding's `ce_*` and
+ * `content-type`, or the `ce-*` headers tx-outbox 0.1 wrote), handled through a KeyedQueue keyed
  * by aggregate (bounded concurrency, never two records of one aggregate at once), and its offset
  * becomes committable only after `inbox.handle` resolved. Per partition, the adapter commits only
  * the offset below which every record was handled, so a restart redelivers whatever was not.

@@ -15,6 +15,13 @@ export function topicProblem(topic: string): string | undefined {
     return `is ${topic.length} characters long; Kafka allows at most ${MAX_TOPIC_LENGTH}`;
   }
   if (topic === '.' || topic === '..') return 'is "." or ".."';
-  if (!TOPIC_PATTERN.test(topic)) return 'has characters other than ASCII letters, digits, ".", "_" and "-"';
+  if (!TOPIC_PATTERN.test(topic)) {
+    const bad = /[^a-zA-Z0-9._-]/u.exec(topic)!;
+    const code = bad[0].codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0');
+    return (
+      `has characters other than ASCII letters, digits, ".", "_" and "-" ` +
+      `(${JSON.stringify(bad[0])} U+${code} at index ${bad.index})`
+    );
+  }
   return undefined;
 }

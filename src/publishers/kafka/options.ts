@@ -4,6 +4,7 @@
  * (each error names the option and the fix), then defaults filled in.
  */
 import type { Producer, ProducerOptions } from '@platformatic/kafka';
+import { sourceOf } from '../../envelope/source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
@@ -64,7 +65,10 @@ export interface KafkaPublisherOptions {
   readonly destination?: (message: OutboxMessage) => string;
   /** @deprecated Use `destination`. */
   readonly topic?: (message: OutboxMessage) => string;
-  /** CloudEvents `source` attribute. Default `tx-outbox`. */
+  /**
+   * CloudEvents `source` attribute: a URI-reference such as `https://orders.example.com`,
+   * `urn:example:orders` or `/orders`. Default `tx-outbox`.
+   */
   readonly source?: string;
   /**
    * Creates a missing topic at first use (`true`: the broker's default partitions and
@@ -129,7 +133,7 @@ export function resolveKafkaOptions(given: KafkaPublisherOptions): KafkaSettings
     clientOptions: options.clientOptions,
     timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     destination: options.destination ?? defaultTopic,
-    source: options.source ?? 'tx-outbox',
+    source: sourceOf(options.source),
     createTopics:
       createTopics === undefined || createTopics === false
         ? false

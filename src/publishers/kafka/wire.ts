@@ -1,6 +1,8 @@
 /**
  * A message on the wire: its topic checked, the aggregate id as the record key, the payload
- * bytes as the value (untouched), the CloudEvents envelope in the record headers.
+ * bytes as the value (untouched), the CloudEvents envelope in the record headers as the Kafka
+ * binding (§3.2, binary content mode) says: `ce_<attribute>` headers with the values as UTF-8,
+ * the data content type in a `content-type` header, the user's own headers first, verbatim.
  */
 import type { MessageToProduce } from '@platformatic/kafka';
 import { envelopeHeaders } from '../../envelope/bindings.js';
@@ -48,15 +50,17 @@ export function prepare(
   }
   const problem = typeof topic === 'string' ? topicProblem(topic) : 'is not a string';
   if (problem !== undefined) {
+    // enqueue takes any topic (other brokers allow more): say how to get one Kafka accepts.
     return permanent(
-      `Kafka rejects topic ${JSON.stringify(topic).slice(0, 300)} (event ${message.eventId}): it ${problem}`,
+      `Kafka rejects topic ${JSON.stringify(topic).slice(0, 300)} (event ${message.eventId}): it ${problem}. ` +
+        'Enqueue it with a valid topic, or map topics to valid names with the `destination` option',
     );
   }
   const key = Buffer.from(message.aggregateId);
   const value = asBuffer(message.payload);
   const headers = new Map<Buffer, Buffer>();
   let bytes = 36 + key.length + value.length;
-  const envelope = envelopeHeaders(message, settings.source);
+  const envelope = envelopeHeaders(message, settings.source, 'kafka');
   for (const name in envelope) {
     const nameBytes = headerName(name);
     const valueBytes = Buffer.from(envelope[name]!);
@@ -88,7 +92,7 @@ export function partitionKey(item: Item): string {
   return `${item.topic}:${item.partition}`;
 }
 
-/** Header names repeat (ce-*, user headers): one Buffer each, at most 1,024 kept. */
+/** Header names repeat (ce_*, content-type, user headers): one Buffer each, at most 1,024 kept. */
 const headerNames = new Map<string, Buffer>();
 
 export function headerName(name: string): Buffer {

@@ -1,5 +1,6 @@
 /** The MQTT publisher's options: the public shape, and their resolution (renames, checks, defaults) into one frozen object. */
 import type { IClientOptions, MqttClient } from 'mqtt';
+import { sourceOf } from '../../envelope/source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
@@ -35,7 +36,10 @@ export interface MqttPublisherOptions {
    * lower-cased, e.g. `traceparent`) fails its message permanently rather than being dropped.
    */
   readonly protocolVersion?: 4 | 5;
-  /** CloudEvents `source` attribute. Default `tx-outbox`. */
+  /**
+   * CloudEvents `source` attribute: a URI-reference (`https://orders.example.com`,
+   * `urn:example:orders`, `/orders`). Default `tx-outbox`.
+   */
   readonly source?: string;
   /** Deadline for connecting and for each PUBACK, in ms. Default 10 000. */
   readonly timeoutMs?: number;
@@ -88,9 +92,7 @@ export function resolveMqttOptions(given: MqttPublisherOptions): MqttResolved {
       'Fix the option',
     );
   }
-  if (options.source !== undefined && (typeof options.source !== 'string' || options.source === '')) {
-    throw new OutboxValidationError('source', 'must be a non-empty string', 'Fix the option');
-  }
+  const source = sourceOf(options.source);
   const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS);
   const maxInFlight = positiveInteger('maxInFlight', options.maxInFlight, DEFAULT_MAX_IN_FLIGHT);
   if (maxInFlight > MAX_PACKET_IDS) {
@@ -109,7 +111,7 @@ export function resolveMqttOptions(given: MqttPublisherOptions): MqttResolved {
     qos: options.qos ?? 1,
     protocolVersion:
       options.client === undefined ? (options.protocolVersion ?? 5) : clientVersion === 5 ? 5 : 4,
-    source: options.source ?? 'tx-outbox',
+    source,
     timeoutMs,
     maxInFlight,
   });

@@ -36,7 +36,7 @@ import { prepareMessage } from './wire.js';
  *
  * A message whose PUBACK never came (timeout, lost connection) is removed from MQTT.js's
  * outgoing store, so the client does not resend it on reconnect: the relay republishes it.
- * Consumers dedup on the envelope's `ce-id` either way (MQTT has no broker-side dedup).
+ * Consumers dedup on the envelope's `id` either way (MQTT has no broker-side dedup).
  *
  * `close()` is idempotent: unsent messages fail as retryable, messages in flight get their
  * PUBACK or fail within `timeoutMs`, then a client made from `url` is ended. Later publishes

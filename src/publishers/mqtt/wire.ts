@@ -1,12 +1,16 @@
 /**
- * An outbox message as an MQTT PUBLISH. MQTT 5: the CloudEvents envelope as user properties,
- * the payload bytes untouched with the message's `contentType` (and the UTF-8 payload format
- * indicator for JSON). MQTT 3.1.1 has no properties: the message is a CloudEvents
- * structured-mode JSON document. A message MQTT cannot carry gets its permanent outcome here,
- * before anything is sent; so does one over the broker's Maximum Packet Size.
+ * An outbox message as an MQTT PUBLISH, as the CloudEvents MQTT binding says. MQTT 5 (binary
+ * content mode, §3.1): the message's own headers, then every attribute under its own name
+ * (`id`, `source` …, §3.1.3.1) as user properties, values as they are (§3.1.3.2); the
+ * payload bytes untouched (§3.1.2) with the PUBLISH Content Type = `datacontenttype` (§3.1.1)
+ * and, for JSON, the UTF-8 payload format indicator. `datacontenttype` is a user property too,
+ * as in the binding's own example (§3.1.4): the `cloudevents` SDK reads it only from there.
+ * MQTT 3.1.1 has no properties: the message is a structured-mode JSON document (§3.2). A
+ * message MQTT cannot carry gets its permanent outcome here, before anything is sent; so does
+ * one over the broker's Maximum Packet Size.
  */
 import type { IClientPublishOptions, MqttClient } from 'mqtt';
-import { envelopeHeaders } from '../../envelope/bindings.js';
+import { envelopeHeaders, structuredAttributes } from '../../envelope/bindings.js';
 import { errorMessage } from '../../errors.js';
 import type { OutboxMessage, PublishOutcome } from '../contract.js';
 import { asBuffer } from '../core/bytes.js';
@@ -64,7 +68,7 @@ function prepare(message: OutboxMessage, options: WireOptions): Prepared | Publi
     }
     return { topic, payload, options: { qos }, maxBytes: 9 + topic.length * 3 + payload.length };
   }
-  const userProperties = envelopeHeaders(message, source);
+  const userProperties = envelopeHeaders(message, source, 'mqtt');
   let chars = topic.length + message.contentType.length;
   for (const name in userProperties) {
     const value = userProperties[name]!;
@@ -85,27 +89,23 @@ function prepare(message: OutboxMessage, options: WireOptions): Prepared | Publi
   return { topic, payload, options: { qos, properties }, maxBytes: 32 + chars * 3 + payload.length };
 }
 
-const RESERVED_ATTRIBUTES: ReadonlySet<string> = new Set(['data', 'data_base64']);
-
 /**
  * MQTT 3.1.1: the CloudEvents structured-mode JSON document carrying the envelope and the payload
- * (`data` = the JSON payload text, embedded untouched; `data_base64` = bytes), or why not.
+ * (`data` = the JSON payload text, embedded untouched; `data_base64` = bytes), or why not. A
+ * header that cannot be an attribute is refused rather than dropped: 3.1.1 has nowhere else
+ * to carry it.
  */
 export function structuredPayload(message: OutboxMessage, source: string): Buffer | string {
-  const event: Record<string, string> = {};
-  const headers = envelopeHeaders(message, source);
-  for (const name in headers) {
-    if (name.startsWith('ce-')) continue;
-    const attribute = name.toLowerCase();
-    if (!/^[a-z0-9]+$/.test(attribute) || RESERVED_ATTRIBUTES.has(attribute)) {
+  const event = structuredAttributes(message, source);
+  for (const name in message.headers) {
+    if (event[name.toLowerCase()] !== message.headers[name]) {
       return (
-        `header "${name}" is not a CloudEvents attribute name ([a-z0-9]+) and MQTT 3.1.1 has no user ` +
+        `header ${JSON.stringify(name)} cannot be a CloudEvents attribute (a name of [a-z0-9]+ once ` +
+        'lower-cased, other than data, data_base64 and the envelope’s own) and MQTT 3.1.1 has no user ' +
         'properties to carry it: rename the header or publish with protocolVersion 5'
       );
     }
-    event[attribute] = headers[name]!;
   }
-  for (const name in headers) if (name.startsWith('ce-')) event[name.slice(3)] = headers[name]!;
   const head = JSON.stringify(event).slice(0, -1);
   const payload = asBuffer(message.payload);
   if (message.contentType !== 'application/json') {

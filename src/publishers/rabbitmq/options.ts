@@ -1,4 +1,5 @@
 import type { ChannelModel, Options, RecoveringChannelModel, SocketOptions } from 'amqplib';
+import { sourceOf } from '../../envelope/source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
@@ -45,7 +46,10 @@ export interface RabbitMqPublisherOptions {
    * missing exchange fails its messages instead of closing the channel).
    */
   readonly assertExchange?: boolean;
-  /** CloudEvents `source` attribute. Default `tx-outbox`. */
+  /**
+   * CloudEvents `source` attribute: a URI-reference of at most 255 characters (`sourceOf`:
+   * RabbitMQ would hand a longer one to AMQP 1.0 consumers as binary). Default `tx-outbox`.
+   */
   readonly source?: string;
   /** Deadline for connecting and for each publisher confirm, in ms. Default 10 000. */
   readonly timeoutMs?: number;
@@ -76,7 +80,6 @@ export interface ResolvedRabbitMqOptions {
 }
 
 export const DEFAULT_EXCHANGE = 'tx-outbox';
-export const DEFAULT_SOURCE = 'tx-outbox';
 export const DEFAULT_TIMEOUT_MS = 10_000;
 export const DEFAULT_MAX_IN_FLIGHT = 1024;
 
@@ -115,6 +118,7 @@ export function resolveRabbitMqOptions(given: RabbitMqPublisherOptions): Resolve
   if (destination !== undefined && typeof destination !== 'function') {
     throw new OutboxValidationError('destination', 'must be a function', 'Fix the option');
   }
+  const source = sourceOf(options.source);
   return Object.freeze({
     url,
     clientOptions: options.clientOptions,
@@ -122,7 +126,7 @@ export function resolveRabbitMqOptions(given: RabbitMqPublisherOptions): Resolve
     exchange: exchange ?? DEFAULT_EXCHANGE,
     destination: destination ?? defaultRoutingKey,
     assertExchange: options.assertExchange === true,
-    source: options.source ?? DEFAULT_SOURCE,
+    source,
     timeoutMs: positiveInteger('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS),
     maxInFlight: positiveInteger('maxInFlight', options.maxInFlight, DEFAULT_MAX_IN_FLIGHT),
     maxMessageBytes: positiveInteger('maxMessageBytes', options.maxMessageBytes, Number.POSITIVE_INFINITY),

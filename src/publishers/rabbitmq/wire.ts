@@ -3,9 +3,18 @@
  * and the size rules AMQP and amqplib set (short strings, the header table, the frame).
  *
  * Every message is persistent (delivery mode 2) and `mandatory`, with the event id as its AMQP
- * `message-id`, the event type as `type`, the stored content type, the creation time as
- * `timestamp` (unix seconds) and the CloudEvents envelope (`ce-*`, plus the user headers and
- * `traceparent`) as its headers. The payload bytes are sent untouched.
+ * `message-id`, the event type as `type`, the creation time as `timestamp` (unix seconds) and
+ * the CloudEvents envelope in binary content mode as the AMQP binding says: `datacontenttype` is
+ * the `content-type` property (§3.1.1), every other attribute a `cloudEvents_<name>` header
+ * (§3.1.3.1: the `_` separator is preferred, JMS selectors cannot name `:`) holding its value as
+ * an AMQP string, as it is (§3.1.3.2), after the user headers and `traceparent`. The payload
+ * bytes are sent untouched.
+ *
+ * Header values are AMQP 0-9-1 long strings (UTF-8). RabbitMQ hands a header to AMQP 1.0
+ * consumers as a string only when it is under 256 bytes without a NUL, else as binary: every
+ * attribute stays under that (type, aggregate type and id are at most 255 bytes without control
+ * characters from `enqueue`, the source at most {@link AMQP10_STRING_MAX} from the options, the
+ * rest is short); a user header value may not (up to 8 KiB at `enqueue`).
  */
 import type { Options } from 'amqplib';
 import { envelopeHeaders } from '../../envelope/bindings.js';
@@ -18,6 +27,11 @@ import { tooLarge } from './classify.js';
 
 /** AMQP short strings (exchange, routing key, message id) are at most 255 bytes. */
 export const SHORTSTR_MAX = 255;
+/**
+ * Longest header value RabbitMQ converts to an AMQP 1.0 string for AMQP 1.0 consumers (it
+ * makes a longer one binary, which a CloudEvents String attribute must not be).
+ */
+export const AMQP10_STRING_MAX = 255;
 /** amqplib encodes a message's properties (headers included) into a 64 KiB buffer. */
 export const PROPERTIES_BUFFER = 65_536;
 
@@ -70,7 +84,7 @@ export function prepare(message: OutboxMessage, wire: WireOptions): Item | Publi
   if (payload.byteLength > wire.maxMessageBytes) {
     return tooLarge(eventId, payload.byteLength, wire.maxMessageBytes);
   }
-  const headers = envelopeHeaders(message, wire.source);
+  const headers = envelopeHeaders(message, wire.source, 'amqp');
   const tableBytes = headerTableBytes(headers);
   if (tableBytes > PROPERTIES_BUFFER) {
     return permanent(

@@ -4,6 +4,7 @@
  * option checked (errors name the field and the fix), then the defaults filled in.
  */
 
+import { sourceOf } from '../../envelope/source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { renamedOptions } from '../../options/renamed.js';
 import { type EndpointResolver, endpointResolver, type WebhookEndpoints } from './endpoints.js';
@@ -31,7 +32,10 @@ export interface WebhookPublisherOptions {
   readonly batch?: { readonly maxSize: number };
   /** Extra static headers on every request (e.g. an API key). Protocol headers take precedence. */
   readonly headers?: Readonly<Record<string, string>>;
-  /** CloudEvents `source` attribute. Default `'tx-outbox'`. */
+  /**
+   * CloudEvents `source` attribute: a URI-reference such as `https://orders.example.com`,
+   * `urn:example:orders` or `/orders`. Default `'tx-outbox'`.
+   */
   readonly source?: string;
 }
 
@@ -49,7 +53,6 @@ export interface ResolvedWebhookOptions {
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 export const DEFAULT_MAX_IN_FLIGHT = 64;
-export const DEFAULT_SOURCE = 'tx-outbox';
 
 /** The component name in deprecation warnings. */
 const COMPONENT = 'webhookPublisher';
@@ -68,7 +71,7 @@ export function resolveWebhookOptions(given: WebhookPublisherOptions): ResolvedW
     maxInFlight: positiveInteger('maxInFlight', options.maxInFlight, DEFAULT_MAX_IN_FLIGHT),
     batchSize: batchSize(options.batch),
     headers,
-    source: sourceOption(options.source),
+    source: sourceOf(options.source),
   });
 }
 
@@ -131,16 +134,4 @@ function staticHeaders(headers: WebhookPublisherOptions['headers']): Readonly<Re
     copy[name] = value;
   }
   return Object.freeze(copy);
-}
-
-function sourceOption(source: unknown): string {
-  if (source === undefined) return DEFAULT_SOURCE;
-  if (typeof source !== 'string' || source.length === 0) {
-    throw new OutboxValidationError(
-      'source',
-      'must be a non-empty string',
-      "Pass a CloudEvents source such as 'https://orders.example.com' or omit it (default 'tx-outbox')",
-    );
-  }
-  return source;
 }

@@ -1,9 +1,9 @@
 /**
  * Webhook publisher: POSTs each event to an HTTP endpoint, signed with
  * Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`)
- * and carrying the envelope as CloudEvents attributes — binary mode (ce-*
- * headers, payload bytes as the body) or, with `batch`, structured batch mode
- * (`application/cloudevents-batch+json`).
+ * and carrying the envelope as the CloudEvents HTTP binding says — binary mode
+ * (percent-encoded ce-* headers, payload bytes as the body) or, with `batch`,
+ * batched mode (`application/cloudevents-batch+json`).
  *
  * Uses Node's global fetch (undici); no dependencies. The requests are built in
  * `request.ts`, their answers classified in `response.ts`; this file sends them: a slot of
@@ -140,23 +140,30 @@ class WebhookPublisher implements Publisher {
 /**
  * Creates the webhook publisher (`name = 'webhook'`).
  *
- * Single mode (default): one POST per event. The body is the stored payload
- * bytes unchanged, `content-type` is the message's content type, the envelope
- * travels as CloudEvents binary-mode headers (`ce-id`, `ce-type`, `ce-source`,
- * `ce-specversion`, `ce-aggregatetype`, `ce-aggregateid`, `ce-sequence`,
- * `ce-schemaversion`, …, plus the message's own headers such as `traceparent`),
- * and the request is signed with Standard Webhooks: `webhook-id` = the event
+ * Single mode (default): one POST per event, in the CloudEvents HTTP binding's
+ * binary mode. The body is the stored payload bytes unchanged, `content-type` is
+ * the message's content type (the `datacontenttype`, so no `ce-datacontenttype`:
+ * §3.1.1), the other attributes travel as `ce-` headers (`ce-id`, `ce-type`,
+ * `ce-source`, `ce-specversion`, `ce-time`, `ce-subject`, `ce-aggregatetype`,
+ * `ce-aggregateid`, `ce-sequence` zero-padded, `ce-aggregatesequence`,
+ * `ce-schemaversion`) with their values percent-encoded (§3.1.3.2: space, `"`,
+ * `%` and everything outside visible ASCII as `%XX` of its UTF-8 bytes), so any
+ * aggregate id arrives exactly; the message's own headers (`traceparent` …) go
+ * first, as they are. The request is signed with Standard Webhooks: `webhook-id` = the event
  * id = `ce-id` (receivers dedup on it), `webhook-timestamp` = unix seconds,
  * `webhook-signature` = `v1,<base64 HMAC-SHA256>` (see {@link signWebhook}).
  * That signature covers id, timestamp and body only, so the headers carrying
- * the event are signed too: `txo-signed-headers` names them, `txo-signature`
+ * the event are signed too, values as sent (percent-encoded):
+ * `txo-signed-headers` names them, `txo-signature`
  * signs them (see `signature.ts`); {@link verifyWebhookEvent} checks
  * both. Static `headers` (an API key …) are not part of the event and not signed.
  *
  * Batch mode (`batch: { maxSize }`): messages bound for the same URL are
  * POSTed together as a JSON array of structured CloudEvents
- * (`application/cloudevents-batch+json`); each element carries the envelope
- * attributes and `data` (the parsed JSON payload) or `data_base64` (bytes).
+ * (`application/cloudevents-batch+json`, the HTTP binding's batched mode §3.3);
+ * each element carries the envelope attributes as plain strings (JSON needs no
+ * encoding), the message's headers whose names are attribute names
+ * (`traceparent`), and `data` (the parsed JSON payload) or `data_base64` (bytes).
  * `webhook-id` is `batch_<eventId of the first element>` — deterministic for a
  * given batch, but a retried batch may contain different events, so receivers
  * should dedup on each element's `id`. The body, signed, carries every event's

@@ -1,11 +1,14 @@
 /**
  * Building the webhook POSTs of a publish call: messages routed to their endpoint, grouped
  * (one per POST in single mode, up to `batch.maxSize` in batch mode), each group made into a
- * request — CloudEvents binary mode (ce-* headers, the payload as the body) or structured
- * batch mode (`application/cloudevents-batch+json`) — and signed when it is sent.
+ * request and signed when it is sent. Single mode is the CloudEvents HTTP binding's binary
+ * mode (`envelopeHeaders(…, 'http')`: `ce-` headers with percent-encoded values, the data
+ * content type as `content-type` and no `ce-datacontenttype`, §3.1.1 and §3.1.3.2); batch
+ * mode its batched mode (§3.3, `application/cloudevents-batch+json`), each event in the JSON
+ * format with its attributes as plain strings.
  */
 
-import { envelopeHeaders } from '../../envelope/bindings.js';
+import { envelopeHeaders, structuredAttributes } from '../../envelope/bindings.js';
 import { PublishError } from '../../errors.js';
 import { failed, type OutboxMessage, type PublishOutcome } from '../contract.js';
 import type { Endpoint } from './endpoints.js';
@@ -20,7 +23,10 @@ export interface PreparedRequest {
   /** `webhook-id`: the event id in binary mode, so that it equals `ce-id`. */
   readonly webhookId: string;
   readonly body: Uint8Array;
-  /** The headers that carry the event, all signed: ce-* attributes, content-type, the event's own headers. */
+  /**
+   * The headers that carry the event, all signed, values as sent (percent-encoded): ce-*
+   * attributes, content-type, the event's own headers.
+   */
   readonly eventHeaders: Headers;
 }
 
@@ -101,14 +107,14 @@ function singleRequest(message: OutboxMessage, endpoint: Endpoint, source: strin
 }
 
 /**
- * The envelope, the event's own headers and content-type as HTTP headers. Names are
+ * The event's own headers, the envelope and content-type as HTTP headers. Names are
  * case-insensitive there: an event header `CE-Type` would join the envelope's `ce-type`
  * into one value (`x, order.created`); each attribute is set over it instead.
  */
 function eventHeaders(message: OutboxMessage, source: string): Headers {
   const headers = new Headers();
-  const fields = { ...envelopeHeaders(message, source), 'content-type': message.contentType };
-  for (const [name, value] of Object.entries(fields)) headers.set(name, value);
+  const fields = envelopeHeaders(message, source, 'http');
+  for (const name in fields) headers.set(name, fields[name]!);
   return headers;
 }
 
@@ -127,22 +133,13 @@ function batchRequest(
   };
 }
 
-const RESERVED_ATTRIBUTES = new Set(['data', 'data_base64']);
-
 /**
- * A structured-mode CloudEvent: the same attributes as the binary-mode ce-*
- * headers (string values), plus user headers whose names are valid
- * CloudEvents attribute names (e.g. `traceparent`), plus the payload.
+ * A structured-mode CloudEvent (the JSON event format): the attributes as plain strings
+ * (`structuredAttributes`: JSON carries any string, nothing is percent-encoded), plus the
+ * payload as `data` (JSON) or `data_base64` (anything else, or JSON that does not parse).
  */
 export function structuredEvent(message: OutboxMessage, source: string): Record<string, unknown> {
-  const event: Record<string, unknown> = {};
-  for (const [name, value] of Object.entries(message.headers)) {
-    const attribute = name.toLowerCase();
-    if (/^[a-z0-9]+$/.test(attribute) && !RESERVED_ATTRIBUTES.has(attribute)) event[attribute] = value;
-  }
-  for (const [name, value] of Object.entries(envelopeHeaders(message, source))) {
-    if (name.startsWith('ce-')) event[name.slice(3)] = value;
-  }
+  const event: Record<string, unknown> = structuredAttributes(message, source);
   const json = message.contentType === 'application/json' ? parseJson(message.payload) : undefined;
   if (json === undefined) event['data_base64'] = Buffer.from(message.payload).toString('base64');
   else event['data'] = json.value;

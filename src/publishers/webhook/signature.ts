@@ -9,7 +9,9 @@
  *   attributes, `content-type`, the event's own headers such as `traceparent`), and
  * - `txo-signature`: `v1,` + base64 HMAC-SHA256, keyed with a key derived from the same
  *   secret, of `${webhook-id}.${webhook-timestamp}.` followed by `name:value\n` for each
- *   of those headers in that order (values as sent, surrounding whitespace trimmed);
+ *   of those headers in that order (values as sent, surrounding whitespace trimmed:
+ *   the `ce-*` values percent-encoded, so a signed value is exactly what the receiver
+ *   decodes, and an edge space of an attribute is `%20`, never trimmed);
  *
  * and in binary mode `webhook-id` equals `ce-id`. {@link verifyWebhookEvent} checks all
  * of it and returns only the signed headers, so a receiver acts on nothing unsigned. The
@@ -59,7 +61,10 @@ export type WebhookVerification =
       readonly ok: true;
       /** The `webhook-id`. */
       readonly id: string;
-      /** The signed headers only (lower-case names, values as received): all a receiver may act on. */
+      /**
+       * The signed headers only (lower-case names, values as received, so the `ce-*` ones still
+       * percent-encoded: `fromEnvelope` decodes them): all a receiver may act on.
+       */
       readonly headers: Readonly<Record<string, string>>;
     }
   | { readonly ok: false; readonly reason: string };
