@@ -4,6 +4,7 @@ import { cpus, totalmem } from 'node:os';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import type pg from 'pg';
+import { percentDecode } from '../src/envelope/percent.js';
 import type { BenchContext } from './systems/types.js';
 
 export const DATABASE_URL = process.env['DATABASE_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -71,7 +72,7 @@ export async function streamOrderViolations(
     let seen = 0;
     let violations = 0;
     for await (const m of iter) {
-      const aggregate = m.headers?.get('ce-aggregateid') ?? '';
+      const aggregate = percentDecode(m.headers?.get('ce-aggregateid') ?? '');
       const sequence = Number(m.headers?.get('ce-sequence'));
       const prev = last.get(aggregate);
       if (prev !== undefined && sequence <= prev) violations += 1;

@@ -1,5 +1,6 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { percentDecode } from '../../src/envelope/percent.js';
 
 export interface StoredEvent {
   readonly streamSeq: number;
@@ -25,7 +26,7 @@ export async function readStream(servers: string, stream: string): Promise<Store
         streamSeq: m.seq,
         subject: m.subject,
         eventId: m.headers?.get('Nats-Msg-Id') ?? '',
-        aggregateId: m.headers?.get('ce-aggregateid') ?? '',
+        aggregateId: percentDecode(m.headers?.get('ce-aggregateid') ?? ''),
         sequence: Number(m.headers?.get('ce-sequence')),
       });
       if (out.length >= total) break;
