@@ -147,6 +147,21 @@ export function publisherContract(
       return p;
     };
 
+    /** `fromEnvelope` of what arrived: the event as it was sent. */
+    const readBack = (received: ReceivedMessage, sent: OutboxMessage) => {
+      const read = fromEnvelope(received.headers, received.payload);
+      expect(read).toMatchObject({
+        eventId: sent.eventId,
+        type: sent.type,
+        aggregateType: sent.aggregateType,
+        aggregateId: sent.aggregateId,
+        sequence: sent.sequence,
+        schemaVersion: sent.schemaVersion,
+        contentType: sent.contentType,
+      });
+      return read;
+    };
+
     beforeAll(async () => {
       proxy = await TcpProxy.start(subject.broker);
     });
@@ -167,15 +182,7 @@ export function publisherContract(
       for (const sent of batch) {
         const r = got.find((m) => m.eventId === sent.eventId);
         expect(r).toBeDefined();
-        expect(fromEnvelope(r!.headers, r!.payload)).toMatchObject({
-          eventId: sent.eventId,
-          type: sent.type,
-          aggregateType: sent.aggregateType,
-          aggregateId: sent.aggregateId,
-          sequence: sent.sequence,
-          schemaVersion: sent.schemaVersion,
-          contentType: sent.contentType,
-        });
+        readBack(r!, sent);
         expect(r!.headers['traceparent']).toBe(sent.headers['traceparent']);
         expect(Buffer.from(r!.payload).equals(Buffer.from(sent.payload))).toBe(true);
       }
@@ -203,16 +210,7 @@ export function publisherContract(
         const r = got.find((m) => m.eventId === sent.eventId);
         expect(r).toBeDefined();
         expect(r!.aggregateId).toBe(sent.aggregateId);
-        const read = fromEnvelope(r!.headers, r!.payload);
-        expect(read).toMatchObject({
-          eventId: sent.eventId,
-          type: sent.type,
-          aggregateType: sent.aggregateType,
-          aggregateId: sent.aggregateId,
-          sequence: sent.sequence,
-          schemaVersion: sent.schemaVersion,
-          contentType: sent.contentType,
-        });
+        const read = readBack(r!, sent);
         expect(read.headers['ce-source']).toBe(source);
         expect(read.headers['ce-subject']).toBe(sent.aggregateId);
         expect(read.headers['x-note']).toBe('a "quoted" %41; value');
