@@ -47,6 +47,8 @@ class ClientGone extends Error {}
 
 /** How often node:http looks for connections past headersTimeout/requestTimeout (its default is 30 s). */
 const CONNECTIONS_CHECK_MS = 500;
+/** Largest request head (request line and headers) the receiver reads, in bytes. */
+const MAX_HEADER_BYTES = 32 * 1024;
 
 /**
  * A node:http request listener receiving `webhookPublisher` deliveries into the inbox.
@@ -178,6 +180,9 @@ export async function createWebhookServer<T = unknown>(
   const { port: wanted, host, headersTimeoutMs, requestTimeoutMs } = resolveWebhookServerOptions(options);
   const server = createServer(
     {
+      // Twice Node's 16 KiB default: what enqueue accepts fits that already (see MAX_HEADERS_BYTES),
+      // this leaves room for what a proxy on the way adds. Not an option, just a safer default.
+      maxHeaderSize: MAX_HEADER_BYTES,
       headersTimeout: headersTimeoutMs,
       requestTimeout: requestTimeoutMs,
       connectionsCheckingInterval: Math.min(CONNECTIONS_CHECK_MS, headersTimeoutMs),

@@ -7,8 +7,24 @@
 import { OutboxValidationError } from '../errors.js';
 import { EDGE_WHITESPACE, uncarriedProblem } from './text.js';
 
-/** Names and values of one event's headers together, in bytes: HTTP servers commonly take 8–16 KiB. */
+/**
+ * One event's headers together, in bytes, each counted as {@link headerCost}. Node (and most HTTP
+ * servers) refuse a request head over 16 KiB with 431; the webhook request of the largest event
+ * stays under that: these 8 KiB, the eleven `ce-*` attributes (five of them up to 255 bytes,
+ * three times that percent-encoded: 3.8 KiB), the trace context `enqueue` adds (`traceparent`,
+ * and a `tracestate` OpenTelemetry keeps to 512 characters) and the Standard Webhooks and
+ * `txo-*` headers.
+ */
 export const MAX_HEADERS_BYTES = 8192;
+
+/**
+ * What a header takes of {@link MAX_HEADERS_BYTES}: its name twice (the webhook request lists
+ * every signed name again in `txo-signed-headers`, each followed by a space), its value, and the
+ * `: ` and CRLF of the header line, so that what `enqueue` accepts always fits a request head.
+ */
+export function headerCost(name: string, value: string): number {
+  return 2 * name.length + value.length + 5;
+}
 
 /** RFC 9110 token characters (`tchar`): what an HTTP field name may hold. */
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
@@ -19,6 +35,10 @@ const RENAME = 'Rename it, e.g. with an x- prefix.';
 const CLOUDEVENTS =
   'is a CloudEvents attribute of the envelope (structured mode and MQTT carry headers next to them)';
 const HTTP_CONNECTION = 'is an HTTP connection header, which the webhook publisher cannot send for an event';
+const CLOUDEVENTS_03 =
+  "is a CloudEvents 0.3 attribute: as an attribute of a 1.0 event (MQTT 5, structured mode) the cloudevents SDK's toEvent throws (schemaurl) or decodes the data as base64 (datacontentencoding)";
+const SDK_METHOD =
+  "is a method of the cloudevents SDK's CloudEvent (or of every JavaScript object): an attribute of that name (MQTT 5, structured mode) replaces it, and the SDK throws (HTTP.toEvent of a batch for validate, HTTP.binary, String(event) …)";
 
 /** Lower-case names a transport or the envelope gives a meaning, and why. */
 const RESERVED: ReadonlyMap<string, string> = new Map([
@@ -39,6 +59,25 @@ const RESERVED: ReadonlyMap<string, string> = new Map([
     'aggregatesequence',
     'schemaversion',
   ].map((name) => [name, CLOUDEVENTS] as const),
+  ...['schemaurl', 'datacontentencoding'].map((name) => [name, CLOUDEVENTS_03] as const),
+  ['txoheaders', "is tx-outbox's own CloudEvents extension (the event's headers in structured mode)"],
+  ...[
+    'validate',
+    'emit',
+    'clonewith',
+    'tojson',
+    'tostring',
+    'tolocalestring',
+    'valueof',
+    'constructor',
+    'hasownproperty',
+    'isprototypeof',
+    'propertyisenumerable',
+    '__definegetter__',
+    '__definesetter__',
+    '__lookupgetter__',
+    '__lookupsetter__',
+  ].map((name) => [name, SDK_METHOD] as const),
   ...[
     'connection',
     'content-length',
@@ -194,12 +233,14 @@ export function headersJsonOf(
         'Pass printable ASCII: percent-encode other text (encodeURIComponent), or put it in the payload.',
       );
     }
-    bytes += name.length + v.length;
+    bytes += headerCost(name, v);
     if (bytes > MAX_HEADERS_BYTES) {
       throw new OutboxValidationError(
         field,
-        `take more than ${MAX_HEADERS_BYTES} bytes (names and values)`,
-        'Put large data in the payload.',
+        `take more than ${MAX_HEADERS_BYTES} bytes, counting each header as 2 × name + value + 5 ` +
+          '(the webhook request lists every name again in txo-signed-headers, and adds ": " and CRLF ' +
+          'to each header line; Node refuses a request head over 16 KiB)',
+        'Put large data in the payload, or use fewer or shorter header names.',
       );
     }
     own[name] = v;
