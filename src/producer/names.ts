@@ -1,18 +1,18 @@
 /**
- * The rules for an event's names: `aggregateType` and `type` (CloudEvents header values, and
+ * The rules for an event's names: `aggregateType` and `type` (CloudEvents attributes, and
  * the default topic `<aggregateType>.<type>`), `aggregateId` (a Kafka key, the `subject` and
  * `aggregateid` attributes on every binding) and `topic` (a NATS subject, an MQTT topic, a
  * RabbitMQ routing key, a Redis stream key, a webhook endpoint key). Anything accepted here can
  * travel on every transport; anything refused names the field and the fix.
  */
 import { OutboxValidationError } from '../errors.js';
-import { uncarriedProblem } from './text.js';
+import { EDGE_WHITESPACE, uncarriedCharacter, uncarriedProblem } from './text.js';
 
 /** Longest aggregate type, type, aggregate id or topic, in UTF-8 bytes: an AMQP routing key's limit. */
 export const MAX_NAME_BYTES = 255;
 
-/** Visible ASCII: what an HTTP header value carries as is. */
-const IDENTIFIER = /^[\x21-\x7e]+$/;
+/** The common type: visible ASCII. Anything else takes the full checks. */
+const PLAIN_IDENTIFIER = /^[\x21-\x7e]+$/;
 /** The common id: printable ASCII. Anything else takes the full checks. */
 const PLAIN_ID = /^[\x20-\x7e]+$/;
 /**
@@ -46,18 +46,34 @@ function at(value: string, index: number): string {
   return `${JSON.stringify(String.fromCodePoint(code))} (U+${code.toString(16).toUpperCase().padStart(4, '0')}) at index ${index}`;
 }
 
-/** `aggregateType` or `type`: visible ASCII, no spaces (they travel as `ce-aggregatetype` and `ce-type`). */
+/**
+ * `aggregateType` or `type`: any CloudEvents String (Unicode text without control characters,
+ * lone surrogates or noncharacters, inner spaces and non-ASCII included) that neither starts nor
+ * ends with whitespace. The CloudEvents `type` is an identifier a receiver routes on: an edge
+ * space would make two types that look the same. Every binding carries the rest byte for byte
+ * (HTTP and NATS percent-encode `ce-type` and `ce-aggregatetype`; the AMQP `type` property is a
+ * UTF-8 short string of at most 255 bytes, which {@link MAX_NAME_BYTES} keeps).
+ */
 export function identifierOf(value: unknown, field: string, example: string): string {
   const name = requiredString(value, field, example);
-  if (IDENTIFIER.test(name)) return name;
-  const fix = `Use ASCII letters, digits and punctuation without spaces, e.g. ${example}.`;
-  const uncarried = uncarriedProblem(name);
-  if (uncarried !== undefined) throw new OutboxValidationError(field, uncarried, fix);
-  const index = name.search(/[^\x21-\x7e]/);
-  const what = /\s/.test(name[index]!)
-    ? 'whitespace'
-    : 'a non-ASCII character, which an HTTP header (ce-type, ce-aggregatetype) cannot carry';
-  throw new OutboxValidationError(field, `contains ${at(name, index)}: ${what}`, fix);
+  if (PLAIN_IDENTIFIER.test(name)) return name;
+  const bad = uncarriedCharacter(name);
+  if (bad !== undefined) {
+    throw new OutboxValidationError(
+      field,
+      `contains ${bad.code} (${bad.kind}) at index ${bad.index}, which a CloudEvents attribute cannot hold`,
+      `Remove ${bad.code} (${bad.kind}), e.g. ${example}.`,
+    );
+  }
+  if (EDGE_WHITESPACE.test(name)) {
+    const index = /^\s/.test(name) ? 0 : name.length - 1;
+    throw new OutboxValidationError(
+      field,
+      `${/^\s/.test(name) ? 'starts' : 'ends'} with whitespace (${at(name, index)}), which would look the same as the name without it`,
+      `Trim it, e.g. ${example}.`,
+    );
+  }
+  return name;
 }
 
 /**
@@ -79,12 +95,12 @@ export function aggregateIdOf(value: unknown, field: string): string {
   }
   const id = requiredString(value, field, "'order-42'");
   if (PLAIN_ID.test(id)) return id;
-  const uncarried = uncarriedProblem(id);
-  if (uncarried !== undefined) {
+  const bad = uncarriedCharacter(id);
+  if (bad !== undefined) {
     throw new OutboxValidationError(
       field,
-      `${uncarried}, which a CloudEvents attribute cannot hold`,
-      'Pass well-formed text without control characters (it becomes a key and a header).',
+      `contains ${bad.code} (${bad.kind}) at index ${bad.index}, which a CloudEvents attribute cannot hold`,
+      `Remove ${bad.code} (${bad.kind}): the id becomes a key and a header on every transport.`,
     );
   }
   return id;
@@ -131,6 +147,7 @@ export function topicOf(value: unknown, field: string): string | null {
  * be a valid topic too.
  */
 export function checkDefaultTopic(aggregateType: string, type: string, field: string): void {
+  // Plain topics are ASCII: there the length is the byte count.
   if (aggregateType.length + type.length < MAX_NAME_BYTES && PLAIN_TOPIC.test(`${aggregateType}.${type}`))
     return;
   const fix = 'Change it, or pass a topic.';
@@ -147,7 +164,7 @@ export function checkDefaultTopic(aggregateType: string, type: string, field: st
       );
     }
   }
-  const bytes = aggregateType.length + 1 + type.length; // both ASCII
+  const bytes = Buffer.byteLength(aggregateType) + 1 + Buffer.byteLength(type);
   if (bytes > MAX_NAME_BYTES) {
     throw new OutboxValidationError(
       `${field}.topic`,

@@ -28,18 +28,26 @@ export function unstorableProblem(value: string): string | undefined {
  */
 const UNCARRIED = /[\p{Cc}\p{Cs}\p{Noncharacter_Code_Point}]/u;
 
-/** Why some transport cannot carry `value` intact in a header, subject or key, or undefined. */
-export function uncarriedProblem(value: string): string | undefined {
+/** The first character of `value` no transport carries intact, or undefined. */
+export function uncarriedCharacter(
+  value: string,
+): { readonly code: string; readonly kind: string; readonly index: number } | undefined {
   const bad = UNCARRIED.exec(value);
   if (!bad) return undefined;
   const char = bad[0];
   const code = `U+${char.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}`;
-  const what = /\p{Cc}/u.test(char)
+  const kind = /\p{Cc}/u.test(char)
     ? 'a control character'
     : /\p{Cs}/u.test(char)
       ? 'a lone UTF-16 surrogate'
       : 'a Unicode noncharacter';
-  return `contains ${code} (${what}) at index ${bad.index}`;
+  return { code, kind, index: bad.index };
+}
+
+/** Why some transport cannot carry `value` intact in a header, subject or key, or undefined. */
+export function uncarriedProblem(value: string): string | undefined {
+  const bad = uncarriedCharacter(value);
+  return bad === undefined ? undefined : `contains ${bad.code} (${bad.kind}) at index ${bad.index}`;
 }
 
 /** JavaScript's whitespace (what `trim()` removes: NATS trims header values, HTTP trims SP and HTAB). */

@@ -49,7 +49,21 @@ const refused: Array<[string, OutboxEvent, string, RegExp]> = [
   ['aggregateType with a space', event({ aggregateType: 'order item' }), '.aggregateType', /whitespace/],
   ['type with a newline', event({ type: 'order.created\n' }), '.type', /U\+000A \(a control character\)/],
   ['type with a tab', event({ type: 'order\tcreated' }), '.type', /U\+0009/],
-  ['type with non-ASCII', event({ type: 'commande.créée' }), '.type', /non-ASCII/],
+  ['type with a leading space', event({ type: ' order.created' }), '.type', /starts with whitespace/],
+  [
+    'aggregateType ending with a no-break space',
+    event({ aggregateType: 'order\u00a0' }),
+    '.aggregateType',
+    /ends with whitespace .*U\+00A0/,
+  ],
+  [
+    'type with a noncharacter',
+    event({ type: 'order.\ufdd0' }),
+    '.type',
+    /U\+FDD0 \(a Unicode noncharacter\)/,
+  ],
+  ['type with a lone surrogate', event({ type: 'order.\ud800' }), '.type', /lone UTF-16 surrogate/],
+  ['type with an inner space, no topic', event({ type: 'order created' }), '.type', /whitespace/],
   ['aggregateType over 255 bytes', event({ aggregateType: 'a'.repeat(256) }), '.aggregateType', /256 bytes/],
   [
     'aggregateType with a wildcard, no topic',
@@ -72,10 +86,27 @@ const refused: Array<[string, OutboxEvent, string, RegExp]> = [
     '.topic',
     /default topic .* 301 bytes/,
   ],
+  [
+    'default topic over 255 UTF-8 bytes (non-ASCII)',
+    event({ aggregateType: 'é'.repeat(100), type: 'é'.repeat(30) }),
+    '.topic',
+    /default topic .* 261 bytes/,
+  ],
   // aggregateId: a Kafka key, ce-subject / ce-aggregateid headers, an MQTT property.
   ['aggregateId with CR LF', event({ aggregateId: 'a\r\nb' }), '.aggregateId', /U\+000D/],
   ['aggregateId with a C1 control', event({ aggregateId: 'a\u0085b' }), '.aggregateId', /U\+0085/],
-  ['aggregateId with a noncharacter', event({ aggregateId: 'a\uffff' }), '.aggregateId', /noncharacter/],
+  [
+    'aggregateId with a noncharacter (and a fix that names it)',
+    event({ aggregateId: 'a\uffff' }),
+    '.aggregateId',
+    /noncharacter\) at index 1, .*\. Remove U\+FFFF \(a Unicode noncharacter\)/,
+  ],
+  [
+    'aggregateId with a lone surrogate (and a fix that names it)',
+    event({ aggregateId: 'a\udc00' }),
+    '.aggregateId',
+    /\. Remove U\+DC00 \(a lone UTF-16 surrogate\)/,
+  ],
   ['aggregateId over 255 UTF-8 bytes', event({ aggregateId: 'é'.repeat(128) }), '.aggregateId', /256 bytes/],
   ['aggregateId an unsafe integer', event({ aggregateId: 2 ** 60 }), '.aggregateId', /safe integer/],
   ['aggregateId a fraction', event({ aggregateId: 1.5 }), '.aggregateId', /safe integer/],
@@ -136,6 +167,18 @@ const refused: Array<[string, OutboxEvent, string, RegExp]> = [
     /tx-outbox's own/,
   ],
   ['header id', headers({ id: 'v' }), '.headers["id"]', /CloudEvents attribute/],
+  // names the cloudevents SDK acts on when they arrive as attributes (MQTT 5, structured mode).
+  ['header schemaurl', headers({ schemaurl: 'v' }), '.headers["schemaurl"]', /CloudEvents 0\.3/],
+  [
+    'header DataContentEncoding',
+    headers({ DataContentEncoding: 'base64' }),
+    '.headers["DataContentEncoding"]',
+    /CloudEvents 0\.3/,
+  ],
+  ['header txoheaders', headers({ txoheaders: '{}' }), '.headers["txoheaders"]', /tx-outbox's own/],
+  ['header validate', headers({ validate: 'v' }), '.headers["validate"]', /method of the cloudevents SDK/],
+  ['header toString', headers({ toString: 'v' }), '.headers["toString"]', /method of the cloudevents SDK/],
+  ['header constructor', headers({ constructor: 'v' }), '.headers["constructor"]', /method/],
   ['header __proto__', headers(JSON.parse('{"__proto__":"v"}')), '.headers["__proto__"]', /JavaScript/],
   [
     'headers differing in case',
@@ -159,6 +202,13 @@ const refused: Array<[string, OutboxEvent, string, RegExp]> = [
     headers(Object.fromEntries(Array.from({ length: 9 }, (_, i) => [`x-h${i}`, 'v'.repeat(1000)]))),
     '.headers',
     /8192 bytes/,
+  ],
+  [
+    // 16 KiB of request head on the webhook (txo-signed-headers lists each name again): a 431.
+    'headers over 8 KiB counting each name twice',
+    headers(Object.fromEntries(Array.from({ length: 32 }, (_, i) => [`x-${i}`.padEnd(252, 'n'), '']))),
+    '.headers',
+    /8192 bytes, counting each header as 2 × name \+ value \+ 5/,
   ],
   // payloads JSON would not write faithfully.
   ['NaN', payload({ total: Number.NaN }), '.payload.total', /NaN/],
@@ -297,6 +347,16 @@ describe('what is accepted is stored exactly', () => {
       { aggregateType: 'file', aggregateId: 2n ** 70n, type: 'file.put', payload: view },
       // Every binding carries edge spaces (HTTP and NATS percent-encode them).
       { aggregateType: 'edge', aggregateId: ' 42\u00a0', type: 'edge.kept', payload: {} },
+      // A type is any CloudEvents String without edge whitespace; with a topic, inner spaces too.
+      {
+        aggregateType: 'Bestellung Ä',
+        aggregateId: 't-1',
+        type: 'commande créée 注文 😀 "v2"',
+        topic: 'commandes',
+        payload: {},
+      },
+      // Without one, a non-ASCII default topic of 255 UTF-8 bytes.
+      { aggregateType: 'é'.repeat(100), aggregateId: 't-2', type: 'é'.repeat(27), payload: {} },
     ];
     const results = await inTransaction(db.pool, (tx) => enqueue(tx, events, { schema: db.schema }));
     const { rows } = await db.pool.query(
@@ -319,5 +379,12 @@ describe('what is accepted is stored exactly', () => {
     expect(second.aggregate_id).toBe('1180591620717411303424');
     expect(rows.find((r) => r.aggregate_type === 'edge').aggregate_id).toBe(' 42\u00a0');
     expect([...second.payload_bytes]).toEqual([0, 1, 2, 255]);
+    expect(rows.find((r) => r.aggregate_type === 'Bestellung Ä')).toMatchObject({
+      event_type: 'commande créée 注文 😀 "v2"',
+      topic: 'commandes',
+    });
+    expect(rows.find((r) => r.aggregate_type === 'é'.repeat(100))).toMatchObject({
+      event_type: 'é'.repeat(27),
+    });
   });
 });
