@@ -1,8 +1,10 @@
 /**
  * Addresses given on the command line are visible to every user in `ps` and stay in shell
- * history; a relay runs for days. When an address flag carries a password, a user name
- * (often a token) or a query value, the relay warns once per flag — naming the flag, never
- * the value — and says where the address can go instead. It still works.
+ * history; a relay runs for days. When an address flag carries a password, a query value
+ * named like a secret (`?password=`, `?token=`, `?api_key=` …) or, for NATS, a user name alone
+ * (NATS URLs put a token there: `nats://<token>@host`), the relay warns once per flag — naming
+ * the flag, never the value — and says where the address can go instead. It still works. A
+ * user name alone elsewhere (`postgres://postgres@host/db`) is no secret.
  */
 import type { Logger } from '../logger.js';
 
@@ -18,7 +20,9 @@ export function warnSecretsOnCommandLine(
   logger: Logger,
 ): void {
   for (const [flag, value] of Object.entries(flags)) {
-    if (value === undefined || !value.split(',').some(carriesSecret)) continue;
+    const tokenUser = flag === '--nats';
+    if (value === undefined || !value.split(',').some((address) => carriesSecret(address, tokenUser)))
+      continue;
     logger.warn(
       { flag },
       `${flag} carries a password or token, visible to other users in \`ps\` and kept in shell ` +
@@ -27,14 +31,25 @@ export function warnSecretsOnCommandLine(
   }
 }
 
-function carriesSecret(address: string): boolean {
+/**
+ * Query parameter names whose value is a credential (libpq's `password` and `sslpassword`,
+ * `access_token`, `api_key`, `sig` …), not a file path like libpq's `sslkey`.
+ */
+const SECRET_PARAMETER = /pass|pwd|secret|token|^key$|api_?key|access_?key|auth|sig|cred/i;
+/** The same, for an address `new URL` cannot parse. */
+const SECRET_TEXT =
+  /:[^@/]*@|[?&](?:[^=&]*(?:pass|pwd|secret|token|api_?key|access_?key|auth|sig|cred)|key=)/i;
+
+function carriesSecret(address: string, tokenUser: boolean): boolean {
   const text = address.trim();
-  // `user:pass@host:4222`, as NATS takes it.
-  if (!text.includes('://')) return text.includes('@');
+  // `user:pass@host:4222` or `token@host`, as NATS takes it.
+  if (!text.includes('://')) return tokenUser ? text.includes('@') : /^[^@/]*:[^@/]*@/.test(text);
   try {
     const url = new URL(text);
-    return url.username !== '' || url.password !== '' || url.search.length > 1;
+    if (url.password !== '' || (tokenUser && url.username !== '')) return true;
+    for (const name of url.searchParams.keys()) if (SECRET_PARAMETER.test(name)) return true;
+    return false;
   } catch {
-    return /[@?]/.test(text);
+    return SECRET_TEXT.test(text);
   }
 }
