@@ -6,13 +6,18 @@ import { payloadJsonOf } from './payload.js';
 /** An event as the producer writes it. */
 export interface OutboxEvent {
   /**
-   * Kind of aggregate, e.g. `order`: visible ASCII, no spaces. Together with aggregateId it keys
+   * Kind of aggregate, e.g. `order`: any text without control characters, noncharacters or
+   * whitespace at either end, at most 255 UTF-8 bytes. Together with aggregateId it keys
    * ordering and partitioning.
    */
   readonly aggregateType: string;
-  /** A string (well-formed, no control characters, no surrounding whitespace), bigint or safe integer. */
+  /** A string (well-formed, no control characters or noncharacters, at most 255 UTF-8 bytes), bigint or safe integer. */
   readonly aggregateId: string | number | bigint;
-  /** Event type, e.g. `order.created`: visible ASCII, no spaces. */
+  /**
+   * Event type, e.g. `order.created`: the CloudEvents `type`, any text without control
+   * characters, noncharacters or whitespace at either end, at most 255 UTF-8 bytes. Without a
+   * `topic`, `<aggregateType>.<type>` must be a topic too (no whitespace, no wildcards).
+   */
   readonly type: string;
   /**
    * Plain data JSON writes faithfully (no NaN, Map, Set, ArrayBuffer …), or bytes as a
@@ -24,7 +29,10 @@ export interface OutboxEvent {
    * Default: decided by the publisher, usually `<aggregateType>.<type>`.
    */
   readonly topic?: string;
-  /** RFC 9110 token names (not `ce-*`, `Nats-*` … see docs/guarantees.md), printable-ASCII values. */
+  /**
+   * RFC 9110 token names (not `ce-*`, `Nats-*` … see docs/guarantees.md), printable-ASCII values;
+   * at most 8192 bytes, each header counted as 2 × name + value + 5.
+   */
   readonly headers?: Readonly<Record<string, string>>;
   /** Default 1. */
   readonly schemaVersion?: number;
