@@ -39,6 +39,15 @@ export type EnvelopeAttributes = Readonly<Record<AttributeName, string>>;
  */
 export const KNOWN_ATTRIBUTES: ReadonlySet<string> = new Set<string>([...ATTRIBUTE_NAMES, 'dataschema']);
 
+/** What a CloudEvents attribute may be named. */
+export const ATTRIBUTE_NAME = /^[a-z0-9]+$/;
+
+/**
+ * The extension that carries, in structured mode, the message's own headers whose names are not
+ * attribute names: a JSON object of name → value.
+ */
+export const HEADERS_ATTRIBUTE = 'txoheaders';
+
 /** `sequence` as the Sequence extension wants it: zero-padded, so string order is number order. */
 export function paddedSequence(sequence: number | bigint): string {
   return String(sequence).padStart(SEQUENCE_DIGITS, '0');
