@@ -289,6 +289,9 @@ describe('source (a URI-reference)', () => {
   it('accepts URLs, URNs, paths and the default', () => {
     for (const ok of [
       'https://orders.example.com/x?y=1#z',
+      'http://[::1]:8080/a',
+      '//[v1.x]/p',
+      'http://u@[fe80::1]',
       'urn:example:orders',
       '/orders',
       'tx-outbox',
