@@ -18,8 +18,10 @@ import {
   ATTRIBUTE_NAME,
   ATTRIBUTE_NAMES,
   type AttributeName,
+  type AttributeNames,
   envelopeAttributes,
   HEADERS_ATTRIBUTE,
+  writeAttributes,
 } from './attributes.js';
 import { percentEncode } from './percent.js';
 
@@ -42,9 +44,9 @@ export const BINDING_RULES: Readonly<Record<EnvelopeBinding, BindingRule>> = {
 };
 
 /** Header names of each binding's attributes, built once. */
-const NAMES = new Map<string, Readonly<Record<AttributeName, string>>>();
+const NAMES = new Map<string, AttributeNames>();
 
-function namesOf(prefix: string): Readonly<Record<AttributeName, string>> {
+function namesOf(prefix: string): AttributeNames {
   let names = NAMES.get(prefix);
   if (names === undefined) {
     const built: Partial<Record<AttributeName, string>> = {};
@@ -74,16 +76,16 @@ export function envelopeHeaders(
   binding: EnvelopeBinding = 'nats',
 ): Record<string, string> {
   const rule = BINDING_RULES[binding];
-  const names = namesOf(rule.prefix);
-  const attributes = envelopeAttributes(message, source);
   const headers: Record<string, string> = {};
   for (const name in message.headers) headers[name] = message.headers[name]!;
-  for (const attribute in attributes) {
-    const key = attribute as AttributeName;
-    if (key === 'datacontenttype' && rule.contentType !== 'attribute') continue;
-    const value = attributes[key];
-    headers[names[key]] = rule.encode ? percentEncode(value) : value;
-  }
+  writeAttributes(
+    headers,
+    namesOf(rule.prefix),
+    message,
+    source,
+    rule.encode ? percentEncode : undefined,
+    rule.contentType === 'attribute',
+  );
   if (rule.contentType === 'header') headers['content-type'] = message.contentType;
   return headers;
 }
