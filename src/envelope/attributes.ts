@@ -39,26 +39,60 @@ export type EnvelopeAttributes = Readonly<Record<AttributeName, string>>;
  */
 export const KNOWN_ATTRIBUTES: ReadonlySet<string> = new Set<string>([...ATTRIBUTE_NAMES, 'dataschema']);
 
+/** What a CloudEvents attribute may be named. */
+export const ATTRIBUTE_NAME = /^[a-z0-9]+$/;
+
+/**
+ * The extension that carries, in structured mode, the message's own headers whose names are not
+ * attribute names: a JSON object of name → value.
+ */
+export const HEADERS_ATTRIBUTE = 'txoheaders';
+
 /** `sequence` as the Sequence extension wants it: zero-padded, so string order is number order. */
 export function paddedSequence(sequence: number | bigint): string {
   return String(sequence).padStart(SEQUENCE_DIGITS, '0');
 }
 
+/** The header (field, user property …) name of each attribute under one binding. */
+export type AttributeNames = Readonly<Record<AttributeName, string>>;
+
+const UNPREFIXED = Object.fromEntries(ATTRIBUTE_NAMES.map((name) => [name, name])) as AttributeNames;
+
+const same = (value: string): string => value;
+
+/**
+ * Writes the attributes of `message`, published from `source`, into `target` under `names`, each
+ * string value through `encode`, `datacontenttype` only `withContentType`: the one place that says
+ * what each attribute holds, in the order they are written.
+ */
+export function writeAttributes(
+  target: Record<string, string>,
+  names: AttributeNames,
+  message: OutboxMessage,
+  source: string,
+  encode: (value: string) => string = same,
+  withContentType = true,
+): void {
+  const sequence = String(message.sequence);
+  const aggregateId = encode(message.aggregateId);
+  target[names.specversion] = SPEC_VERSION;
+  target[names.id] = encode(message.eventId);
+  target[names.source] = encode(source);
+  target[names.type] = encode(message.type);
+  target[names.time] = message.createdAt.toISOString(); // RFC 3339: visible ASCII, nothing to encode
+  target[names.subject] = aggregateId;
+  if (withContentType) target[names.datacontenttype] = encode(message.contentType);
+  target[names.aggregatetype] = encode(message.aggregateType);
+  target[names.aggregateid] = aggregateId;
+  target[names.sequence] =
+    sequence.length >= SEQUENCE_DIGITS ? sequence : sequence.padStart(SEQUENCE_DIGITS, '0');
+  target[names.aggregatesequence] = sequence;
+  target[names.schemaversion] = String(message.schemaVersion);
+}
+
 /** The attributes of `message`, published from `source`. */
 export function envelopeAttributes(message: OutboxMessage, source: string): EnvelopeAttributes {
-  const sequence = String(message.sequence);
-  return {
-    specversion: SPEC_VERSION,
-    id: message.eventId,
-    source,
-    type: message.type,
-    time: message.createdAt.toISOString(),
-    subject: message.aggregateId,
-    datacontenttype: message.contentType,
-    aggregatetype: message.aggregateType,
-    aggregateid: message.aggregateId,
-    sequence: sequence.length >= SEQUENCE_DIGITS ? sequence : sequence.padStart(SEQUENCE_DIGITS, '0'),
-    aggregatesequence: sequence,
-    schemaversion: String(message.schemaVersion),
-  };
+  const attributes: Record<string, string> = {};
+  writeAttributes(attributes, UNPREFIXED, message, source);
+  return attributes as EnvelopeAttributes;
 }

@@ -14,7 +14,15 @@
  * Redis Streams has no official binding: its fields follow the MQTT 5 layout.
  */
 import type { OutboxMessage } from '../publishers/contract.js';
-import { ATTRIBUTE_NAMES, type AttributeName, envelopeAttributes } from './attributes.js';
+import {
+  ATTRIBUTE_NAME,
+  ATTRIBUTE_NAMES,
+  type AttributeName,
+  type AttributeNames,
+  envelopeAttributes,
+  HEADERS_ATTRIBUTE,
+  writeAttributes,
+} from './attributes.js';
 import { percentEncode } from './percent.js';
 
 export type EnvelopeBinding = 'http' | 'nats' | 'kafka' | 'amqp' | 'mqtt' | 'redis';
@@ -36,9 +44,9 @@ export const BINDING_RULES: Readonly<Record<EnvelopeBinding, BindingRule>> = {
 };
 
 /** Header names of each binding's attributes, built once. */
-const NAMES = new Map<string, Readonly<Record<AttributeName, string>>>();
+const NAMES = new Map<string, AttributeNames>();
 
-function namesOf(prefix: string): Readonly<Record<AttributeName, string>> {
+function namesOf(prefix: string): AttributeNames {
   let names = NAMES.get(prefix);
   if (names === undefined) {
     const built: Partial<Record<AttributeName, string>> = {};
@@ -68,35 +76,43 @@ export function envelopeHeaders(
   binding: EnvelopeBinding = 'nats',
 ): Record<string, string> {
   const rule = BINDING_RULES[binding];
-  const names = namesOf(rule.prefix);
-  const attributes = envelopeAttributes(message, source);
   const headers: Record<string, string> = {};
   for (const name in message.headers) headers[name] = message.headers[name]!;
-  for (const attribute in attributes) {
-    const key = attribute as AttributeName;
-    if (key === 'datacontenttype' && rule.contentType !== 'attribute') continue;
-    const value = attributes[key];
-    headers[names[key]] = rule.encode ? percentEncode(value) : value;
-  }
+  writeAttributes(
+    headers,
+    namesOf(rule.prefix),
+    message,
+    source,
+    rule.encode ? percentEncode : undefined,
+    rule.contentType === 'attribute',
+  );
   if (rule.contentType === 'header') headers['content-type'] = message.contentType;
   return headers;
 }
 
 /** Attribute names a structured-mode event cannot take from a user header. */
-const STRUCTURED_RESERVED: ReadonlySet<string> = new Set(['data', 'data_base64']);
+const STRUCTURED_RESERVED: ReadonlySet<string> = new Set(['data', 'data_base64', HEADERS_ATTRIBUTE]);
 
 /**
  * The attributes of a structured-mode event (MQTT 3.1.1, webhook batches): the message's own
- * headers whose names are valid attribute names (`traceparent` …, in lower case), then every
- * attribute, values as they are (JSON carries any string).
+ * headers whose names are attribute names as they are (`traceparent` …), then every attribute,
+ * values as they are (JSON carries any string). The other headers (`x-tenant`, `TraceParent` …),
+ * which a JSON event cannot hold as attributes, travel together in the `txoheaders` extension: a
+ * JSON object of name → value, which `fromEnvelope` unpacks.
  */
 export function structuredAttributes(message: OutboxMessage, source: string): Record<string, string> {
   const event: Record<string, string> = {};
+  let others: Record<string, string> | undefined;
   for (const name in message.headers) {
-    const attribute = name.toLowerCase();
-    if (/^[a-z0-9]+$/.test(attribute) && !STRUCTURED_RESERVED.has(attribute)) {
-      event[attribute] = message.headers[name]!;
+    const value = message.headers[name]!;
+    if (ATTRIBUTE_NAME.test(name) && !STRUCTURED_RESERVED.has(name)) {
+      event[name] = value;
+    } else {
+      others ??= {};
+      others[name] = value;
     }
   }
-  return Object.assign(event, envelopeAttributes(message, source));
+  Object.assign(event, envelopeAttributes(message, source));
+  if (others !== undefined) event[HEADERS_ATTRIBUTE] = JSON.stringify(others);
+  return event;
 }

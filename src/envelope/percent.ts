@@ -11,19 +11,38 @@ const PLAIN = /^[!#$&-~]*$/;
 
 const HEX = '0123456789ABCDEF';
 
-/** `value` with every character the binding names percent-encoded (UTF-8, upper-case hex). */
+/** `%XX` of each ASCII character the binding encodes (space, `"`, `%`, controls, DEL). */
+const ASCII_ESCAPES: readonly string[] = Array.from({ length: 128 }, (_, code) =>
+  code > 0x20 && code < 0x7f && code !== 0x22 && code !== 0x25
+    ? String.fromCharCode(code)
+    : `%${HEX[code >> 4]}${HEX[code & 15]}`,
+);
+
+/**
+ * `value` with every character the binding names percent-encoded (UTF-8, upper-case hex). Runs
+ * of non-ASCII go through `encodeURIComponent`, which writes exactly that; it throws a
+ * `URIError` on a lone surrogate, which has no UTF-8 form (enqueue refuses them).
+ */
 export function percentEncode(value: string): string {
   if (PLAIN.test(value)) return value;
   let out = '';
-  for (const char of value) {
-    const code = char.codePointAt(0)!;
-    if (code > 0x20 && code < 0x7f && code !== 0x22 && code !== 0x25) {
-      out += char;
+  let from = 0;
+  for (let i = 0; i < value.length; i += 1) {
+    const code = value.charCodeAt(i);
+    if (code > 0x20 && code < 0x7f && code !== 0x22 && code !== 0x25) continue;
+    if (i > from) out += value.slice(from, i);
+    if (code < 0x80) {
+      out += ASCII_ESCAPES[code];
+      from = i + 1;
       continue;
     }
-    for (const byte of Buffer.from(char, 'utf8')) out += `%${HEX[byte >> 4]}${HEX[byte & 15]}`;
+    let end = i + 1;
+    while (end < value.length && value.charCodeAt(end) >= 0x80) end += 1;
+    out += encodeURIComponent(value.slice(i, end));
+    from = end;
+    i = end - 1;
   }
-  return out;
+  return out + value.slice(from);
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });

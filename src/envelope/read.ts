@@ -7,7 +7,7 @@
  * sent), `id` MQTT 5 and Redis.
  */
 import { OutboxValidationError } from '../errors.js';
-import { KNOWN_ATTRIBUTES } from './attributes.js';
+import { HEADERS_ATTRIBUTE, KNOWN_ATTRIBUTES } from './attributes.js';
 import { percentDecode } from './percent.js';
 
 /** How a message's envelope was written. */
@@ -100,5 +100,26 @@ export function readEnvelope(headers: Readonly<Record<string, string | undefined
       }
     }
   }
+  if (form === 'unprefixed') unpackHeaders(rest);
   return { form, attributes, headerOf, headers: rest };
+}
+
+/**
+ * A structured-mode event's `txoheaders` (structuredAttributes) back into the headers it
+ * carries. Left as it is when it is not a JSON object of strings (another producer's).
+ */
+function unpackHeaders(headers: Record<string, string>): void {
+  const packed = headers[HEADERS_ATTRIBUTE];
+  if (packed === undefined) return;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(packed);
+  } catch {
+    return;
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return;
+  const entries = Object.entries(parsed);
+  if (!entries.every(([, value]) => typeof value === 'string')) return;
+  delete headers[HEADERS_ATTRIBUTE];
+  for (const [name, value] of entries) if (!(name in headers)) headers[name] = value as string;
 }

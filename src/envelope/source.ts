@@ -3,6 +3,7 @@
  * `https://orders.example.com`, `urn:example:orders` or `/orders`. Checked once, when the
  * publisher is created, so no event goes out with a source a CloudEvents SDK refuses.
  */
+import { isIPv6 } from 'node:net';
 import { OutboxValidationError } from '../errors.js';
 
 export const DEFAULT_SOURCE = 'tx-outbox';
@@ -44,6 +45,10 @@ export function sourceOf(source: unknown, field = 'source'): string {
         : `has ${JSON.stringify(source[index])} at index ${index}, which a URI cannot hold unencoded`;
     throw new OutboxValidationError(field, `${why} (the CloudEvents source is a URI-reference)`, fix);
   }
+  const shape = shapeProblem(source);
+  if (shape !== undefined) {
+    throw new OutboxValidationError(field, `${shape} (the CloudEvents source is a URI-reference)`, fix);
+  }
   const colon = source.indexOf(':');
   const slash = source.search(/[/?#]/);
   if (colon !== -1 && (slash === -1 || colon < slash) && !SCHEME.test(source.slice(0, colon))) {
@@ -54,4 +59,25 @@ export function sourceOf(source: unknown, field = 'source'): string {
     );
   }
   return source;
+}
+
+/** The host of `scheme://[…]` or `//[…]`, with optional user info and port: where RFC 3986 allows brackets. */
+const IP_LITERAL = /^(?:[A-Za-z][A-Za-z0-9+.-]*:)?\/\/(?:[^/?#@[\]]*@)?\[([^\]]*)\](?::[0-9]*)?(?:[/?#]|$)/;
+const IP_FUTURE = /^v[0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+$/;
+
+/** Where `#` and brackets sit where a URI-reference cannot have them, or undefined. */
+function shapeProblem(source: string): string | undefined {
+  const hash = source.indexOf('#');
+  if (hash !== -1 && source.indexOf('#', hash + 1) !== -1) return "has a second '#' (only one fragment)";
+  if (!source.includes('[') && !source.includes(']')) return undefined;
+  const literal = IP_LITERAL.exec(source);
+  const host = literal?.[1];
+  const bracketsElsewhere =
+    literal === null ||
+    /[[\]]/.test(source.slice(literal[0].length)) ||
+    source.indexOf('[') !== source.lastIndexOf('[');
+  if (host === undefined || bracketsElsewhere || !(isIPv6(host) || IP_FUTURE.test(host))) {
+    return "has '[' or ']' outside an IP-literal host such as http://[::1]/";
+  }
+  return undefined;
 }

@@ -201,15 +201,24 @@ describe('every binding reads back what was written', () => {
     });
   });
 
-  it('structured mode: unprefixed attributes, values as they are', () => {
-    const sent = message(' café ');
-    const event = structuredAttributes(sent, 's');
-    expect(event).toMatchObject({
-      id: sent.eventId,
-      subject: ' café ',
-      traceparent: sent.headers['traceparent'],
+  it('structured mode: unprefixed attributes, values as they are; other headers in txoheaders', () => {
+    const sent = message(' café ', 42, {
+      headers: { traceparent: 't', 'x-tenant': 'acme', TraceState: 'a=1', 'X-Note': '"%41"' },
     });
+    const event = structuredAttributes(sent, 's');
+    expect(event).toMatchObject({ id: sent.eventId, subject: ' café ', traceparent: 't' });
     expect(event).not.toHaveProperty('x-tenant');
+    expect(JSON.parse(event['txoheaders']!)).toEqual({
+      'x-tenant': 'acme',
+      TraceState: 'a=1',
+      'X-Note': '"%41"',
+    });
+    const read = fromEnvelope(event, sent.payload);
+    expect(read.aggregateId).toBe(' café ');
+    expect(read.headers).toMatchObject(sent.headers);
+    expect(read.headers).not.toHaveProperty('txoheaders');
+    // A foreign txoheaders that is not an object of strings stays as it is.
+    expect(fromEnvelope({ ...event, txoheaders: '[1]' }, sent.payload).headers['txoheaders']).toBe('[1]');
   });
 });
 
@@ -280,6 +289,9 @@ describe('source (a URI-reference)', () => {
   it('accepts URLs, URNs, paths and the default', () => {
     for (const ok of [
       'https://orders.example.com/x?y=1#z',
+      'http://[::1]:8080/a',
+      '//[v1.x]/p',
+      'http://u@[fe80::1]',
       'urn:example:orders',
       '/orders',
       'tx-outbox',

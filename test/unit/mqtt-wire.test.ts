@@ -2,6 +2,7 @@ import { MQTT } from 'cloudevents';
 import { generate, type IPublishPacket } from 'mqtt-packet';
 import { describe, expect, it } from 'vitest';
 import { envelopeHeaders, structuredAttributes } from '../../src/envelope/bindings.js';
+import { fromEnvelope } from '../../src/inbox/message.js';
 import type { OutboxMessage, PublishOutcome } from '../../src/publishers/contract.js';
 import { defaultTopic, show, topicProblem } from '../../src/publishers/mqtt/topic.js';
 import {
@@ -269,11 +270,13 @@ describe('MQTT 3.1.1 wire mapping', () => {
     expect(doc.data).toBeUndefined();
   });
 
-  it('refuses a header that is not an attribute name, a reserved one, and a JSON payload that is not JSON', () => {
-    expect(refused(prepareMessage(makeMessage({ headers: { 'x-tenant': 'acme' } }), V4))).toMatch(
-      /cannot be published over MQTT 3\.1\.1: header "x-tenant" .*protocolVersion 5/,
-    );
-    expect(refused(prepareMessage(makeMessage({ headers: { data: 'x' } }), V4))).toMatch(/header "data"/);
+  it('carries headers that are not attribute names in txoheaders, and refuses a JSON payload that is not JSON', () => {
+    const tenant = makeMessage({ headers: { 'x-tenant': 'acme', TraceParent: 'x' } });
+    const { data: _data, ...doc } = JSON.parse(prepared(tenant, V4).payload.toString('utf8'));
+    expect(JSON.parse(doc.txoheaders)).toEqual({ 'x-tenant': 'acme', TraceParent: 'x' });
+    const read = fromEnvelope(doc, Buffer.alloc(0));
+    expect(read.headers).toMatchObject({ 'x-tenant': 'acme', TraceParent: 'x' });
+    expect(read.headers).not.toHaveProperty('txoheaders');
     const notJson = makeMessage({ payload: Buffer.from('{nope') });
     expect(refused(prepareMessage(notJson, V4))).toMatch(/application\/json payload is not valid JSON/);
   });

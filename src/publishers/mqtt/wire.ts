@@ -91,21 +91,11 @@ function prepare(message: OutboxMessage, options: WireOptions): Prepared | Publi
 
 /**
  * MQTT 3.1.1: the CloudEvents structured-mode JSON document carrying the envelope and the payload
- * (`data` = the JSON payload text, embedded untouched; `data_base64` = bytes), or why not. A
- * header that cannot be an attribute is refused rather than dropped: 3.1.1 has nowhere else
- * to carry it.
+ * (`data` = the JSON payload text, embedded untouched; `data_base64` = bytes), or why not. Headers
+ * that cannot be attributes travel in the `txoheaders` extension (structuredAttributes).
  */
 export function structuredPayload(message: OutboxMessage, source: string): Buffer | string {
   const event = structuredAttributes(message, source);
-  for (const name in message.headers) {
-    if (event[name.toLowerCase()] !== message.headers[name]) {
-      return (
-        `header ${JSON.stringify(name)} cannot be a CloudEvents attribute (a name of [a-z0-9]+ once ` +
-        'lower-cased, other than data, data_base64 and the envelope’s own) and MQTT 3.1.1 has no user ' +
-        'properties to carry it: rename the header or publish with protocolVersion 5'
-      );
-    }
-  }
   const head = JSON.stringify(event).slice(0, -1);
   const payload = asBuffer(message.payload);
   if (message.contentType !== 'application/json') {
