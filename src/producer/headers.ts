@@ -4,6 +4,7 @@
  * MQTT user properties, so a name and value are accepted only when every one of those carries
  * them unchanged, and a name only when no transport (or the envelope) gives it a meaning.
  */
+import { HEADERS_ATTRIBUTE } from '../envelope/attributes.js';
 import { OutboxValidationError } from '../errors.js';
 import { EDGE_WHITESPACE, uncarriedProblem } from './text.js';
 
@@ -38,7 +39,7 @@ const HTTP_CONNECTION = 'is an HTTP connection header, which the webhook publish
 const CLOUDEVENTS_03 =
   "is a CloudEvents 0.3 attribute: as an attribute of a 1.0 event (MQTT 5, structured mode) the cloudevents SDK's toEvent throws (schemaurl) or decodes the data as base64 (datacontentencoding)";
 const SDK_METHOD =
-  "is a method of the cloudevents SDK's CloudEvent (or of every JavaScript object): an attribute of that name (MQTT 5, structured mode) replaces it, and the SDK throws (HTTP.toEvent of a batch for validate, HTTP.binary, String(event) …)";
+  "is a method of the cloudevents SDK's CloudEvent (or of every JavaScript object): an attribute of that name (an MQTT 5 user property; in structured mode a lower-case one) replaces it, and the SDK throws (HTTP.toEvent of a batch for validate, HTTP.binary, String(event) …)";
 
 /** Lower-case names a transport or the envelope gives a meaning, and why. */
 const RESERVED: ReadonlyMap<string, string> = new Map([
@@ -60,7 +61,7 @@ const RESERVED: ReadonlyMap<string, string> = new Map([
     'schemaversion',
   ].map((name) => [name, CLOUDEVENTS] as const),
   ...['schemaurl', 'datacontentencoding'].map((name) => [name, CLOUDEVENTS_03] as const),
-  ['txoheaders', "is tx-outbox's own CloudEvents extension (the event's headers in structured mode)"],
+  [HEADERS_ATTRIBUTE, "is tx-outbox's own CloudEvents extension (the event's headers in structured mode)"],
   ...[
     'validate',
     'emit',

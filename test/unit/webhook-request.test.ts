@@ -176,6 +176,8 @@ describe('planRequests — batch mode', () => {
       sequence: '0000000000000000012',
       aggregatesequence: '12',
       schemaversion: '1',
+      // A header whose name is no attribute name travels in tx-outbox's extension.
+      txoheaders: '{"x-note":"not an attribute name"}',
       data: { n: 1 },
     });
     // The official SDK's batched-mode reader (strict: extension names, source, time checked).
