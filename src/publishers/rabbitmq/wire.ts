@@ -92,7 +92,8 @@ export function prepare(message: OutboxMessage, wire: WireOptions): Item | Publi
         `${PROPERTIES_BUFFER} bytes an AMQP header table can carry (amqplib)`,
     );
   }
-  const propertiesBytes = tableBytes + 64 + eventId.length + message.type.length + message.contentType.length;
+  const propertiesBytes =
+    tableBytes + 64 + eventId.length + Buffer.byteLength(message.type) + message.contentType.length;
   return {
     eventId,
     exchange,
