@@ -7,6 +7,7 @@
  * wrote it (the whitespace around it belongs to the document), so what `mqttPublisher` embeds
  * comes back byte for byte.
  */
+import { ATTRIBUTE_NAME } from '../envelope/attributes.js';
 
 /** The JSON event format's media type (binding §3.2.1). */
 const STRUCTURED = 'application/cloudevents+json';
@@ -41,7 +42,8 @@ export function readStructured(payload: Uint8Array): StructuredEvent {
   const members = event as Record<string, unknown>;
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(members)) {
-    if (name === 'data' || name === 'data_base64') continue;
+    // Only attribute names: a `ce-id` or `AGGREGATEID` member is no attribute of a JSON event.
+    if (name === 'data' || name === 'data_base64' || !ATTRIBUTE_NAME.test(name)) continue;
     // Integer and Boolean attributes are JSON numbers and booleans in the event format.
     if (typeof value === 'string') headers[name] = value;
     else if (typeof value === 'number' || typeof value === 'boolean') headers[name] = String(value);

@@ -7,14 +7,13 @@
  * attribute of every element is. A JSON payload arrives as the same JSON value, serialised
  * again (`JSON.stringify`), not as the stored bytes a binary-mode body carries.
  */
+import { ATTRIBUTE_NAME } from '../envelope/attributes.js';
 import { OutboxValidationError } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { BATCH_CONTENT_TYPE } from '../publishers/webhook/request.js';
 
 /** Refuses bytes that are not UTF-8 rather than reading U+FFFD into an attribute. */
 const utf8 = new TextDecoder('utf-8', { fatal: true });
-/** CloudEvents attribute names: what a JSON event's member must be named to be an attribute. */
-const ATTRIBUTE_NAME = /^[a-z0-9]+$/;
 /** The attributes an event cannot do without (one of each group), named as the error says. */
 const REQUIRED: ReadonlyArray<readonly string[]> = [
   ['id'],

@@ -2,12 +2,17 @@
  * Reading an envelope back, whatever wrote it: every binding tx-outbox writes (bindings.ts)
  * and what earlier versions wrote (`ce-*` names, values as they are, on every transport), so a
  * rolling upgrade with both on the wire reads the same. The form is told by the id's name:
- * `ce_id` Kafka, `cloudEvents:id` / `cloudEvents_id` AMQP, `ce-id` HTTP and NATS (their values
+ * `ce_id` Kafka, `cloudEvents_id` / `cloudEvents:id` AMQP, `ce-id` HTTP and NATS (their values
  * are percent-encoded when `ce-aggregatesequence` is present, which earlier versions never
- * sent), `id` MQTT 5 and Redis.
+ * sent), `id` MQTT 5, Redis and structured mode.
+ *
+ * A message that could mean two things is refused rather than read one way: two envelope
+ * forms side by side (`ce-id` and `ce_id`, both AMQP separators), one attribute under two
+ * names (`ce-aggregateid` and `CE-AggregateId`), a `ce-aggregatesequence` next to a `ce-sequence`
+ * that is not zero-padded (neither 0.1's form nor the current one).
  */
 import { OutboxValidationError } from '../errors.js';
-import { HEADERS_ATTRIBUTE, KNOWN_ATTRIBUTES } from './attributes.js';
+import { HEADERS_ATTRIBUTE, KNOWN_ATTRIBUTES, SEQUENCE_DIGITS } from './attributes.js';
 import { percentDecode } from './percent.js';
 
 /** How a message's envelope was written. */
@@ -24,72 +29,119 @@ export interface ReadEnvelope {
   readonly headers: Readonly<Record<string, string>>;
 }
 
+/** Lower-case prefixes of the prefixed forms. */
 const PREFIXES: ReadonlyArray<readonly [string, EnvelopeForm]> = [
   ['ce_', 'kafka'],
-  ['cloudevents:', 'amqp'],
   ['cloudevents_', 'amqp'],
+  ['cloudevents:', 'amqp'],
   ['ce-', 'ce'],
 ];
 
-function formOf(headers: Readonly<Record<string, string | undefined>>): {
-  form: EnvelopeForm;
-  prefix: string;
-} {
-  let unprefixed = false;
-  for (const name in headers) {
-    if (headers[name] === undefined) continue;
-    const lower = name.toLowerCase();
-    for (const [prefix, form] of PREFIXES) {
-      if (lower === `${prefix}id`) {
-        if (form !== 'ce') return { form, prefix };
-        const encoded = Object.keys(headers).some((n) => n.toLowerCase() === 'ce-aggregatesequence');
-        return { form: encoded ? 'ce-encoded' : 'ce', prefix };
-      }
-    }
-    if (lower === 'id') unprefixed = true;
-  }
-  return { form: unprefixed ? 'unprefixed' : 'ce', prefix: unprefixed ? '' : 'ce-' };
+const NOT_OURS = 'The message was not published by tx-outbox, or was altered on the way.';
+
+function refuse(name: string, problem: string): never {
+  throw new OutboxValidationError(`headers.${name}`, problem, NOT_OURS);
+}
+
+/** `target[name] = value`, `__proto__` included (an assignment would set the prototype instead). */
+function put(target: Record<string, string>, name: string, value: string): void {
+  if (name === '__proto__')
+    Object.defineProperty(target, name, { value, enumerable: true, writable: true, configurable: true });
+  else target[name] = value;
+}
+
+/** The prefix of `lower`, or undefined. */
+function prefixOf(lower: string): string | undefined {
+  for (const [prefix] of PREFIXES) if (lower.startsWith(prefix)) return prefix;
+  return undefined;
 }
 
 /**
- * The attributes and other headers of a message's envelope. Throws an
- * `OutboxValidationError` naming the header whose value is not valid percent-encoding.
+ * The headers' own string entries (inherited properties and `undefined` left out); a value
+ * that is not a string is refused.
+ */
+function entriesOf(headers: Readonly<Record<string, string | undefined>>): Array<readonly [string, string]> {
+  const entries: Array<readonly [string, string]> = [];
+  for (const name of Object.keys(headers)) {
+    const value: unknown = headers[name];
+    if (value === undefined) continue;
+    if (typeof value !== 'string')
+      refuse(name, `is a ${value === null ? 'null' : typeof value}, not a string`);
+    entries.push([name, value]);
+  }
+  return entries;
+}
+
+function formOf(entries: ReadonlyArray<readonly [string, string]>): { form: EnvelopeForm; prefix: string } {
+  let found: { form: EnvelopeForm; prefix: string; name: string } | undefined;
+  let unprefixed = false;
+  let aggregateSequence = false;
+  for (const [name] of entries) {
+    const lower = name.toLowerCase();
+    if (lower === 'ce-aggregatesequence') aggregateSequence = true;
+    if (lower === 'id') unprefixed = true;
+    for (const [prefix, form] of PREFIXES) {
+      if (lower !== `${prefix}id`) continue;
+      if (found !== undefined && found.prefix !== prefix) {
+        refuse(name, `is a second envelope's id beside ${found.name}: one message, one envelope form`);
+      }
+      found = { form, prefix, name };
+    }
+  }
+  if (found === undefined) return { form: unprefixed ? 'unprefixed' : 'ce', prefix: unprefixed ? '' : 'ce-' };
+  if (found.form === 'ce' && aggregateSequence) return { form: 'ce-encoded', prefix: 'ce-' };
+  return found;
+}
+
+/**
+ * The attributes and other headers of a message's envelope. Throws an `OutboxValidationError`
+ * naming the header whose value is not valid percent-encoding, or that makes the message
+ * ambiguous.
  */
 export function readEnvelope(headers: Readonly<Record<string, string | undefined>>): ReadEnvelope {
-  const { form, prefix } = formOf(headers);
+  const entries = entriesOf(headers);
+  const { form, prefix } = formOf(entries);
   const attributes: Record<string, string> = {};
   const headerOf: Record<string, string> = {};
   const rest: Record<string, string> = {};
-  for (const name in headers) {
-    const value = headers[name];
-    if (value === undefined) continue;
+  for (const [name, value] of entries) {
     const lower = name.toLowerCase();
     let attribute: string | undefined;
     if (prefix === '') {
       if (KNOWN_ATTRIBUTES.has(lower)) attribute = lower;
     } else if (lower.startsWith(prefix)) {
       attribute = lower.slice(prefix.length);
-    } else if (form === 'amqp' && (lower.startsWith('cloudevents:') || lower.startsWith('cloudevents_'))) {
-      attribute = lower.slice(12);
     }
     if (attribute === undefined || attribute === '') {
-      rest[name] = value;
+      const other = prefixOf(lower);
+      if (other !== undefined && other !== prefix) {
+        refuse(
+          name,
+          `carries another envelope form's prefix (${other}) beside ${prefix || 'unprefixed'} attributes`,
+        );
+      }
+      put(rest, name, value);
       continue;
     }
+    const twin = headerOf[attribute];
+    if (twin !== undefined) refuse(name, `repeats the attribute ${attribute} (also in ${twin})`);
     if (form === 'ce-encoded') {
       try {
         attributes[attribute] = percentDecode(value);
       } catch (error) {
-        throw new OutboxValidationError(
-          `headers.${name}`,
-          `is not valid percent-encoding: ${(error as Error).message}`,
-          'The message was not published by tx-outbox, or was altered on the way.',
-        );
+        refuse(name, `is not valid percent-encoding: ${(error as Error).message}`);
       }
     } else {
       attributes[attribute] = value;
     }
     headerOf[attribute] = name;
+  }
+  const sequence = attributes['sequence'];
+  if (form === 'ce-encoded' && sequence !== undefined && sequence.length !== SEQUENCE_DIGITS) {
+    refuse(
+      headerOf['sequence']!,
+      `is not zero-padded to ${SEQUENCE_DIGITS} digits, though ce-aggregatesequence says the values are percent-encoded`,
+    );
   }
   if (attributes['datacontenttype'] === undefined) {
     for (const name in rest) {
@@ -121,5 +173,7 @@ function unpackHeaders(headers: Record<string, string>): void {
   const entries = Object.entries(parsed);
   if (!entries.every(([, value]) => typeof value === 'string')) return;
   delete headers[HEADERS_ATTRIBUTE];
-  for (const [name, value] of entries) if (!(name in headers)) headers[name] = value as string;
+  for (const [name, value] of entries) {
+    if (!Object.hasOwn(headers, name)) put(headers, name, value as string);
+  }
 }

@@ -217,6 +217,7 @@ class TransactionalInbox<T> implements Inbox<T> {
           aggregateId: r.aggregate_id,
           sequence: Number(r.sequence),
           schemaVersion: r.schema_version,
+          contentType: r.headers?.['ce-datacontenttype'] ?? 'application/json',
           headers: r.headers,
           payload: r.payload,
         };

@@ -1,5 +1,7 @@
 import { readEnvelope } from '../envelope/read.js';
 import { OutboxValidationError } from '../errors.js';
+import { MAX_NAME_BYTES } from '../producer/names.js';
+import { uncarriedProblem, unstorableProblem } from '../producer/text.js';
 
 /** An event as a consumer receives it: the envelope plus the payload bytes. */
 export interface InboxMessage {
@@ -51,6 +53,20 @@ export function fromEnvelope(
     }
     return value;
   };
+  checkStorable(envelope.headers);
+  checkStorable(attributes, headerOf);
+  for (const attribute of ['type', 'aggregatetype', 'aggregateid'] as const) {
+    const value = attributes[attribute];
+    if (value === undefined) continue;
+    const problem =
+      uncarriedProblem(value) ??
+      (Buffer.byteLength(value) > MAX_NAME_BYTES
+        ? `is longer than ${MAX_NAME_BYTES} bytes in UTF-8`
+        : undefined);
+    if (problem !== undefined) {
+      throw new OutboxValidationError(field(attribute), `${problem}, which tx-outbox never sends`, NOT_OURS);
+    }
+  }
   const eventId = get('id');
   if (!UUID.test(eventId)) {
     throw new OutboxValidationError(
@@ -79,6 +95,21 @@ export function fromEnvelope(
     payload,
     headers: canonical,
   };
+}
+
+const NOT_OURS = 'The message was not published by tx-outbox, or was altered on the way.';
+
+/** Refuses a value the inbox could not store (a NUL: PostgreSQL text and jsonb refuse it). */
+function checkStorable(
+  values: Readonly<Record<string, string>>,
+  headerOf?: Readonly<Record<string, string>>,
+): void {
+  for (const name in values) {
+    const problem = unstorableProblem(values[name]!);
+    if (problem !== undefined) {
+      throw new OutboxValidationError(`headers.${headerOf?.[name] ?? name}`, problem, NOT_OURS);
+    }
+  }
 }
 
 /** The aggregate sequence: `aggregatesequence`, else the (zero-padded or, from earlier versions, plain) `sequence`. */

@@ -24,9 +24,10 @@ export function unstorableProblem(value: string): string | undefined {
 /**
  * Control characters (NUL: PostgreSQL; CR, LF: header framing; the others: MQTT, where
  * Mosquitto drops the connection), lone surrogates (no UTF-8 form) and Unicode noncharacters
- * (MQTT strings must not hold them).
+ * (MQTT strings must not hold them), and U+FFFD (what every client decodes invalid UTF-8 to, so
+ * a reader could not tell two broken ids apart).
  */
-const UNCARRIED = /[\p{Cc}\p{Cs}\p{Noncharacter_Code_Point}]/u;
+const UNCARRIED = /[\p{Cc}\p{Cs}\p{Noncharacter_Code_Point}\uFFFD]/u;
 
 /** The first character of `value` no transport carries intact, or undefined. */
 export function uncarriedCharacter(
@@ -40,7 +41,9 @@ export function uncarriedCharacter(
     ? 'a control character'
     : /\p{Cs}/u.test(char)
       ? 'a lone UTF-16 surrogate'
-      : 'a Unicode noncharacter';
+      : char === '\uFFFD'
+        ? 'the replacement character, which broken bytes decode to: two different ids would read the same'
+        : 'a Unicode noncharacter';
   return { code, kind, index: bad.index };
 }
 

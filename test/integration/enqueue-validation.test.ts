@@ -101,6 +101,7 @@ const refused: Array<[string, OutboxEvent, string, RegExp]> = [
     '.aggregateId',
     /noncharacter\) at index 1, .*\. Remove U\+FFFF \(a Unicode noncharacter\)/,
   ],
+  ['aggregateId with U+FFFD', event({ aggregateId: 'bad\ufffd' }), '.aggregateId', /replacement character/],
   [
     'aggregateId with a lone surrogate (and a fix that names it)',
     event({ aggregateId: 'a\udc00' }),

@@ -8,6 +8,7 @@ import { sourceOf } from '../../src/envelope/source.js';
 import { OutboxValidationError } from '../../src/errors.js';
 import { fromEnvelope } from '../../src/inbox/message.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
+import { previousEnvelopeHeaders } from '../../src/testing/envelopes.js';
 
 /** Values every binding must carry byte for byte. */
 const AWKWARD = [
@@ -315,5 +316,73 @@ describe('source (a URI-reference)', () => {
     ]) {
       expect(() => sourceOf(bad)).toThrow(/^source: /);
     }
+  });
+});
+
+describe('a message that could mean two things, or that the inbox could not store, is refused naming the header', () => {
+  const base = () => envelopeHeaders(message('agg'), 's', 'kafka');
+
+  it('two envelope forms side by side', () => {
+    expect(() => fromEnvelope({ ...base(), 'ce-id': randomUUID() }, Buffer.alloc(0))).toThrow(
+      /one message, one envelope form/,
+    );
+    const amqp = envelopeHeaders(message('agg'), 's', 'amqp');
+    expect(() => fromEnvelope({ ...amqp, 'cloudEvents:aggregateid': 'other' }, Buffer.alloc(0))).toThrow(
+      /headers\.cloudEvents:aggregateid: carries another envelope form's prefix/,
+    );
+    expect(() => fromEnvelope({ ...base(), 'ce-aggregatesequence': '1' }, Buffer.alloc(0))).toThrow(
+      /another envelope form's prefix/,
+    );
+  });
+
+  it('one attribute under two names', () => {
+    const nats = envelopeHeaders(message('caseA'), 's', 'nats');
+    expect(() => fromEnvelope({ ...nats, 'CE-AGGREGATEID': 'caseB' }, Buffer.alloc(0))).toThrow(
+      /headers\.CE-AGGREGATEID: repeats the attribute aggregateid \(also in ce-aggregateid\)/,
+    );
+  });
+
+  it('ce-aggregatesequence beside a ce-sequence that is not zero-padded (neither form)', () => {
+    const sent = message('a%41', 1);
+    const old = { ...previousEnvelopeHeaders(sent, 's'), 'ce-aggregatesequence': '1' };
+    expect(() => fromEnvelope(old, Buffer.alloc(0))).toThrow(/headers\.ce-sequence: is not zero-padded/);
+    // An undefined entry is no header: the 0.1 message reads as it is.
+    const unset = { ...previousEnvelopeHeaders(sent, 's'), 'ce-aggregatesequence': undefined };
+    expect(fromEnvelope(unset, Buffer.alloc(0)).aggregateId).toBe('a%41');
+  });
+
+  it('a NUL anywhere, control characters, U+FFFD or more than 255 bytes in an id', () => {
+    const nats = envelopeHeaders(message('agg'), 's', 'nats');
+    expect(() => fromEnvelope({ ...nats, 'ce-aggregateid': 'a%00b' }, Buffer.alloc(0))).toThrow(
+      /headers\.ce-aggregateid: contains a NUL/,
+    );
+    expect(() => fromEnvelope({ ...nats, 'ce-source': 's%00' }, Buffer.alloc(0))).toThrow(
+      /headers\.ce-source/,
+    );
+    expect(() => fromEnvelope({ ...base(), 'x-note': 'a\u0000' }, Buffer.alloc(0))).toThrow(
+      /headers\.x-note/,
+    );
+    for (const id of ['a\r\nb', 'bad\ufffd', 'é'.repeat(128)]) {
+      expect(() => fromEnvelope({ ...base(), ce_aggregateid: id, ce_subject: id }, Buffer.alloc(0))).toThrow(
+        /headers\.ce_aggregateid: .*which tx-outbox never sends/,
+      );
+    }
+  });
+
+  it('own entries only, __proto__ kept, a value that is not a string refused', () => {
+    // A computed key is an own property named __proto__ (a literal one would set the prototype).
+    const proto = fromEnvelope({ ...base(), ['__proto__']: 'x' }, Buffer.alloc(0));
+    expect(Object.getOwnPropertyDescriptor(proto.headers, '__proto__')?.value).toBe('x');
+    const withProto = base();
+    Object.defineProperty(withProto, '__proto__', { value: 'v', enumerable: true });
+    expect(
+      Object.getOwnPropertyDescriptor(fromEnvelope(withProto, Buffer.alloc(0)).headers, '__proto__')?.value,
+    ).toBe('v');
+    const inherited = Object.create({ 'x-inherited': 'no' }) as Record<string, string>;
+    Object.assign(inherited, base());
+    expect(fromEnvelope(inherited, Buffer.alloc(0)).headers).not.toHaveProperty('x-inherited');
+    expect(() =>
+      fromEnvelope({ ...base(), ce_schemaversion: 3 as unknown as string }, Buffer.alloc(0)),
+    ).toThrow(/headers\.ce_schemaversion: is a number, not a string/);
   });
 });

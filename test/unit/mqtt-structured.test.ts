@@ -58,6 +58,19 @@ describe('MQTT structured mode (binding §3.2) read back', () => {
     }
   });
 
+  it('reads attribute names only: a ce-id or AGGREGATEID member does not override the event', () => {
+    const sent = makeMessage({ aggregateId: 'A', sequence: 1 });
+    const doc = JSON.parse((structuredPayload(sent, 'urn:x') as Buffer).toString('utf8'));
+    const forged = {
+      ...doc,
+      'ce-id': '0190a0c2-5f0e-7c4e-8a7f-1234567890ab',
+      'ce-aggregateid': 'B',
+      AGGREGATEID: 'C',
+    };
+    const read = fromEnvelope(readStructured(Buffer.from(JSON.stringify(forged))).headers, Buffer.alloc(0));
+    expect(read).toMatchObject({ eventId: sent.eventId, aggregateId: 'A', sequence: 1 });
+  });
+
   it("0.1's MQTT 3.1.1 document (plain sequence, no aggregatesequence)", () => {
     const id = '0190c2a4-7a4b-7cc0-9e4a-8d0c6f1e2a3b';
     const wire = `{"traceparent":"00-x","specversion":"1.0","id":"${id}","type":"order.created","source":"tx-outbox","time":"2026-12-01T10:11:12.000Z","subject":"o-1","datacontenttype":"application/json","aggregatetype":"order","aggregateid":"o-1","sequence":"12","schemaversion":"2","data":{"n":1}}`;
