@@ -14,16 +14,15 @@ import { createWebhookServer, type WebhookServer } from '../../src/consumers/web
 import { percentDecode } from '../../src/envelope/percent.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import { fromEnvelope } from '../../src/inbox/message.js';
-import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { Publisher } from '../../src/publishers/contract.js';
 import { ensureStream, natsPublisher } from '../../src/publishers/nats/index.js';
 import { webhookPublisher } from '../../src/publishers/webhook/index.js';
-import { createRelay } from '../../src/relay/relay.js';
 import { AWKWARD_IDS } from '../../src/testing/envelopes.js';
-import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
+import { createTestDb, type TestDb, waitFor } from '../helpers/db.js';
 import { recordingHandler } from '../helpers/effects.js';
 import { NATS_URL } from '../helpers/env.js';
+import { relayThrough as relayThroughDb } from '../helpers/relay-through.js';
 
 const suffix = randomUUID().slice(0, 8);
 const ROOT = `txo-delivery-${suffix}`;
@@ -52,27 +51,7 @@ const HEADERS = {
 const JSON_PAYLOAD = { text: 'été 😀 "q" \\ \\u0000 as text', clé: [1, -1.5, null, true], deep: { a: [{}] } };
 const BYTES = Uint8Array.from({ length: 256 }, (_, i) => i);
 
-/** Enqueues the events, runs a relay with `publisher` until each is published, stops it. */
-async function relayThrough(publisher: Publisher, events: OutboxEvent[]): Promise<void> {
-  await inTransaction(db.pool, (tx) => enqueue(tx, events, { schema: db.schema }));
-  const relay = createRelay({
-    pool: db.pool,
-    publisher,
-    schema: db.schema,
-    pollIntervalMs: 50,
-    maxAttempts: 1,
-  });
-  await relay.start();
-  try {
-    await waitFor(async () => relay.stats().published + relay.stats().dead >= events.length, {
-      what: 'every event published',
-      timeoutMs: 15_000,
-    });
-    expect(relay.stats()).toMatchObject({ published: events.length, dead: 0 });
-  } finally {
-    await relay.stop({ timeout: 2000 }); // closes the publisher too
-  }
-}
+const relayThrough = (publisher: Publisher, events: OutboxEvent[]) => relayThroughDb(db, publisher, events);
 
 function natsHeaders(headers: MsgHdrs | undefined): Record<string, string> {
   const out: Record<string, string> = {};

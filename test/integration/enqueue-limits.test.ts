@@ -23,8 +23,7 @@ import type { Publisher } from '../../src/publishers/contract.js';
 import { ensureStream, natsPublisher } from '../../src/publishers/nats/index.js';
 import { rabbitmqPublisher } from '../../src/publishers/rabbitmq/index.js';
 import { webhookPublisher } from '../../src/publishers/webhook/index.js';
-import { createRelay } from '../../src/relay/relay.js';
-import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
+import { createTestDb, inTransaction, type TestDb } from '../helpers/db.js';
 import { recordingHandler } from '../helpers/effects.js';
 import { NATS_URL } from '../helpers/env.js';
 import {
@@ -38,6 +37,7 @@ import {
   readQueue,
   topology,
 } from '../helpers/rabbitmq.js';
+import { relayThrough as relayThroughDb } from '../helpers/relay-through.js';
 
 let db: TestDb;
 beforeAll(async () => {
@@ -47,27 +47,7 @@ afterAll(async () => {
   await db?.close();
 });
 
-/** Enqueues the events, runs a relay with `publisher` until each is published, stops it. */
-async function relayThrough(publisher: Publisher, events: OutboxEvent[]): Promise<void> {
-  await inTransaction(db.pool, (tx) => enqueue(tx, events, { schema: db.schema }));
-  const relay = createRelay({
-    pool: db.pool,
-    publisher,
-    schema: db.schema,
-    pollIntervalMs: 50,
-    maxAttempts: 1,
-  });
-  await relay.start();
-  try {
-    await waitFor(async () => relay.stats().published + relay.stats().dead >= events.length, {
-      what: 'every event published',
-      timeoutMs: 15_000,
-    });
-    expect(relay.stats()).toMatchObject({ published: events.length, dead: 0 });
-  } finally {
-    await relay.stop({ timeout: 2000 }); // closes the publisher too
-  }
-}
+const relayThrough = (publisher: Publisher, events: OutboxEvent[]) => relayThroughDb(db, publisher, events);
 
 /** 255 UTF-8 bytes, none of them plain: 765 characters percent-encoded, the most an attribute takes. */
 const WIDEST = `${'😀'.repeat(63)}€`;
