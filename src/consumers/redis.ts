@@ -12,7 +12,8 @@
  * quarantined (no event id): it is logged and acknowledged.
  */
 import { createClient, RESP_TYPES, type RedisArgument } from 'redis';
-import { errorMessage } from '../errors.js';
+import { isEnvelopeName } from '../envelope/read.js';
+import { errorMessage, OutboxValidationError } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { PAYLOAD_FIELD } from '../publishers/redis/wire.js';
 import { aggregateKey, type Consumer } from './consumer.js';
@@ -32,6 +33,8 @@ type Fields = Record<string, Buffer>;
 interface Entry {
   readonly id: string;
   readonly fields: Fields | undefined;
+  /** An envelope field the entry holds twice (the reply keeps one value only). */
+  readonly repeated?: string;
 }
 
 const AS_BUFFERS = { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer } } as const;
@@ -189,14 +192,23 @@ class RedisConsumer<T> implements Consumer {
 
   #dispatch(entry: Entry): void {
     if (this.#handling.has(entry.id) || entry.fields === undefined) return;
-    const task = this.#deliver(entry.id, entry.fields).finally(() => this.#handling.delete(entry.id));
+    const task = this.#deliver(entry.id, entry.fields, entry.repeated).finally(() =>
+      this.#handling.delete(entry.id),
+    );
     this.#handling.set(entry.id, task);
     this.#life.track(task);
   }
 
-  async #deliver(id: string, fields: Fields): Promise<void> {
+  async #deliver(id: string, fields: Fields, repeated: string | undefined): Promise<void> {
     let message: InboxMessage;
     try {
+      if (repeated !== undefined) {
+        throw new OutboxValidationError(
+          `headers.${repeated}`,
+          'appears twice in the entry',
+          'The entry was not written by tx-outbox.',
+        );
+      }
       const headers: Record<string, string> = {};
       for (const [name, value] of Object.entries(fields))
         if (name !== PAYLOAD_FIELD) headers[name] = value.toString('utf8');
@@ -244,7 +256,12 @@ function readEntries(list: unknown): Entry[] {
     const [id, flat] = raw as [Buffer, Buffer[] | null];
     if (!Array.isArray(flat)) return { id: id.toString(), fields: undefined };
     const fields: Fields = {};
-    for (let i = 0; i + 1 < flat.length; i += 2) fields[flat[i]!.toString()] = flat[i + 1]!;
-    return { id: id.toString(), fields };
+    let repeated: string | undefined;
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      const name = flat[i]!.toString();
+      if (repeated === undefined && Object.hasOwn(fields, name) && isEnvelopeName(name)) repeated = name;
+      fields[name] = flat[i + 1]!;
+    }
+    return repeated === undefined ? { id: id.toString(), fields } : { id: id.toString(), fields, repeated };
   });
 }

@@ -50,6 +50,16 @@ function put(target: Record<string, string>, name: string, value: string): void 
   else target[name] = value;
 }
 
+/**
+ * Whether a header named `name` can carry an envelope attribute in some form: a prefixed name
+ * (`ce-`, `ce_`, `cloudEvents_`, `cloudEvents:`) or an unprefixed attribute name. A consumer
+ * refuses a message that repeats such a header rather than keep one of the values.
+ */
+export function isEnvelopeName(name: string): boolean {
+  const lower = name.toLowerCase();
+  return prefixOf(lower) !== undefined || KNOWN_ATTRIBUTES.has(lower);
+}
+
 /** The prefix of `lower`, or undefined. */
 function prefixOf(lower: string): string | undefined {
   for (const [prefix] of PREFIXES) if (lower.startsWith(prefix)) return prefix;
@@ -174,6 +184,8 @@ function unpackHeaders(headers: Record<string, string>): void {
   if (!entries.every(([, value]) => typeof value === 'string')) return;
   delete headers[HEADERS_ATTRIBUTE];
   for (const [name, value] of entries) {
-    if (!Object.hasOwn(headers, name)) put(headers, name, value as string);
+    // Only the producer's own headers: nothing an envelope reader would take for an attribute.
+    if (isEnvelopeName(name) || name === HEADERS_ATTRIBUTE || Object.hasOwn(headers, name)) continue;
+    put(headers, name, value as string);
   }
 }

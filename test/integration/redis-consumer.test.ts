@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { createClient, type RedisArgument } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Consumer, consumeRedis } from '../../src/consumers/redis.js';
+import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import { createInbox, type InboxOptions } from '../../src/inbox/inbox.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { PAYLOAD_FIELD, redisPublisher } from '../../src/publishers/redis/index.js';
@@ -112,6 +113,21 @@ describe('consumeRedis', () => {
     const applied = await s.applied();
     expect(applied.filter((e) => e.aggregate_id === 'old-1').map((e) => e.sequence)).toEqual([1, 2, 3]);
     expect(applied.filter((e) => e.aggregate_id === id).map((e) => e.sequence)).toEqual([1]);
+  });
+
+  it('acknowledges without handling an entry that repeats an envelope field (two aggregate ids)', async () => {
+    const s = await setup();
+    await s.consume({ ordering: 'none' });
+    const m = makeMessage({ aggregateId: 'A', sequence: 1 });
+    const args: RedisArgument[] = ['XADD', s.stream, '*'];
+    const envelope = envelopeHeaders(m, 'tx-outbox', 'redis');
+    for (const field in envelope) args.push(field, envelope[field]!);
+    await redis.sendCommand([...args, 'aggregateid', 'B', PAYLOAD_FIELD, Buffer.from(m.payload)]);
+    await s.publish(makeMessage({ aggregateId: 'C', sequence: 1 }));
+    await waitFor(async () => (await s.applied()).length === 1 && (await s.pending()) === 0, {
+      what: 'the good entry applied, the ambiguous one acknowledged',
+    });
+    expect((await s.applied()).map((e) => e.aggregate_id)).toEqual(['C']);
   });
 
   it('recovers entries left pending by a dead consumer', async () => {

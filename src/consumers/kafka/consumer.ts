@@ -4,7 +4,8 @@
  * ({@link PartitionBook}) says was handled. See ./index.ts for the whole behaviour.
  */
 import type { Consumer as KafkaClient, Message, MessagesStream } from '@platformatic/kafka';
-import { errorMessage } from '../../errors.js';
+import { isEnvelopeName } from '../../envelope/read.js';
+import { errorMessage, OutboxValidationError } from '../../errors.js';
 import { fromEnvelope, type InboxMessage } from '../../inbox/message.js';
 import { sleep } from '../../sleep.js';
 import { handleAttempt } from '../attempt.js';
@@ -265,7 +266,17 @@ export class KafkaConsumer<T> implements Consumer {
 export function recordHeaders(record: Pick<KafkaMessage, 'headers'>): Record<string, string> {
   const headers: Record<string, string> = {};
   for (const [name, value] of record.headers ?? []) {
-    if (value != null) headers[name.toString()] = value.toString();
+    if (value == null) continue;
+    const key = name.toString();
+    // A repeated header of anyone else keeps its last value; a repeated attribute is ambiguous.
+    if (Object.hasOwn(headers, key) && isEnvelopeName(key)) {
+      throw new OutboxValidationError(
+        `headers.${key}`,
+        'appears twice in the record',
+        'The record was not published by tx-outbox, or was altered on the way.',
+      );
+    }
+    headers[key] = value.toString();
   }
   return headers;
 }
