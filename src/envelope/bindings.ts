@@ -21,6 +21,7 @@ import {
   type AttributeNames,
   envelopeAttributes,
   HEADERS_ATTRIBUTE,
+  KNOWN_ATTRIBUTES,
   writeAttributes,
 } from './attributes.js';
 import { percentEncode } from './percent.js';
@@ -77,7 +78,12 @@ export function envelopeHeaders(
 ): Record<string, string> {
   const rule = BINDING_RULES[binding];
   const headers: Record<string, string> = {};
-  for (const name in message.headers) headers[name] = message.headers[name]!;
+  for (const name in message.headers) {
+    // Unprefixed, a header named like an attribute in any case would pass for it: enqueue refuses
+    // such names, a row of an earlier version may hold one (0.1 allowed `aggregatesequence`).
+    if (rule.prefix === '' && KNOWN_ATTRIBUTES.has(name.toLowerCase())) continue;
+    headers[name] = message.headers[name]!;
+  }
   writeAttributes(
     headers,
     namesOf(rule.prefix),

@@ -10,7 +10,6 @@
  */
 import { createHash } from 'node:crypto';
 import type { RedisArgument } from 'redis';
-import { ATTRIBUTE_NAMES, KNOWN_ATTRIBUTES } from '../../envelope/attributes.js';
 import { envelopeHeaders } from '../../envelope/bindings.js';
 import { sourceOf } from '../../envelope/source.js';
 import { errorMessage } from '../../errors.js';
@@ -120,28 +119,13 @@ export function appendCommand(
           rule.trimMode,
         ];
   const envelope = envelopeHeaders(message, rule.source, 'redis');
-  const own = message.headers;
   for (const field in envelope) {
-    if (Object.hasOwn(own, field) && shadows(field)) continue;
+    // A header named `payload` in any case would pass for the data field (rows of earlier versions).
+    if (field.toLowerCase() === PAYLOAD_FIELD && Object.hasOwn(message.headers, field)) continue;
     args.push(field, envelope[field]!);
   }
   args.push(PAYLOAD_FIELD, asBuffer(message.payload));
   return { index, eventId: message.eventId, stream, args };
-}
-
-const WRITTEN: ReadonlySet<string> = new Set<string>(ATTRIBUTE_NAMES);
-
-/**
- * Whether a header of the message itself would pass for another field: `payload`, or a
- * CloudEvents attribute name in another case or one tx-outbox does not write (`AggregateSequence`,
- * `dataschema`), which readers of the unprefixed layout would take for the attribute. Enqueue
- * refuses such names; a row from an earlier version (which allowed `aggregatesequence`) may
- * still hold one. A header spelled exactly like an attribute it writes is overwritten by it.
- */
-function shadows(name: string): boolean {
-  if (WRITTEN.has(name)) return false;
-  const lower = name.toLowerCase();
-  return lower === PAYLOAD_FIELD || KNOWN_ATTRIBUTES.has(lower);
 }
 
 /** `SCRIPT LOAD` of the append script (sent in front of the first EVALSHAs, and after a NOSCRIPT). */
