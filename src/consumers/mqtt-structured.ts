@@ -7,7 +7,7 @@
  * wrote it (the whitespace around it belongs to the document), so what `mqttPublisher` embeds
  * comes back byte for byte.
  */
-import { ATTRIBUTE_NAME } from '../envelope/attributes.js';
+import { structuredHeaders } from '../envelope/read.js';
 
 /** The JSON event format's media type (binding §3.2.1). */
 const STRUCTURED = 'application/cloudevents+json';
@@ -40,14 +40,7 @@ export function readStructured(payload: Uint8Array): StructuredEvent {
     throw new Error('the payload is not a CloudEvents JSON event: not a JSON object');
   }
   const members = event as Record<string, unknown>;
-  const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(members)) {
-    // Only attribute names: a `ce-id` or `AGGREGATEID` member is no attribute of a JSON event.
-    if (name === 'data' || name === 'data_base64' || !ATTRIBUTE_NAME.test(name)) continue;
-    // Integer and Boolean attributes are JSON numbers and booleans in the event format.
-    if (typeof value === 'string') headers[name] = value;
-    else if (typeof value === 'number' || typeof value === 'boolean') headers[name] = String(value);
-  }
+  const headers = structuredHeaders(members);
   return { headers, payload: dataOf(text, members) };
 }
 

@@ -7,7 +7,7 @@
  * attribute of every element is. A JSON payload arrives as the same JSON value, serialised
  * again (`JSON.stringify`), not as the stored bytes a binary-mode body carries.
  */
-import { ATTRIBUTE_NAME } from '../envelope/attributes.js';
+import { structuredHeaders } from '../envelope/read.js';
 import { OutboxValidationError } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { BATCH_CONTENT_TYPE } from '../publishers/webhook/request.js';
@@ -58,14 +58,7 @@ function batchEvent(element: unknown, index: number): InboxMessage {
     throw new OutboxValidationError(field, 'is not a JSON object', 'Send each event as a JSON object.');
   }
   const members = element as Record<string, unknown>;
-  const attributes: Record<string, string> = {};
-  for (const name in members) {
-    const value = members[name];
-    if (name === 'data' || name === 'data_base64' || !ATTRIBUTE_NAME.test(name)) continue;
-    // The JSON format writes Integer and Boolean extension attributes as JSON numbers and booleans.
-    if (typeof value === 'string') attributes[name] = value;
-    else if (typeof value === 'number' || typeof value === 'boolean') attributes[name] = String(value);
-  }
+  const attributes = structuredHeaders(members);
   for (const required of REQUIRED) {
     if (!required.some((name) => attributes[name] !== undefined && attributes[name] !== '')) {
       throw new OutboxValidationError(

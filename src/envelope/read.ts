@@ -12,7 +12,7 @@
  * that is not zero-padded (neither 0.1's form nor the current one).
  */
 import { OutboxValidationError } from '../errors.js';
-import { HEADERS_ATTRIBUTE, KNOWN_ATTRIBUTES, SEQUENCE_DIGITS } from './attributes.js';
+import { ATTRIBUTE_NAME, HEADERS_ATTRIBUTE, KNOWN_ATTRIBUTES, SEQUENCE_DIGITS } from './attributes.js';
 import { percentDecode } from './percent.js';
 
 /** How a message's envelope was written. */
@@ -188,4 +188,20 @@ function unpackHeaders(headers: Record<string, string>): void {
     if (isEnvelopeName(name) || name === HEADERS_ATTRIBUTE || Object.hasOwn(headers, name)) continue;
     put(headers, name, value as string);
   }
+}
+
+/**
+ * The members of a structured-mode JSON event as the headers `readEnvelope` reads: attribute
+ * names only (a `ce-id` or `AGGREGATEID` member is no attribute of a JSON event), `data` and
+ * `data_base64` left to the caller, Integer and Boolean attributes (JSON numbers and booleans
+ * in the event format) as their strings.
+ */
+export function structuredHeaders(members: Readonly<Record<string, unknown>>): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(members)) {
+    if (name === 'data' || name === 'data_base64' || !ATTRIBUTE_NAME.test(name)) continue;
+    if (typeof value === 'string') headers[name] = value;
+    else if (typeof value === 'number' || typeof value === 'boolean') headers[name] = String(value);
+  }
+  return headers;
 }
