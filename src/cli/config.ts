@@ -90,6 +90,14 @@ export const configSchema = z
     publishers: z.record(nonEmpty, publisherSpecSchema),
     routes: z.array(routeSchema).default([]),
     default: nonEmpty.optional(),
+    // The delivery history (createRelay({ history })); `tx-outbox relay --history…` flags win.
+    history: z
+      .object({
+        retentionDays: z.number().int().min(1).max(3650).optional(),
+        payloads: z.boolean().optional(),
+      })
+      .strict()
+      .optional(),
   })
   .strict()
   .superRefine((config, ctx) => {

@@ -8,6 +8,8 @@ import { Command } from 'commander';
 import { packageVersion, reportError, verboseRequested } from './common.js';
 import { registerDead } from './dead.js';
 import { registerDemo } from './demo/index.js';
+import { registerEvent } from './event.js';
+import { registerHistory } from './history.js';
 import { registerInbox } from './inbox.js';
 import { registerMigrate } from './migrate.js';
 import { registerRelay } from './relay.js';
@@ -16,7 +18,9 @@ import { registerStatus } from './status.js';
 
 function buildProgram(): Command {
   const program = new Command('tx-outbox')
-    .description('Transactional outbox for PostgreSQL: migrate, relay, status, dead, inbox, roles, demo.')
+    .description(
+      'Transactional outbox for PostgreSQL: migrate, relay, status, dead, event, history, inbox, roles, demo.',
+    )
     .version(packageVersion(), '-V, --version', 'print the version')
     .option('--verbose', 'print stack traces with errors')
     .showSuggestionAfterError()
@@ -27,6 +31,8 @@ function buildProgram(): Command {
   registerRelay(program);
   registerStatus(program);
   registerDead(program);
+  registerEvent(program);
+  registerHistory(program);
   registerInbox(program);
   registerRoles(program);
   registerDemo(program);

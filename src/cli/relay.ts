@@ -9,6 +9,7 @@ import type { Logger as PinoLogger } from 'pino';
 import { sourceOf } from '../envelope/source.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
+import type { HistoryOptions } from '../relay/history.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import { warnSecretsOnCommandLine } from './argv-secrets.js';
 import { type DatabaseCommandOptions, withDatabaseOptions } from './command.js';
@@ -49,6 +50,9 @@ interface RelayCliOptions extends DatabaseCommandOptions {
   readonly maxAttempts?: number;
   readonly relayId?: string;
   readonly listen: boolean;
+  readonly history?: boolean;
+  readonly historyDays?: number;
+  readonly historyPayloads?: boolean;
 }
 
 /** Registers `tx-outbox relay`. */
@@ -100,7 +104,14 @@ export function registerRelay(program: Command): void {
       'unique id of this relay instance (default <host>-<pid>-<random>)',
       nonEmptyOption,
     )
-    .option('--no-listen', 'do not LISTEN for NOTIFY wake-ups from producers; rely on polling');
+    .option('--no-listen', 'do not LISTEN for NOTIFY wake-ups from producers; rely on polling')
+    .option('--history', 'keep a delivery history (for `tx-outbox event <id>`)')
+    .option(
+      '--history-days <n>',
+      'days of delivery history kept (default 7; implies --history)',
+      integerOption(1, 3650),
+    )
+    .option('--history-payloads', 'keep payloads in the delivery history too (implies --history)');
   withDatabaseOptions(command, 'info');
   command.action((options: RelayCliOptions) => runRelay(options));
 }
@@ -152,6 +163,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       maxAttempts: options.maxAttempts,
       relayId: options.relayId,
       listen: options.listen,
+      history: historyOption(options, source),
       logger: logger.child({ component: 'relay' }),
     });
     await serve(relay, logger, signals.first, {
@@ -167,6 +179,18 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
     await pool.end();
     signals.dispose();
   }
+}
+
+/** The flags win over the config file's `history`; any history flag turns it on. */
+function historyOption(options: RelayCliOptions, source: Source): HistoryOptions | undefined {
+  const file = source.kind === 'config' ? source.config.history : undefined;
+  if (!options.history && options.historyDays === undefined && !options.historyPayloads && !file)
+    return undefined;
+  return {
+    ...file,
+    ...(options.historyDays === undefined ? {} : { retentionDays: options.historyDays }),
+    ...(options.historyPayloads ? { payloads: true } : {}),
+  };
 }
 
 type Source =

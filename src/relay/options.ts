@@ -7,6 +7,7 @@ import type { Publisher } from '../publishers/contract.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import type { BackoffPolicy } from './backoff.js';
+import { type HistoryOptions, type ResolvedHistory, resolveHistory } from './history.js';
 
 export interface RelayOptions {
   /**
@@ -54,6 +55,11 @@ export interface RelayOptions {
   readonly signal?: AbortSignal;
   /** Random source for jitter (tests). */
   readonly random?: () => number;
+  /**
+   * Keep a delivery history (off by default): every delivered event's identity and timing in
+   * the `deliveries` table, for `tx-outbox event <id>`; `true` or { retentionDays, payloads }.
+   */
+  readonly history?: boolean | HistoryOptions;
 }
 
 export interface ResolvedRelayOptions {
@@ -75,6 +81,7 @@ export interface ResolvedRelayOptions {
   readonly logger: Logger;
   readonly signal: AbortSignal | undefined;
   readonly random: () => number;
+  readonly history: ResolvedHistory | undefined;
 }
 
 function positiveInt(value: number | undefined, fallback: number, field: string, max = 2 ** 31 - 1): number {
@@ -167,5 +174,6 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     logger: options.logger ?? silentLogger,
     signal: options.signal,
     random: options.random ?? Math.random,
+    history: resolveHistory(options.history),
   });
 }

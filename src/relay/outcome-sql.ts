@@ -46,3 +46,55 @@ WITH fence AS (
       blocked_until = excluded.blocked_until
 )
 SELECT (SELECT count(*) FROM delivered)::int AS delivered, (SELECT count(*) FROM failed)::int AS failed`;
+
+/** The `delivered` CTE's RETURNING in {@link RECORD_OUTCOME_SQL}, widened for the history. */
+const DELIVERED_RETURNING = 'RETURNING e.aggregate_type, e.aggregate_id, e.sequence\n)';
+
+const HISTORY_RETURNING = `RETURNING e.aggregate_type, e.aggregate_id, e.sequence, e.event_id, e.partition, e.event_type,
+            e.topic, e.created_at, e.attempts + 1 AS attempts`;
+
+const HISTORY_CTE = `
+), history AS (
+  INSERT INTO {{schema}}.deliveries (event_id, partition, aggregate_type, aggregate_id, sequence, event_type,
+                                     topic, created_at, published_at, attempts, relay_id, publisher)
+  SELECT event_id, partition, aggregate_type, aggregate_id, sequence, event_type,
+         topic, created_at, now(), attempts, $1, $9
+  FROM delivered
+)`;
+
+const HISTORY_PAYLOADS_CTE = `
+), history AS (
+  INSERT INTO {{schema}}.deliveries (event_id, partition, aggregate_type, aggregate_id, sequence, event_type,
+                                     topic, created_at, published_at, attempts, relay_id, publisher,
+                                     payload, payload_bytes)
+  SELECT event_id, partition, aggregate_type, aggregate_id, sequence, event_type,
+         topic, created_at, now(), attempts, $1, $9, payload, payload_bytes
+  FROM delivered
+)`;
+
+function withHistory(returning: string, cte: string): string {
+  if (!RECORD_OUTCOME_SQL.includes(DELIVERED_RETURNING)) throw new Error('outcome statement changed shape');
+  return RECORD_OUTCOME_SQL.replace(DELIVERED_RETURNING, `${returning}${cte}`);
+}
+
+/**
+ * {@link RECORD_OUTCOME_SQL} that also keeps the delivery history: the rows its DELETE returns
+ * go to `deliveries` in the same statement (published now, on the database clock; `$9` the
+ * publisher's name). Chosen once when the relay is created; without history the relay runs the
+ * statement above unchanged.
+ */
+export const RECORD_OUTCOME_HISTORY_SQL = withHistory(HISTORY_RETURNING, HISTORY_CTE);
+
+/** {@link RECORD_OUTCOME_HISTORY_SQL} keeping the payloads too (`history.payloads`). */
+export const RECORD_OUTCOME_HISTORY_PAYLOADS_SQL = withHistory(
+  `${HISTORY_RETURNING}, e.payload, e.payload_bytes`,
+  HISTORY_PAYLOADS_CTE,
+);
+
+/** The outcome statement's family name and text for a relay with or without history. */
+export function outcomeStatement(history: { readonly payloads: boolean } | undefined): [string, string] {
+  if (!history) return ['outcome', RECORD_OUTCOME_SQL];
+  return history.payloads
+    ? ['outcome_history_payloads', RECORD_OUTCOME_HISTORY_PAYLOADS_SQL]
+    : ['outcome_history', RECORD_OUTCOME_HISTORY_SQL];
+}

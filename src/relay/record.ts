@@ -15,6 +15,8 @@ export class Recorder {
     private readonly relayId: string,
     private readonly logger: Logger,
     private readonly counters: RelayCounters,
+    /** Parameters after the eight of every outcome statement (the history's publisher name). */
+    private readonly extraValues: readonly unknown[] = [],
   ) {}
 
   async record(verdict: Verdict): Promise<void> {
@@ -33,6 +35,7 @@ export class Recorder {
         failures.map((f) => f.status),
         failures.map((f) => f.delayMs),
         failures.map((f) => f.error),
+        ...this.extraValues,
       ],
     });
     this.counters.watches.record.add(performance.now() - started);

@@ -4,13 +4,14 @@ import { redactText } from '../redact.js';
 import { loopErrorDelay, outageDelay } from './backoff.js';
 import { type Claimed, Claimer } from './claim.js';
 import { CLAIM_SQL } from './claim-sql.js';
+import { checkHistoryTable, HistoryMaintainer } from './history.js';
 import { HoldBack } from './hold-back.js';
 import { IdleCadence } from './idle.js';
 import { LeaseSchedule } from './lease-schedule.js';
 import { PartitionLeases } from './leases.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
 import { OutageLog, RefusedAggregates } from './outage.js';
-import { RECORD_OUTCOME_SQL } from './outcome-sql.js';
+import { outcomeStatement } from './outcome-sql.js';
 import { Pipeline } from './pipeline.js';
 import { BatchPublisher } from './publish-batch.js';
 import { Recorder } from './record.js';
@@ -54,6 +55,7 @@ class PollingRelay implements Relay {
   private readonly refused = new RefusedAggregates();
   private readonly pipeline: Pipeline;
   private readonly batches: BatchPublisher;
+  private readonly history: HistoryMaintainer | undefined;
   /** Aborts the publish call in flight once the stop deadline passes. */
   private readonly abort = new AbortController();
   private listener: WakeListener | undefined;
@@ -96,11 +98,13 @@ class PollingRelay implements Relay {
     });
     const recorder = new Recorder(
       this.recordSession,
-      relayStatement('outcome', RECORD_OUTCOME_SQL, o.schema, o.quotedSchema),
+      relayStatement(...outcomeStatement(o.history), o.schema, o.quotedSchema),
       o.relayId,
       o.logger,
       this.counters,
+      o.history ? [o.publisher.name] : [],
     );
+    this.history = o.history && new HistoryMaintainer(o.pool, o.schema, o.history, o.logger, o.relayId);
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
     this.batches = new BatchPublisher({
       publisher: o.publisher,
@@ -126,6 +130,7 @@ class PollingRelay implements Relay {
     if (this.loopDone) return;
     try {
       await this.partitions();
+      if (this.o.history) await checkHistoryTable(this.o.pool, this.o.quotedSchema);
     } catch (error) {
       // A missing schema is a setup mistake: say so now. A database that is down is transient: the loop retries.
       if (error instanceof OutboxError && error.code === 'TXO_NO_SCHEMA') throw error;
@@ -154,6 +159,7 @@ class PollingRelay implements Relay {
         this.o.logger.warn({ err: error, relayId: this.id }, 'lease renewal failed');
       });
     }, this.schedule.everyMs);
+    this.history?.start();
     this.loopDone = this.loop();
     this.o.logger.info({ relayId: this.id, schema: this.o.schema }, 'relay started');
   }
@@ -180,6 +186,7 @@ class PollingRelay implements Relay {
       }
     }
     if (this.renewTimer) clearInterval(this.renewTimer);
+    await this.history?.stop();
     await this.listener?.stop();
     try {
       await this.leases.releaseAll();

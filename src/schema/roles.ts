@@ -79,6 +79,8 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until)',
     partitions: 'SELECT, UPDATE (owner, epoch, lease_until, sleeping)',
     relays: 'SELECT, INSERT, UPDATE (heartbeat_at, lease_ms), DELETE',
+    // RECORD_OUTCOME_HISTORY_SQL (delivery history on).
+    deliveries: 'INSERT',
   },
   // src/inbox/inbox-sql.ts.
   consumer: {
@@ -97,10 +99,29 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     aggregate_progress: 'SELECT, UPDATE (blocked_until)',
     partitions: 'SELECT',
     relays: 'SELECT',
-    audit: 'INSERT',
+    audit: 'SELECT, INSERT',
+    deliveries: 'SELECT',
     inbox: 'SELECT, DELETE',
     inbox_quarantine: 'SELECT, UPDATE (released_at, release_reason)',
   },
+};
+
+/**
+ * The delivery history's partition maintenance (src/ops/history.ts): SECURITY DEFINER functions
+ * of the migrator's (005_history.sql), so that a relay creates and drops partitions without
+ * owning the table. The operator may run it by hand (`tx-outbox history maintain`).
+ */
+const HISTORY_FUNCTIONS = [
+  'history_plan(integer, integer)',
+  'history_add_partition(date)',
+  'history_drop_partition(date, integer)',
+  'history_purge_default(integer)',
+];
+const FUNCTION_GRANTS: Readonly<Record<RuntimeRole, readonly string[]>> = {
+  producer: [],
+  relay: HISTORY_FUNCTIONS,
+  consumer: [],
+  operator: HISTORY_FUNCTIONS,
 };
 
 // PostgreSQL identifiers are 63 bytes at most; lowercase, so they need no case-folding rules.
@@ -160,10 +181,12 @@ END $$;`,
     grants.push(
       `REVOKE ALL ON ALL TABLES IN SCHEMA ${schema} FROM ${role};`,
       `REVOKE ALL ON ALL SEQUENCES IN SCHEMA ${schema} FROM ${role};`,
+      `REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ${schema} FROM ${role};`,
       `GRANT USAGE ON SCHEMA ${schema} TO ${role};`,
       ...Object.entries(GRANTS[kind]).map(
         ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
       ),
+      ...FUNCTION_GRANTS[kind].map((fn) => `GRANT EXECUTE ON FUNCTION ${schema}.${fn} TO ${role};`),
     );
   }
   grants.push('COMMIT;');
