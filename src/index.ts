@@ -33,6 +33,16 @@ export {
 } from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
 export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
+export {
+  type AuditEntry,
+  type Delivery,
+  type EventIdentity,
+  type EventLocation,
+  type EventWait,
+  type FindEventOptions,
+  findEvent,
+  type HistoryReach,
+} from './ops/find-event.js';
 export { type OutboxStatus, outboxStatus } from './ops/status.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
@@ -49,6 +59,12 @@ export { isPublisherClosed, PUBLISHER_CLOSED, publisherClosed } from './publishe
 export { defaultDestination } from './publishers/core/destination.js';
 export { permanent } from './publishers/core/outcomes.js';
 export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';
+export {
+  type HistoryMaintenance,
+  type HistoryOptions,
+  type MaintainHistoryOptions,
+  maintainHistory,
+} from './relay/history.js';
 export type { RelayOptions } from './relay/options.js';
 export { createRelay, type Relay, type RelayStats } from './relay/relay.js';
 export {

@@ -10,6 +10,7 @@ import { createInbox } from '../../src/inbox/inbox.js';
 import type { InboxMessage } from '../../src/inbox/message.js';
 import { listQuarantine, pruneInbox, releaseQuarantined } from '../../src/inbox/quarantine.js';
 import { listDead, replayDead } from '../../src/ops/dead-letter.js';
+import { findEvent } from '../../src/ops/find-event.js';
 import { outboxStatus } from '../../src/ops/status.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { createRelay, type Relay } from '../../src/relay/relay.js';
@@ -256,6 +257,58 @@ describe('least-privilege roles', () => {
       `SELECT count(*)::int AS n FROM "${SCHEMA}".partitions WHERE owner IS NOT NULL`,
     );
     expect(held.rows[0].n).toBe(0);
+  });
+
+  it('with history on, the relay records deliveries and maintains the partitions it does not own; the operator finds events', async () => {
+    const publisher = new RecordingPublisher();
+    const relay = createRelay({
+      pool: as('relay'),
+      publisher,
+      schema: SCHEMA,
+      pollIntervalMs: 50,
+      leaseMs: 3000,
+      history: true,
+    });
+    relays.push(relay);
+    await relay.start();
+    const [sent] = await inTransaction(as('producer'), (tx) =>
+      enqueue(tx, [event('h1')], { schema: SCHEMA }),
+    );
+    await waitFor(
+      async () => (await findEvent(as('operator'), sent!.eventId, { schema: SCHEMA })).state === 'published',
+      {
+        what: 'the delivery in the history',
+      },
+    );
+    const parts = await admin.query(
+      `SELECT count(*)::int AS n, array_agg(DISTINCT c.relowner::regrole::text) AS owners
+       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '"${SCHEMA}".deliveries'::regclass`,
+    );
+    expect(parts.rows[0].n).toBeGreaterThanOrEqual(5); // DEFAULT, today and 3 ahead
+    expect(parts.rows[0].owners).toEqual([roles.migrator]);
+    // Only through the functions: the relay itself has no DDL right on the table.
+    await expect(
+      as('relay').query(
+        `CREATE TABLE "${SCHEMA}".x PARTITION OF "${SCHEMA}".deliveries FOR VALUES FROM ('2001-01-01') TO ('2001-01-02')`,
+      ),
+    ).rejects.toThrow(/permission denied|must be owner/);
+    await expect(
+      as('producer').query(`SELECT "${SCHEMA}".history_add_partition('2001-01-01')`),
+    ).rejects.toThrow(/permission denied for function/);
+    const maintained = await run(
+      process.execPath,
+      [CLI, 'history', 'maintain', '--json', '--schema', SCHEMA],
+      {
+        env: { ...process.env, DATABASE_URL: urlOf('operator') },
+      },
+    );
+    expect(JSON.parse(maintained.stdout)).toMatchObject({ created: [], deferred: [] });
+    const shown = await run(process.execPath, [CLI, 'event', sent!.eventId, '--schema', SCHEMA], {
+      env: { ...process.env, DATABASE_URL: urlOf('operator') },
+    });
+    expect(shown.stdout).toContain(`published`);
+    expect(shown.stdout).toContain(`by relay ${relay.id} to recording`);
+    await relay.stop({ timeout: 5000 });
   });
 
   it('without DELETE on events the relay logs the permission error and keeps going; granted, it delivers', async () => {

@@ -46,3 +46,19 @@ describe('rolesSql', () => {
     expect(() => rolesSql({ schema: 'Bad' })).toThrow(/schema/);
   });
 });
+
+describe('rolesSql: the delivery history', () => {
+  it('lets the relay insert history rows and run the partition functions; the operator read and maintain', () => {
+    const { grants } = rolesSql();
+    expect(grants).toContain('GRANT INSERT ON "outbox".deliveries TO "outbox_relay";');
+    expect(grants).toContain('GRANT SELECT ON "outbox".deliveries TO "outbox_operator";');
+    for (const role of ['outbox_relay', 'outbox_operator']) {
+      expect(grants).toContain(
+        `GRANT EXECUTE ON FUNCTION "outbox".history_add_partition(date) TO "${role}";`,
+      );
+    }
+    expect(grants.filter((s) => s.includes('FUNCTION') && s.includes('outbox_producer'))).toEqual([
+      'REVOKE ALL ON ALL FUNCTIONS IN SCHEMA "outbox" FROM "outbox_producer";',
+    ]);
+  });
+});
