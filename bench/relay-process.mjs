@@ -1,5 +1,5 @@
 // One tx-outbox relay in its own process, for the benchmarks (built package, dist/).
-// Config in TXO_BENCH_RELAY (JSON): { databaseUrl, schema, natsUrl, stream, batchSize, relayId }.
+// Config in TXO_BENCH_RELAY (JSON): { databaseUrl, schema, natsUrl, stream, batchSize, relayId, history }.
 // On SIGTERM: stops gracefully and prints one JSON line { stats, peakRssMb } to stdout.
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
@@ -20,6 +20,7 @@ const relay = createRelay({
   batchSize: cfg.batchSize ?? 1000,
   relayId: cfg.relayId,
   leaseMs: cfg.leaseMs ?? 5000,
+  ...(cfg.history ? { history: cfg.history } : {}),
 });
 
 function peakRssMb() {

@@ -131,6 +131,7 @@ async function w1(): Promise<Record<string, Summary | string>> {
   out();
   const systems: Array<[string, DrainSystem, number]> = [
     ['tx-outbox', txOutboxSystem(), profile.events],
+    ['tx-outbox (history)', txOutboxSystem({ history: true }), profile.events],
     ['ceiling (a): SQL claim+delete, no broker', sqlCeilingSystem(), profile.events],
     ["ceiling (a'): the same, pipelined as the relay", sqlCeilingSystem({ pipelined: true }), profile.events],
     ['ceiling (b): broker-only lean publish loop, no database', brokerCeilingSystem('raw'), profile.events],
@@ -190,6 +191,10 @@ async function w1(): Promise<Record<string, Summary | string>> {
     `Relay ceiling min(a, b) = ${fmt(ceiling)} events/s; tx-outbox reaches ${(ours.median / ceiling).toFixed(2)}× of it (target ≥ 0.65). ` +
       `Against the stricter min(max(a, a'), b) = ${fmt(strict)}: ${(ours.median / strict).toFixed(2)}×.`,
   );
+  const history = rates['tx-outbox (history)'];
+  if (typeof history !== 'string' && history) {
+    out(`Delivery history on: ${(history.median / ours.median).toFixed(2)}× history off (target ≥ 0.9).`);
+  }
   if (memory.length > 0) {
     const m = summarize(memory);
     out(`Relay process peak RSS during W1: ${range(m)} MB (target ≤ 150 MB).`);

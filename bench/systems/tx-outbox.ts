@@ -18,8 +18,15 @@ export interface RelayChild {
 }
 
 /** One relay process (bench/relay-process.mjs, the built package) on the context's schema and stream. */
-export function spawnRelay(ctx: BenchContext, index: number, batchSize: number, mode?: string): RelayChild {
+export function spawnRelay(
+  ctx: BenchContext,
+  index: number,
+  batchSize: number,
+  mode?: string,
+  history?: boolean,
+): RelayChild {
   const config = {
+    history,
     databaseUrl: ctx.databaseUrl,
     schema: ctx.schema,
     natsUrl: ctx.natsUrl,
@@ -86,15 +93,22 @@ export async function loadOutbox(ctx: BenchContext, workload: DrainWorkload): Pr
 }
 
 export function txOutboxSystem(
-  options: { batchSize?: number; mode?: 'pipeline' | 'client' } = {},
+  options: { batchSize?: number; mode?: 'pipeline' | 'client'; history?: boolean } = {},
 ): DrainSystem {
   const batchSize = options.batchSize ?? 1000;
   let relays: RelayChild[] = [];
   return {
-    name: options.mode === 'client' ? 'tx-outbox (js.publish client)' : 'tx-outbox',
+    name:
+      options.mode === 'client'
+        ? 'tx-outbox (js.publish client)'
+        : options.history
+          ? 'tx-outbox (history)'
+          : 'tx-outbox',
     load: loadOutbox,
     async drain(ctx, workload): Promise<DrainResult> {
-      relays = Array.from({ length: workload.relays }, (_, i) => spawnRelay(ctx, i, batchSize, options.mode));
+      relays = Array.from({ length: workload.relays }, (_, i) =>
+        spawnRelay(ctx, i, batchSize, options.mode, options.history),
+      );
       // Timed from the moment the relays are up (node's own boot and imports excluded, as
       // the peers run in the harness process): the relays begin claiming right then.
       await Promise.all(relays.map(whenStarted));
