@@ -1,5 +1,8 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -13,6 +16,7 @@ import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db
 import { DATABASE_URL } from '../helpers/env.js';
 import { type LogLine, logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
+import { collectOutput } from '../helpers/processes.js';
 
 const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 const execFileP = promisify(execFile);
@@ -352,5 +356,43 @@ describe('findEvent', () => {
         },
       ),
     ).rejects.toMatchObject({ code: 3, stdout: expect.stringMatching(/unknown/) });
+  });
+
+  it('tx-outbox relay --history-days records deliveries; the event command then says published', async () => {
+    if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first`);
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(204).end());
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+    const env = {
+      ...process.env,
+      DATABASE_URL,
+      TX_OUTBOX_WEBHOOK_SECRET: `whsec_${randomBytes(24).toString('base64')}`,
+    };
+    const child = spawn(
+      process.execPath,
+      [CLI, 'relay', '--schema', db.schema, '--webhook', url, '--history-days', '2', '--relay-id', 'cli-h'],
+      { env, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    const output = collectOutput(child);
+    try {
+      const [id] = await put([ev('via-cli')]);
+      await waitFor(
+        async () => (await findEvent(db.pool, id!, { schema: db.schema })).state === 'published',
+        {
+          what: 'the delivery recorded by the CLI relay',
+        },
+      );
+      const shown = await execFileP(process.execPath, [CLI, 'event', id!, '--schema', db.schema], { env });
+      expect(shown.stdout).toMatch(/: published\n/);
+      expect(shown.stdout).toContain('by relay cli-h to webhook');
+    } finally {
+      child.kill('SIGTERM');
+      const done = await output.done;
+      server.close();
+      expect(done.code, done.stderr).toBe(0);
+    }
   });
 });
