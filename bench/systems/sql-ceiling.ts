@@ -7,7 +7,8 @@
  */
 import type pg from 'pg';
 import { CLAIM_SQL } from '../../src/relay/claim-sql.js';
-import { RECORD_OUTCOME_SQL } from '../../src/relay/outcome-sql.js';
+import { maintainHistory } from '../../src/relay/history.js';
+import { RECORD_OUTCOME_HISTORY_SQL, RECORD_OUTCOME_SQL } from '../../src/relay/outcome-sql.js';
 import { loadOutbox } from './tx-outbox.js';
 import type { BenchContext, DrainSystem } from './types.js';
 
@@ -23,6 +24,7 @@ async function cycle(
   claimer: pg.PoolClient,
   recorder: pg.PoolClient,
   batchSize: number,
+  history: boolean,
 ): Promise<Cycle> {
   const schema = `"${ctx.schema}"`;
   await claimer.query(
@@ -35,9 +37,11 @@ async function cycle(
   const epochs = partitions.map(() => '1');
   const claim = { name: `ceiling_claim_${ctx.schema}`, text: CLAIM_SQL.replaceAll('{{schema}}', schema) };
   const outcome = {
-    name: `ceiling_outcome_${ctx.schema}`,
-    text: RECORD_OUTCOME_SQL.replaceAll('{{schema}}', schema),
+    name: `ceiling_outcome${history ? '_history' : ''}_${ctx.schema}`,
+    text: (history ? RECORD_OUTCOME_HISTORY_SQL : RECORD_OUTCOME_SQL).replaceAll('{{schema}}', schema),
   };
+  if (history) await maintainHistory(ctx.pool, { schema: ctx.schema });
+  const extra = history ? ['ceiling'] : [];
   return {
     async claim(exclude) {
       const { rows } = await claimer.query({
@@ -47,15 +51,20 @@ async function cycle(
       return rows.filter((r) => r.passed).map((r) => r.id as string);
     },
     async record(ids) {
-      await recorder.query({ ...outcome, values: ['ceiling', partitions, epochs, ids, [], [], [], []] });
+      await recorder.query({
+        ...outcome,
+        values: ['ceiling', partitions, epochs, ids, [], [], [], [], ...extra],
+      });
     },
   };
 }
 
-export function sqlCeilingSystem(options: { batchSize?: number; pipelined?: boolean } = {}): DrainSystem {
+export function sqlCeilingSystem(
+  options: { batchSize?: number; pipelined?: boolean; history?: boolean } = {},
+): DrainSystem {
   const batchSize = options.batchSize ?? 1000;
   return {
-    name: options.pipelined ? "ceiling (a'): SQL claim+delete, pipelined" : 'ceiling (a): SQL claim+delete',
+    name: `${options.pipelined ? "ceiling (a'): SQL claim+delete, pipelined" : 'ceiling (a): SQL claim+delete'}${options.history ? ' (history)' : ''}`,
     load: loadOutbox,
     async drain(ctx, workload) {
       const claimer = await ctx.pool.connect();
@@ -63,7 +72,7 @@ export function sqlCeilingSystem(options: { batchSize?: number; pipelined?: bool
       try {
         await claimer.query(SETTINGS);
         await recorder.query(SETTINGS);
-        const c = await cycle(ctx, claimer, recorder, batchSize);
+        const c = await cycle(ctx, claimer, recorder, batchSize, options.history ?? false);
         let delivered = 0;
         const started = performance.now();
         if (options.pipelined) {

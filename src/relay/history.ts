@@ -191,9 +191,16 @@ export async function checkHistoryTable(pool: Pool, quotedSchema: string): Promi
 }
 
 /**
- * The relay's background maintenance: a run at start, then one every `maintenanceIntervalMs`.
- * A failed run (database down, a lock not granted) is logged and tried again next time; it
- * never stops the relay. The timer does not keep the process alive.
+ * The relay's background maintenance: a run at start, awaited before the relay's first batch,
+ * then one every `maintenanceIntervalMs`. A failed run (database down, a lock not granted) is
+ * logged and tried again next time; it never fails or stops the relay. The timer does not keep
+ * the process alive.
+ *
+ * Why the first run is awaited: a row routed to DEFAULT while the partition of its day is
+ * being attached fails its statement ("violates partition constraint": PostgreSQL re-checks
+ * DEFAULT's constraint after the concurrent ATTACH). On a fresh schema every outcome would go
+ * to DEFAULT until the first run; with today's partition in place first, that can only happen
+ * after maintenance failed for longer than `aheadDays`, and then costs one retried batch.
  */
 export class HistoryMaintainer {
   private timer: NodeJS.Timeout | undefined;
@@ -207,11 +214,12 @@ export class HistoryMaintainer {
     private readonly relayId: string,
   ) {}
 
-  start(): void {
+  /** Runs the maintenance once (never throws) and schedules the next runs; idempotent. */
+  async start(): Promise<void> {
     if (this.timer) return;
-    this.run();
-    this.timer = setInterval(() => this.run(), this.history.maintenanceIntervalMs);
+    this.timer = setInterval(() => void this.run(), this.history.maintenanceIntervalMs);
     this.timer.unref();
+    await this.run();
   }
 
   /** Stops the timer and waits for a run in flight. */
@@ -221,15 +229,14 @@ export class HistoryMaintainer {
     await this.running;
   }
 
-  private run(): void {
-    if (this.running) return;
-    this.running = maintainHistory(this.pool, {
+  private run(): Promise<void> {
+    this.running ??= maintainHistory(this.pool, {
       schema: this.schema,
       retentionDays: this.history.retentionDays,
       aheadDays: this.history.aheadDays,
     })
       .then((done) => {
-        if (done.created.length + done.dropped.length + done.purged + done.deferred.length > 0) {
+        if (done.created.length + done.dropped.length + done.purged > 0) {
           this.logger.info({ relayId: this.relayId, ...done }, 'delivery history maintained');
         }
         if (done.deferred.length > 0) {
@@ -248,5 +255,6 @@ export class HistoryMaintainer {
       .finally(() => {
         this.running = undefined;
       });
+    return this.running;
   }
 }

@@ -136,6 +136,8 @@ class PollingRelay implements Relay {
       if (error instanceof OutboxError && error.code === 'TXO_NO_SCHEMA') throw error;
       this.o.logger.warn({ err: error, relayId: this.id }, 'database not reachable at start; retrying');
     }
+    // Today's history partition before the first outcome (see HistoryMaintainer); never throws.
+    if (!this.stopping) await this.history?.start();
     // Stopped (or started by a concurrent call) while we waited: nothing more to start.
     if (this.loopDone || this.stopping) return;
     if (this.o.signal) {
@@ -159,7 +161,6 @@ class PollingRelay implements Relay {
         this.o.logger.warn({ err: error, relayId: this.id }, 'lease renewal failed');
       });
     }, this.schedule.everyMs);
-    this.history?.start();
     this.loopDone = this.loop();
     this.o.logger.info({ relayId: this.id, schema: this.o.schema }, 'relay started');
   }

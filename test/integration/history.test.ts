@@ -29,7 +29,13 @@ beforeAll(async () => {
 let logs: LogLine[] = [];
 afterEach(async (ctx) => {
   // A failed test shows what its relays said.
-  if (ctx.task.result?.state === 'fail') console.error(logs.filter((l) => l.level !== 'debug'));
+  if (ctx.task.result?.state === 'fail') {
+    console.error(
+      logs
+        .filter((l) => l.level !== 'debug')
+        .map((l) => `${l.level} ${l.msg} ${(l.obj['err'] as Error | undefined)?.message ?? ''}`),
+    );
+  }
   logs = [];
   await Promise.all(relays.splice(0).map((r) => r.stop({ timeout: 2000 })));
   await db.pool.query(`DELETE FROM "${db.schema}".events`);
@@ -105,6 +111,9 @@ describe('delivery history', () => {
     const ids = await put([ev('h1'), ev('h1', 'second', { topic: 'orders' }), ev('h2')]);
     const r = relay(publisher, { relayId: 'relay-h', backoff: { baseMs: 1, capMs: 2 } });
     await r.start();
+    // start() waits for the first maintenance: today's partition exists before the first outcome
+    // (one routed to DEFAULT while its day's partition is attached would fail and be retried).
+    expect(await partitions()).toContain(`deliveries_p${await utcDay(0)}`);
     await waitFor(() => publisher.received.length === 3, { what: '3 deliveries' });
     await waitFor(
       async () =>
