@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import {
   AggregationTemporality,
   InMemoryMetricExporter,
@@ -8,9 +9,9 @@ import { Registry, register } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
 import { failureCode } from '../../src/metrics/error-code.js';
-import { NOOP_INBOX_METRICS } from '../../src/metrics/inbox-metrics.js';
+import { INBOX_METRICS, NOOP_INBOX_METRICS } from '../../src/metrics/inbox-metrics.js';
 import { NOOP_SINK } from '../../src/metrics/noop-sink.js';
-import { NOOP_RELAY_METRICS, SinkRelayMetrics } from '../../src/metrics/relay-metrics.js';
+import { NOOP_RELAY_METRICS, RELAY_METRICS, SinkRelayMetrics } from '../../src/metrics/relay-metrics.js';
 import { resolveMetrics } from '../../src/metrics/sink.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
@@ -221,5 +222,13 @@ describe('OpenTelemetry sink', () => {
     expect(h.count).toBe(1);
     expect(h.buckets.boundaries).toEqual([0.1, 1]);
     await provider.shutdown();
+  });
+});
+
+describe('docs/metrics.md', () => {
+  it('documents every relay and inbox metric, and the scrape error counter', () => {
+    const doc = readFileSync(new URL('../../docs/metrics.md', import.meta.url), 'utf8');
+    const names = [...Object.values(RELAY_METRICS), ...Object.values(INBOX_METRICS)].map(([name]) => name);
+    for (const name of [...names, 'tx_outbox_scrape_errors_total']) expect(doc).toContain(`\`${name}\``);
   });
 });
