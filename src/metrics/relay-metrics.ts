@@ -3,10 +3,14 @@ import { BATCH_EVENTS, LATENCY_SECONDS, STEP_SECONDS } from './buckets.js';
 import { failureCode } from './error-code.js';
 import type { CounterMetric, GaugeMetric, HistogramMetric, MetricLabels, MetricsSink } from './sink.js';
 
+const RETRIED_REASONS = ['retryable', 'throttled', 'publisher_error'] as const;
+const DEAD_REASONS = ['permanent', 'max_attempts'] as const;
+const LEASE_CHANGES = ['acquired', 'lost', 'released'] as const;
+
 /** `reason` of `tx_outbox_events_retried_total`. */
-export type RetriedReason = 'retryable' | 'throttled' | 'publisher_error';
+export type RetriedReason = (typeof RETRIED_REASONS)[number];
 /** `reason` of `tx_outbox_events_dead_total`. */
-export type DeadReason = 'permanent' | 'max_attempts';
+export type DeadReason = (typeof DEAD_REASONS)[number];
 export type FailureReason = RetriedReason | DeadReason;
 /** A failure as the counters see it; without a reason, `retryable` or `max_attempts`. */
 export interface FailureOutcome {
@@ -15,7 +19,7 @@ export interface FailureOutcome {
 }
 
 /** `change` of `tx_outbox_lease_changes_total`. */
-export type LeaseChange = 'acquired' | 'lost' | 'released';
+export type LeaseChange = (typeof LEASE_CHANGES)[number];
 
 /**
  * What the relay records. The no-op version ({@link NOOP_RELAY_METRICS}) does nothing, so the
@@ -121,6 +125,9 @@ export class SinkRelayMetrics implements RelayMetrics {
     this.unavailableCount.inc(undefined, 0);
     this.attempts.inc(this.brokerLabels, 0);
     this.held.add(undefined, 0);
+    for (const reason of RETRIED_REASONS) this.retried.inc(REASON_LABELS[reason], 0);
+    for (const reason of DEAD_REASONS) this.dead.inc(REASON_LABELS[reason], 0);
+    for (const change of LEASE_CHANGES) this.leaseChanges.inc(CHANGE_LABELS[change], 0);
   }
 
   claimMs(ms: number): void {

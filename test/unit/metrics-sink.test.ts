@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { metrics } from '@opentelemetry/api';
 import {
   AggregationTemporality,
   InMemoryMetricExporter,
@@ -76,6 +77,23 @@ describe('resolveMetrics', () => {
     expect(() => resolveMetrics({} as never)).toThrow(OutboxValidationError);
     expect(() => resolveMetrics({ meter: {} } as never)).toThrow(/metrics\.meter/);
     expect(() => resolveMetrics('prom' as never)).toThrow(/metrics:/);
+  });
+
+  it("'otel' records through the global meter provider", async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    expect(metrics.setGlobalMeterProvider(provider)).toBe(true);
+    try {
+      resolveMetrics('otel', { schema: 'g' }).counter('tx_outbox_global_total', 'h').inc();
+      await reader.forceFlush();
+      const scope = exporter.getMetrics().at(-1)!.scopeMetrics[0]!;
+      expect(scope.scope.name).toBe('tx-outbox');
+      expect(scope.metrics[0]!.descriptor.name).toBe('tx_outbox_global_total');
+    } finally {
+      metrics.disable();
+      await provider.shutdown();
+    }
   });
 
   it('passes a sink through as it is', () => {
