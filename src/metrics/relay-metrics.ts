@@ -37,8 +37,8 @@ export interface RelayMetrics {
   /** An outcome recorded: `published` events left the outbox, `failures` were rescheduled or dead. */
   recorded(published: number, failures: readonly FailureOutcome[]): void;
   leases(change: LeaseChange, partitions: number): void;
-  /** Database clock minus relay clock, ms (from the lease heartbeat's round trip). */
-  clockOffset(ms: number): void;
+  /** One reading of database clock minus relay clock, ms, from a round trip of `rttMs` (the lease heartbeat). */
+  clockOffset(ms: number, rttMs: number): void;
 }
 
 const nothing = (): void => {};
@@ -102,7 +102,7 @@ export class SinkRelayMetrics implements RelayMetrics {
   private readonly brokerLabels: MetricLabels;
   /** Failure labels by code: a handful of values, built once each. */
   private readonly failureLabels = new Map<string, MetricLabels>();
-  private offsetMs = 0;
+  private readonly offset = new ClockOffset();
 
   constructor(sink: MetricsSink, broker: string) {
     const m = RELAY_METRICS;
@@ -149,7 +149,7 @@ export class SinkRelayMetrics implements RelayMetrics {
   called(batch: readonly OutboxMessage[], outcomes: readonly PublishOutcome[]): void {
     this.attempts.inc(this.brokerLabels, batch.length);
     // The database clock's "now", on the relay's clock: ack time + offset.
-    const ackedOnDbClock = Date.now() + this.offsetMs;
+    const ackedOnDbClock = Date.now() + this.offset.ms;
     for (let i = 0; i < batch.length; i++) {
       const outcome = outcomes[i];
       if (outcome === undefined) continue;
@@ -180,8 +180,8 @@ export class SinkRelayMetrics implements RelayMetrics {
     this.held.add(undefined, change === 'acquired' ? partitions : -partitions);
   }
 
-  clockOffset(ms: number): void {
-    this.offsetMs = ms;
+  clockOffset(ms: number, rttMs: number): void {
+    this.offset.add(ms, rttMs);
   }
 
   private failureLabelsOf(code: string): MetricLabels {
@@ -207,3 +207,24 @@ const CHANGE_LABELS: Record<LeaseChange, MetricLabels> = {
   lost: { change: 'lost' },
   released: { change: 'released' },
 };
+
+/**
+ * The relay↔database clock offset: of the last few readings, the one with the shortest round
+ * trip (a reading's error is at most half its round trip; one that waited for a pool connection
+ * or a busy server is worse).
+ */
+export class ClockOffset {
+  private readonly readings: { ms: number; rttMs: number }[] = [];
+  /** Database clock minus relay clock, ms (0 before the first reading). */
+  ms = 0;
+
+  constructor(private readonly keep = 8) {}
+
+  add(ms: number, rttMs: number): void {
+    this.readings.push({ ms, rttMs });
+    if (this.readings.length > this.keep) this.readings.shift();
+    let best = this.readings[0]!;
+    for (const r of this.readings) if (r.rttMs < best.rttMs) best = r;
+    this.ms = best.ms;
+  }
+}

@@ -12,7 +12,12 @@ import { OutboxValidationError } from '../../src/errors.js';
 import { failureCode } from '../../src/metrics/error-code.js';
 import { INBOX_METRICS, NOOP_INBOX_METRICS } from '../../src/metrics/inbox-metrics.js';
 import { NOOP_SINK } from '../../src/metrics/noop-sink.js';
-import { NOOP_RELAY_METRICS, RELAY_METRICS, SinkRelayMetrics } from '../../src/metrics/relay-metrics.js';
+import {
+  ClockOffset,
+  NOOP_RELAY_METRICS,
+  RELAY_METRICS,
+  SinkRelayMetrics,
+} from '../../src/metrics/relay-metrics.js';
 import { resolveMetrics } from '../../src/metrics/sink.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
@@ -184,7 +189,7 @@ describe('relay metrics', () => {
     const m = new SinkRelayMetrics(resolveMetrics(registry, { schema: 's', publisher: 'p' }), 'custom');
     // The database clock runs 30 s ahead of ours: an event it stamped 2 s before the ack (on its
     // clock) is 2 s old, not 32 s or -28 s.
-    m.clockOffset(30_000);
+    m.clockOffset(30_000, 1);
     m.called([message(new Date(Date.now() + 30_000 - 2_000))], [{ ok: true }]);
     const h = (await registry.getMetricsAsJSON()).find(
       (x) => x.name === 'tx_outbox_commit_to_publish_seconds',
@@ -195,6 +200,17 @@ describe('relay metrics', () => {
       )?.value ?? 0;
     expect(sum).toBeGreaterThanOrEqual(2);
     expect(sum).toBeLessThan(3);
+  });
+
+  it('takes the clock offset of the reading with the shortest round trip among the last few', () => {
+    const offset = new ClockOffset(3);
+    expect(offset.ms).toBe(0);
+    offset.add(100, 2);
+    offset.add(900, 50); // waited for a pool connection: less trustworthy
+    expect(offset.ms).toBe(100);
+    offset.add(120, 4);
+    offset.add(130, 6); // the 2 ms reading is now out of the window
+    expect(offset.ms).toBe(120);
   });
 
   it('labels failures by a bounded code', () => {
