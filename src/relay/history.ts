@@ -7,6 +7,7 @@
 import type { Pool } from 'pg';
 import { OutboxError, OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
+import type { GaugeMetric } from '../metrics/sink.js';
 import { Checkout } from '../schema/checkout.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
@@ -106,6 +107,12 @@ export interface HistoryMaintenance {
 }
 
 const LOCK_NOT_AVAILABLE = '55P03';
+
+/** The gauge the relay sets after each maintenance run (docs/metrics.md, History). */
+export const HISTORY_PARTITIONS_METRIC = [
+  'tx_outbox_history_partitions',
+  'Partitions of the delivery history (daily ones and DEFAULT), as of the last maintenance run.',
+] as const;
 
 /**
  * Creates the history's partitions ahead (today and `aheadDays` after, UTC) and drops those
@@ -212,6 +219,8 @@ export class HistoryMaintainer {
     private readonly history: ResolvedHistory,
     private readonly logger: Logger,
     private readonly relayId: string,
+    /** `tx_outbox_history_partitions`, set after every run (metrics on). */
+    private readonly partitions?: GaugeMetric,
   ) {}
 
   /** Runs the maintenance once (never throws) and schedules the next runs; idempotent. */
@@ -236,6 +245,7 @@ export class HistoryMaintainer {
       aheadDays: this.history.aheadDays,
     })
       .then((done) => {
+        this.partitions?.set(undefined, done.partitions);
         if (done.created.length + done.dropped.length + done.purged > 0) {
           this.logger.info({ relayId: this.relayId, ...done }, 'delivery history maintained');
         }

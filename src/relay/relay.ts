@@ -4,7 +4,7 @@ import { redactText } from '../redact.js';
 import { loopErrorDelay, outageDelay } from './backoff.js';
 import { type Claimed, Claimer } from './claim.js';
 import { CLAIM_SQL } from './claim-sql.js';
-import { checkHistoryTable, HistoryMaintainer } from './history.js';
+import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from './history.js';
 import { HoldBack } from './hold-back.js';
 import { IdleCadence } from './idle.js';
 import { LeaseSchedule } from './lease-schedule.js';
@@ -50,7 +50,7 @@ class PollingRelay implements Relay {
   private readonly idle: IdleCadence;
   private readonly claimSession: RelaySession;
   private readonly recordSession: RelaySession;
-  private readonly counters = new RelayCounters();
+  private readonly counters: RelayCounters;
   private readonly outage: OutageLog;
   private readonly refused = new RefusedAggregates();
   private readonly pipeline: Pipeline;
@@ -67,6 +67,7 @@ class PollingRelay implements Relay {
 
   constructor(private readonly o: ResolvedRelayOptions) {
     this.id = o.relayId;
+    this.counters = new RelayCounters(o.metrics);
     this.outage = new OutageLog(
       o.logger,
       { relayId: o.relayId, publisher: o.publisher.name },
@@ -82,6 +83,7 @@ class PollingRelay implements Relay {
       o.leaseMs,
       () => this.partitions(),
       o.logger,
+      o.metrics,
     );
     this.schedule = new LeaseSchedule(o.leaseMs);
     this.idle = new IdleCadence(this.doorbell, this.leases, o.listen, o.pollIntervalMs);
@@ -104,7 +106,16 @@ class PollingRelay implements Relay {
       this.counters,
       o.history ? [o.publisher.name] : [],
     );
-    this.history = o.history && new HistoryMaintainer(o.pool, o.schema, o.history, o.logger, o.relayId);
+    this.history =
+      o.history &&
+      new HistoryMaintainer(
+        o.pool,
+        o.schema,
+        o.history,
+        o.logger,
+        o.relayId,
+        o.metricsSink.enabled ? o.metricsSink.gauge(...HISTORY_PARTITIONS_METRIC) : undefined,
+      );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
     this.batches = new BatchPublisher({
       publisher: o.publisher,

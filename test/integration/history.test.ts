@@ -5,6 +5,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { Registry } from 'prom-client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PublishError } from '../../src/errors.js';
 import { findEvent } from '../../src/ops/find-event.js';
@@ -170,6 +171,16 @@ describe('delivery history', () => {
       `SELECT "${db.schema}".history_drop_partition((now() AT TIME ZONE 'UTC')::date, 7) AS dropped`,
     );
     expect(rows[0].dropped).toBe(false);
+  });
+
+  it('with metrics, tx_outbox_history_partitions says how many partitions the history has', async () => {
+    const registry = new Registry();
+    const r = relay(new RecordingPublisher(), { metrics: registry });
+    await r.start();
+    const text = await registry.metrics();
+    const line = text.split('\n').find((l) => l.startsWith('tx_outbox_history_partitions{'));
+    expect(line).toBeDefined();
+    expect(Number(line!.split(' ').at(-1))).toBe((await partitions()).length);
   });
 
   it('rows in DEFAULT for a day without a partition move into it when it is created; older ones are purged', async () => {
