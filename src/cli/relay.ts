@@ -169,6 +169,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       relayId: options.relayId,
       listen: options.listen,
       logger: logger.child({ component: 'relay' }),
+      ...(registry === undefined ? {} : { metrics: registry }),
     });
     if (endpoint !== undefined && registry !== undefined) {
       metrics = await serveRelayMetrics(endpoint, { pool, relay, registry, logger });

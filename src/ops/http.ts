@@ -221,7 +221,10 @@ function send(
 /** The registry's `tx_outbox_relay_ready` gauge: the one already there (metrics-core's), or a new one. */
 function readyGauge(registry: Registry): Gauge<'schema' | 'publisher'> {
   const existing = registry.getSingleMetric(RELAY_READY_METRIC);
-  if (existing instanceof Gauge) return existing as Gauge<'schema' | 'publisher'>;
+  // Another copy of prom-client has another Gauge class: the type says what it is.
+  if (existing instanceof Gauge || (existing as { type?: unknown } | undefined)?.type === 'gauge') {
+    return existing as Gauge<'schema' | 'publisher'>;
+  }
   return new Gauge({
     name: RELAY_READY_METRIC,
     help: '1 when this relay passes its readiness checks (database, broker, partitions held or a live standby), else 0.',

@@ -72,6 +72,9 @@ describe('tx-outbox relay --metrics-port', () => {
     const text = await response.text();
     expect(text).toContain(`tx_outbox_relay_ready{schema="${SCHEMA}",publisher="nats"} 1`);
     expect(text).toContain('process_cpu_seconds_total');
+    // The relay's own metrics are on the same registry (createRelay({ metrics: registry })).
+    expect(text).toContain(`tx_outbox_events_published_total{schema="${SCHEMA}",publisher="nats"} 0`);
+    expect(text).toContain('# TYPE tx_outbox_commit_to_publish_seconds histogram');
     // The exposition is clean for Prometheus' own linter.
     const check = promtool(['check', 'metrics'], text);
     expect(check.output).toBe('');
