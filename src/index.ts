@@ -33,6 +33,13 @@ export {
 } from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
 export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
+export { type MetricsServer, type ServeMetricsOptions, serveMetrics } from './ops/http.js';
+export type {
+  HealthSource,
+  ReadinessCheck,
+  ReadinessCheckName,
+  ReadinessReport,
+} from './ops/readiness.js';
 export { type OutboxStatus, outboxStatus } from './ops/status.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
@@ -50,7 +57,7 @@ export { defaultDestination } from './publishers/core/destination.js';
 export { permanent } from './publishers/core/outcomes.js';
 export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';
 export type { RelayOptions } from './relay/options.js';
-export { createRelay, type Relay, type RelayStats } from './relay/relay.js';
+export { createRelay, type Relay, type RelayHealth, type RelayStats } from './relay/relay.js';
 export {
   DEFAULT_PARTITIONS,
   DEFAULT_SCHEMA,
