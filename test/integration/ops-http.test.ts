@@ -6,9 +6,11 @@ import { brokerUnavailable, OutboxValidationError } from '../../src/errors.js';
 import { type MetricsServer, serveMetrics } from '../../src/ops/http.js';
 import type { HealthSource } from '../../src/ops/readiness.js';
 import { enqueue } from '../../src/producer/enqueue.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { createRelay, type Relay } from '../../src/relay/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
+import { PrivateNats } from '../helpers/processes.js';
 
 let db: TestDb;
 const relays: Relay[] = [];
@@ -153,6 +155,46 @@ describe('serveMetrics', () => {
     );
     down = false;
     await waitReady(server, 200, 'ready after the outage');
+  });
+
+  it('a real NATS server going down turns /readyz 503 naming the broker, and its return 200', async () => {
+    const nats = await PrivateNats.start();
+    try {
+      const publisher = await natsPublisher({ url: nats.url, stream: 'OPS_HTTP', streamSubjects: ['ops.>'] });
+      const registry = new Registry();
+      const r = createRelay({
+        pool: db.pool,
+        publisher,
+        schema: db.schema,
+        pollIntervalMs: 50,
+        metrics: registry,
+      });
+      relays.push(r);
+      const server = await serve({ registry, relay: r });
+      await r.start();
+      await waitReady(server, 200, 'ready with NATS up');
+      await nats.down();
+      await inTransaction(db.pool, (tx) =>
+        enqueue(
+          tx,
+          { aggregateType: 'o', aggregateId: 'n1', type: 't', topic: 'ops.x', payload: {} },
+          { schema: db.schema },
+        ),
+      );
+      const down = await waitReady(server, 503, 'not ready: NATS down');
+      expect(down.failing).toEqual(['broker']);
+      expect(down.checks['broker']?.detail).toMatch(/^nats: unreachable since /);
+      const metrics = (await get(server, '/metrics')).body;
+      expect(metrics).toContain(`tx_outbox_relay_ready{schema="${db.schema}",publisher="nats"} 0`);
+      expect(metrics).not.toContain(
+        `tx_outbox_events_unavailable_total{schema="${db.schema}",publisher="nats"} 0`,
+      );
+      await nats.up();
+      await waitReady(server, 200, 'ready with NATS back');
+      await r.stop({ timeout: 2000 });
+    } finally {
+      await nats.destroy();
+    }
   });
 
   it('a standby is ready when every partition has a live owner, not when one has none', async () => {
