@@ -85,12 +85,12 @@ async function waitReady(server: MetricsServer, status: number, what: string): P
 }
 
 /** A health source standing for a running relay that holds no partition (a standby). */
-function standby(): HealthSource {
+function standby(publisher = 'recording'): HealthSource {
   return {
     health: () => ({
-      relayId: 'standby-1',
+      relayId: `standby-${publisher}`,
       schema: db.schema,
-      publisher: 'recording',
+      publisher,
       running: true,
       partitions: 0,
       brokerUnavailableSince: undefined,
@@ -216,6 +216,22 @@ describe('serveMetrics', () => {
     expect((await waitReady(server, 503, 'expired lease')).checks['partitions']?.detail).toBe(
       'holds no partition while 1 of 4 have no live owner',
     );
+  });
+
+  it('two servers on one registry share the tx_outbox_relay_ready gauge, a series each', async () => {
+    const registry = new Registry();
+    await db.pool.query(
+      `UPDATE "${db.schema}".partitions SET owner = 'other', lease_until = now() + interval '1 hour'`,
+    );
+    const a = await serve({ registry, relay: standby('nats') });
+    await serve({ registry, relay: standby('kafka') });
+    await waitReady(a, 200, 'ready standby');
+    await waitFor(async () => (await get(a, '/metrics')).body.includes('publisher="kafka"} 1'), {
+      what: 'both series at 1',
+    });
+    const body = (await get(a, '/metrics')).body;
+    expect(body).toContain(`tx_outbox_relay_ready{schema="${db.schema}",publisher="nats"} 1`);
+    expect(body.match(/# TYPE tx_outbox_relay_ready gauge/g)).toHaveLength(1);
   });
 
   it('is not ready once the relay is stopped', async () => {
