@@ -8,6 +8,7 @@ import type { Logger } from '../logger.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { namedStatement, type Statement } from '../schema/statement.js';
+import type { InboxTracingOptions } from '../tracing/process-span.js';
 import type { AcceptedEvent } from './decode.js';
 import {
   BLOCKER_SQL,
@@ -61,6 +62,8 @@ export interface InboxOptions<A extends readonly AcceptedEvent[] = readonly Acce
   /** Run the per-event statement as a named prepared statement (default true). Turn off behind PgBouncer in transaction mode. */
   readonly prepared?: boolean;
   readonly logger?: Logger;
+  /** The `process` span of each delivery, when an OpenTelemetry tracer provider is registered (docs/tracing.md). */
+  readonly tracing?: InboxTracingOptions;
 }
 
 export interface Statements {

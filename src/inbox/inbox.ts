@@ -11,6 +11,7 @@ import { errorMessage, isTransactionConflict } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { inTransaction, lostItsConnection } from '../producer/transaction.js';
 import { redactText } from '../redact.js';
+import { ProcessTracing } from '../tracing/process-span.js';
 import { type AcceptedData, type AcceptedEvent, decode, type InboxEvent } from './decode.js';
 import { type InboxOptions, resolveInboxOptions, type Statements } from './inbox-options.js';
 import type { InboxMessage } from './message.js';
@@ -105,6 +106,7 @@ class TransactionalInbox<T> implements Inbox<T> {
   private readonly logger: Logger;
   private readonly maxAttempts: number;
   private readonly gapBudget: GapBudget;
+  readonly #tracing: ProcessTracing;
 
   constructor(
     private readonly o: InboxOptions<readonly AcceptedEvent[]>,
@@ -118,6 +120,7 @@ class TransactionalInbox<T> implements Inbox<T> {
       maxGapMs: o.maxGapMs ?? o.maxDeferMs ?? DEFAULT_MAX_GAP_MS,
       maxDeferrals: o.maxDeferrals,
     };
+    this.#tracing = new ProcessTracing(o.consumer, o.tracing);
   }
 
   readonly #counts: Record<HandleStatus, number> = {
@@ -133,7 +136,7 @@ class TransactionalInbox<T> implements Inbox<T> {
   }
 
   async handle<D extends T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
-    const result = await this.#handle(message, handler);
+    const result = await this.#tracing.around(message, () => this.#handle(message, handler));
     this.#counts[result.status] += 1;
     return result;
   }
