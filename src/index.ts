@@ -68,3 +68,4 @@ export {
   type RolesSqlOptions,
   rolesSql,
 } from './schema/roles.js';
+export type { InboxTracingOptions } from './tracing/process-span.js';

@@ -7,7 +7,6 @@
  */
 import type { Link, Span } from '@opentelemetry/api';
 import { OutboxValidationError } from '../errors.js';
-import type { InboxMessage } from '../inbox/message.js';
 import { redactText } from '../redact.js';
 import {
   ATTR_CONSUMER_GROUP,
@@ -32,16 +31,23 @@ export interface InboxTracingOptions {
   readonly processParent?: 'message' | 'link';
 }
 
+/** What the span reads of an `InboxMessage` (src/inbox/ is downstream of this folder). */
+export interface TracedMessage {
+  readonly eventId: string;
+  readonly sequence: number;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
 /** Where a consumer adapter received a message: the `process` span's system and destination. */
 export interface Delivery {
   readonly system: string;
   readonly destination: string;
 }
 
-const deliveries = new WeakMap<InboxMessage, Delivery>();
+const deliveries = new WeakMap<TracedMessage, Delivery>();
 
 /** Notes where an adapter received `message` (the subject, topic, queue, stream or path). */
-export function noteDelivery(message: InboxMessage, delivery: Delivery): InboxMessage {
+export function noteDelivery<M extends TracedMessage>(message: M, delivery: Delivery): M {
   deliveries.set(message, delivery);
   return message;
 }
@@ -79,7 +85,7 @@ export class ProcessTracing {
   }
 
   /** Runs `handle` inside the message's `process` span, or as it is when tracing is off. */
-  async around<R extends Answer>(message: InboxMessage, handle: () => Promise<R>): Promise<R> {
+  async around<R extends Answer>(message: TracedMessage, handle: () => Promise<R>): Promise<R> {
     let otel = loadedOtelApi();
     if (otel === undefined) otel = await loadOtelApi();
     const tracer = otel ? tracerOf(otel) : undefined;

@@ -8,7 +8,7 @@ import type { Context, SpanContext } from '@opentelemetry/api';
 import type { OtelApi } from './otel-api.js';
 
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
-const TRACE_HEADERS = ['traceparent', 'tracestate'] as const;
+const TRACE_HEADERS: readonly string[] = ['traceparent', 'tracestate'];
 
 /** The remote span context in `headers`, or undefined when there is none (or it is invalid). */
 export function remoteSpanContext(
@@ -37,8 +37,9 @@ export function withTraceHeaders(
   headers: Readonly<Record<string, string>>,
   context: Context,
 ): Record<string, string> {
-  const out: Record<string, string> = { ...headers };
-  for (const name of TRACE_HEADERS) delete out[name];
+  // Built without the two rather than copied and deleted from (a delete leaves a slow object).
+  const out: Record<string, string> = {};
+  for (const name in headers) if (!TRACE_HEADERS.includes(name)) out[name] = headers[name]!;
   otel.propagation.inject(context, out);
   if (out['traceparent'] === undefined) {
     const span = otel.trace.getSpanContext(context);
