@@ -4,14 +4,18 @@
  *
  *   npx tsx bench/tracing.ts --quick            # 10,000 events, 3 rounds
  *   npx tsx bench/tracing.ts --events 50000 --runs 5
+ *   npx tsx bench/tracing.ts --quick --modes base,off --base /tmp/txo-base   # zero-cost check
  *
  * First, in this process, what the relay's tracing costs per publish call: the check with no
  * provider registered, and per message with one (start, inject, end into a NoopSpanProcessor).
  *
  * Modes: `off` (no tracer provider: the zero-cost path), `noop` (an SDK whose spans end in a
  * NoopSpanProcessor) and `batch` (a BatchSpanProcessor, exporter dropping the batch); see
- * bench/tracing-sdk.mjs. Needs `npm run build` (the relay process runs dist/).
+ * bench/tracing-sdk.mjs. `base`: the relay process of another checkout (`--base`, built, e.g. the
+ * commit before tracing: `git archive <commit> | tar -x -C /tmp/txo-base`, node_modules linked,
+ * `npm run build` there), no provider. Needs `npm run build` (the relay process runs dist/).
  */
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { trace } from '@opentelemetry/api';
 import { BasicTracerProvider, NoopSpanProcessor } from '@opentelemetry/sdk-trace-base';
@@ -28,6 +32,7 @@ const { values: args } = parseArgs({
     events: { type: 'string' },
     runs: { type: 'string' },
     modes: { type: 'string', default: 'off,noop,batch' },
+    base: { type: 'string' },
   },
 });
 const events = Number(args.events ?? (args.quick ? 10_000 : 50_000));
@@ -83,8 +88,12 @@ const rates: Record<string, number[]> = Object.fromEntries(modes.map((m) => [m, 
 try {
   for (let round = 0; round < runs; round++) {
     for (const mode of modes) {
-      if (mode === 'off') delete process.env['TXO_BENCH_TRACING'];
-      else process.env['TXO_BENCH_TRACING'] = mode;
+      delete process.env['TXO_BENCH_TRACING'];
+      delete process.env['TXO_BENCH_RELAY_PROCESS'];
+      if (mode === 'base') {
+        if (!args.base) throw new Error('mode base needs --base <checkout>');
+        process.env['TXO_BENCH_RELAY_PROCESS'] = join(args.base, 'bench', 'relay-process.mjs');
+      } else if (mode !== 'off') process.env['TXO_BENCH_TRACING'] = mode;
       const run = await drainRun(pool, txOutboxSystem(), {
         events,
         aggregates: Math.max(1, Math.round(events / 10)),
@@ -97,15 +106,17 @@ try {
   }
 } finally {
   delete process.env['TXO_BENCH_TRACING'];
+  delete process.env['TXO_BENCH_RELAY_PROCESS'];
   await pool.end();
 }
 if (runs === 0) process.exit(0);
-const off = modes.includes('off') ? summarize(rates['off']!) : undefined;
+const reference = modes[0]!;
+const first = summarize(rates[reference]!);
 console.log(`W1, ${fmt(events)} events, ${runs} paired rounds; events/s median [min–max]`);
-console.log('| tracing | events/s | vs off |');
+console.log(`| tracing | events/s | vs ${reference} |`);
 console.log('|---|---|---|');
 for (const mode of modes) {
   const s = summarize(rates[mode]!);
-  const ratio = off ? (s.median / off.median).toFixed(2) : '';
+  const ratio = (s.median / first.median).toFixed(2);
   console.log(`| ${mode} | ${fmt(s.median)} [${fmt(s.min)}–${fmt(s.max)}] | ${ratio} |`);
 }
