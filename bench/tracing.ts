@@ -10,7 +10,8 @@
  * provider registered, and per message with one (start, inject, end into a NoopSpanProcessor).
  *
  * Modes: `off` (no tracer provider: the zero-cost path), `noop` (an SDK whose spans end in a
- * NoopSpanProcessor) and `batch` (a BatchSpanProcessor, exporter dropping the batch); see
+ * NoopSpanProcessor), `batch` (a BatchSpanProcessor, exporter dropping the batch) and `nocm`
+ * (`noop` without the AsyncLocalStorage context manager); see
  * bench/tracing-sdk.mjs. `base`: the relay process of another checkout (`--base`, built, e.g. the
  * commit before tracing: `git archive <commit> | tar -x -C /tmp/txo-base`, node_modules linked,
  * `npm run build` there), no provider. Needs `npm run build` (the relay process runs dist/).
