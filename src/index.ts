@@ -58,6 +58,13 @@ export {
   findEvent,
   type HistoryReach,
 } from './ops/find-event.js';
+export { type MetricsServer, type ServeMetricsOptions, serveMetrics } from './ops/http.js';
+export type {
+  HealthSource,
+  ReadinessCheck,
+  ReadinessCheckName,
+  ReadinessReport,
+} from './ops/readiness.js';
 export { type OutboxStatus, outboxStatus } from './ops/status.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
@@ -81,7 +88,7 @@ export {
   maintainHistory,
 } from './relay/history.js';
 export type { RelayOptions } from './relay/options.js';
-export { createRelay, type Relay, type RelayStats } from './relay/relay.js';
+export { createRelay, type Relay, type RelayHealth, type RelayStats } from './relay/relay.js';
 export {
   DEFAULT_PARTITIONS,
   DEFAULT_SCHEMA,
@@ -99,3 +106,4 @@ export {
   type RolesSqlOptions,
   rolesSql,
 } from './schema/roles.js';
+export type { InboxTracingOptions } from './tracing/process-span.js';
