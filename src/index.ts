@@ -32,7 +32,21 @@ export {
   showQuarantined,
 } from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
-export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
+export {
+  type AuditEntry,
+  countDead,
+  type DeadEvent,
+  type DeadFilter,
+  type EventDetails,
+  listDead,
+  type ReplayOptions,
+  replayDead,
+  type ShowResult,
+  type SkipOptions,
+  type SkipResult,
+  showEvent,
+  skipDead,
+} from './ops/dead-letter.js';
 export { type OutboxStatus, outboxStatus } from './ops/status.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
@@ -68,3 +82,4 @@ export {
   type RolesSqlOptions,
   rolesSql,
 } from './schema/roles.js';
+export { SKIPPED_EVENT_TYPE, type SkipMarker, skipMarkerOf } from './skip-marker.js';
