@@ -45,9 +45,9 @@ WITH replayed AS (
 )
 SELECT event_id::text AS event_id FROM replayed`;
 
-/** The rows `$1` ids name, locked for the skip: what they are, to refuse or report. */
+/** The rows `$1` event ids name, locked for the skip: what they are, to refuse or report. */
 export const LOCK_FOR_SKIP_SQL = `
-SELECT event_id::text AS event_id, status, event_type
+SELECT id::text AS id, event_id::text AS event_id, status, event_type
 FROM {{schema}}.events
 WHERE event_id = ANY ($1::uuid[])
 FOR UPDATE`;
@@ -66,13 +66,13 @@ WHERE s.event_id = ANY ($1::uuid[]) AND b.event_id <> ALL ($1::uuid[])
 GROUP BY s.event_id, s.sequence`;
 
 /**
- * `dead skip`: each dead event (`$1` ids) is replaced in place by its skip marker (same row, event
+ * `dead skip`: each dead event (`$1` row ids, locked by {@link LOCK_FOR_SKIP_SQL}) is replaced in place by its skip marker (same row, event
  * id, aggregate, sequence and topic; no headers), pending and due now; its aggregate is unblocked;
  * the original rows go whole to the audit trail. `$2` actor, `$3` reason.
  */
 export const SKIP_DEAD_SQL = `
 WITH original AS (
-  SELECT e.* FROM {{schema}}.events e WHERE e.event_id = ANY ($1::uuid[]) AND e.status = 'dead'
+  SELECT e.* FROM {{schema}}.events e WHERE e.id = ANY ($1::bigint[]) AND e.status = 'dead'
 ), marked AS (
   UPDATE {{schema}}.events e
   SET event_type = '${SKIPPED_EVENT_TYPE}', schema_version = 1,
@@ -96,13 +96,13 @@ WITH original AS (
 SELECT event_id::text AS event_id FROM marked`;
 
 /**
- * `dead skip --no-publish`: each dead event (`$1` ids, each at its aggregate's head) leaves the
+ * `dead skip --no-publish`: each dead event (`$1` row ids, each at its aggregate's head) leaves the
  * table, its aggregate's delivered sequence moves past it and the aggregate is unblocked; the
  * original rows go whole to the audit trail. `$2` actor, `$3` reason.
  */
 export const SKIP_DEAD_UNPUBLISHED_SQL = `
 WITH original AS (
-  SELECT e.* FROM {{schema}}.events e WHERE e.event_id = ANY ($1::uuid[]) AND e.status = 'dead'
+  SELECT e.* FROM {{schema}}.events e WHERE e.id = ANY ($1::bigint[]) AND e.status = 'dead'
 ), removed AS (
   DELETE FROM {{schema}}.events e
   USING original o

@@ -257,10 +257,12 @@ export async function skipDead(pool: Pool, options: SkipOptions): Promise<SkipRe
   const dryRun = options.dryRun === true;
   return inMaybeDryTransaction(pool, dryRun, async (client) => {
     const actor = await actorOf(client, options.actor);
-    const { rows: found } = await client.query<{ event_id: string; status: string; event_type: string }>(
-      withSchema(LOCK_FOR_SKIP_SQL, schema),
-      [ids],
-    );
+    const { rows: found } = await client.query<{
+      id: string;
+      event_id: string;
+      status: string;
+      event_type: string;
+    }>(withSchema(LOCK_FOR_SKIP_SQL, schema), [ids]);
     const pending = found.filter((r) => r.status !== 'dead').map((r) => r.event_id);
     if (pending.length > 0) {
       throw new OutboxValidationError(
@@ -292,7 +294,9 @@ export async function skipDead(pool: Pool, options: SkipOptions): Promise<SkipRe
       }
     }
     const sql = withSchema(publish ? SKIP_DEAD_SQL : SKIP_DEAD_UNPUBLISHED_SQL, schema);
-    const { rows } = await client.query<{ event_id: string }>(sql, [ids, actor, reason]);
+    // The locked rows by primary key: no second scan of the hot table.
+    const rowIds = found.map((r) => r.id);
+    const { rows } = await client.query<{ event_id: string }>(sql, [rowIds, actor, reason]);
     if (rows.length > 0) await client.query('SELECT pg_notify($1, $2)', [wakeChannel(schemaName), '']);
     const present = new Set(found.map((r) => r.event_id));
     return {
