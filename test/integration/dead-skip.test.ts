@@ -327,6 +327,28 @@ describe('dead skip', () => {
     expect((await inbox.replayReleased(noop)).map((r) => r.status)).toEqual(['processed']);
   });
 
+  it('keeps a bytes payload in the audit trail, and no secret of a URL the reason quotes', async () => {
+    const [id] = await putDead(
+      [{ aggregateType: 'blob', aggregateId: 'b1', type: 'blob.put', payload: Buffer.from([7, 8, 9]) }],
+      [0],
+    );
+    await skipDead(db.pool, {
+      schema: db.schema,
+      eventIds: [id!],
+      reason: 'https://user:hunter2@example.com/hook?token=abc refuses it',
+    });
+    const { event, audit } = await showEvent(db.pool, { schema: db.schema, eventId: id! });
+    expect(event).toMatchObject({ type: SKIPPED_EVENT_TYPE, status: 'pending', attempts: 0, headers: {} });
+    expect(audit[0]!.original).toMatchObject({
+      payload: null,
+      payload_bytes: '\\x070809',
+      event_type: 'blob.put',
+    });
+    expect(audit[0]!.reason).not.toContain('hunter2');
+    expect(audit[0]!.reason).not.toContain('abc');
+    expect(event!.payloadPreview).not.toContain('hunter2');
+  });
+
   it('dead show gives every column, the last error, headers, payload preview and audit history', async () => {
     const [id] = await putDead(
       [
