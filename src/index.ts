@@ -32,6 +32,21 @@ export {
   showQuarantined,
 } from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
+export { PUBLISHER_KINDS, type PublisherKind } from './metrics/broker.js';
+export { FAILURE_CODES } from './metrics/error-code.js';
+export type { DeadReason, LeaseChange, RetriedReason } from './metrics/relay-metrics.js';
+export {
+  type CounterMetric,
+  type GaugeMetric,
+  type HistogramMetric,
+  METER_NAME,
+  type MeterLike,
+  type MetricLabels,
+  type MetricsOption,
+  type MetricsSink,
+  type RegistryLike,
+  resolveMetrics,
+} from './metrics/sink.js';
 export {
   type AuditEntry,
   countDead,

@@ -49,7 +49,7 @@ class PollingRelay implements Relay {
   private readonly idle: IdleCadence;
   private readonly claimSession: RelaySession;
   private readonly recordSession: RelaySession;
-  private readonly counters = new RelayCounters();
+  private readonly counters: RelayCounters;
   private readonly outage: OutageLog;
   private readonly refused = new RefusedAggregates();
   private readonly pipeline: Pipeline;
@@ -65,6 +65,7 @@ class PollingRelay implements Relay {
 
   constructor(private readonly o: ResolvedRelayOptions) {
     this.id = o.relayId;
+    this.counters = new RelayCounters(o.metrics);
     this.outage = new OutageLog(
       o.logger,
       { relayId: o.relayId, publisher: o.publisher.name },
@@ -80,6 +81,7 @@ class PollingRelay implements Relay {
       o.leaseMs,
       () => this.partitions(),
       o.logger,
+      o.metrics,
     );
     this.schedule = new LeaseSchedule(o.leaseMs);
     this.idle = new IdleCadence(this.doorbell, this.leases, o.listen, o.pollIntervalMs);
