@@ -47,9 +47,22 @@ export {
   type RegistryLike,
   resolveMetrics,
 } from './metrics/sink.js';
-export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
 export {
   type AuditEntry,
+  countDead,
+  type DeadEvent,
+  type DeadFilter,
+  type EventDetails,
+  listDead,
+  type ReplayOptions,
+  replayDead,
+  type ShowResult,
+  type SkipOptions,
+  type SkipResult,
+  showEvent,
+  skipDead,
+} from './ops/dead-letter.js';
+export {
   type Delivery,
   type EventIdentity,
   type EventLocation,
@@ -106,4 +119,5 @@ export {
   type RolesSqlOptions,
   rolesSql,
 } from './schema/roles.js';
+export { SKIPPED_EVENT_TYPE, type SkipMarker, skipMarkerOf } from './skip-marker.js';
 export type { InboxTracingOptions } from './tracing/process-span.js';

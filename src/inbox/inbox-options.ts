@@ -13,6 +13,7 @@ import type { InboxTracingOptions } from '../tracing/process-span.js';
 import type { AcceptedEvent } from './decode.js';
 import {
   BLOCKER_SQL,
+  CLAIM_AND_ADVANCE_SKIPPED_SQL,
   CLAIM_AND_ADVANCE_SQL,
   CLAIM_EVENT_SQL,
   COUNT_ATTEMPT_SQL,
@@ -75,6 +76,8 @@ export interface InboxOptions<A extends readonly AcceptedEvent[] = readonly Acce
 export interface Statements {
   readonly claim: string;
   readonly claimAndAdvance: Statement;
+  /** The same for a skip marker: the dedup record's outcome is `skipped`. */
+  readonly claimAndAdvanceSkipped: string;
   readonly countAttempt: string;
   readonly countDeferral: string;
   readonly blocker: string;
@@ -125,6 +128,7 @@ export function resolveInboxOptions(options: InboxOptions<readonly AcceptedEvent
       withSchema(CLAIM_AND_ADVANCE_SQL, schema),
       options.prepared ?? true,
     ),
+    claimAndAdvanceSkipped: withSchema(CLAIM_AND_ADVANCE_SKIPPED_SQL, schema),
     countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
     countDeferral: withSchema(COUNT_DEFERRAL_SQL, schema),
     blocker: withSchema(BLOCKER_SQL, schema),

@@ -59,7 +59,7 @@ export const HISTORY_ANY_SQL = `SELECT EXISTS (SELECT 1 FROM {{schema}}.deliveri
 
 /** `$1` event id → the operator actions that named it (replay, skip), oldest first. */
 export const FIND_AUDIT_SQL = `
-SELECT at, actor, action, reason
+SELECT at, actor, action, reason, cardinality(event_ids) AS event_count
 FROM {{schema}}.audit
 WHERE event_ids @> ARRAY[$1::uuid]
 ORDER BY at, id`;

@@ -8,6 +8,7 @@ import { OutboxValidationError } from '../errors.js';
 import { redactText } from '../redact.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+import type { AuditEntry } from './dead-letter.js';
 import {
   FIND_AUDIT_SQL,
   FIND_DELIVERIES_SQL,
@@ -60,14 +61,6 @@ export type EventWait =
   | { readonly kind: 'no-owner'; readonly partition: number }
   /** Nothing holds it: the next claim of its partition's owner takes it. */
   | { readonly kind: 'due' };
-
-/** An operator action that named the event (`dead replay`, `dead skip`). */
-export interface AuditEntry {
-  readonly at: Date;
-  readonly actor: string;
-  readonly action: string;
-  readonly reason: string;
-}
 
 /** One publication recorded in the delivery history. */
 export interface Delivery {
@@ -234,7 +227,8 @@ export async function findEvent(
     }
   }
   const last = audit.at(-1);
-  if (last?.action === 'skip') return { state: 'skipped', audit };
+  // `dead skip --no-publish` ('skip-unpublished') removed it; a plain skip published a marker in its place.
+  if (last?.action.startsWith('skip')) return { state: 'skipped', audit };
   if (last !== undefined) return { state: 'replayed', audit };
   return { state: 'unknown', history: reach, audit };
 }
@@ -318,8 +312,20 @@ function waits(r: HotRow): EventWait[] {
 }
 
 async function findAudit(pool: Pool, schema: string, id: string): Promise<AuditEntry[]> {
-  const { rows } = await pool.query<AuditEntry>(withSchema(FIND_AUDIT_SQL, schema), [id]);
-  return rows.map((r) => ({ at: r.at, actor: r.actor, action: r.action, reason: r.reason }));
+  const { rows } = await pool.query<{
+    at: Date;
+    actor: string;
+    action: string;
+    reason: string;
+    event_count: number;
+  }>(withSchema(FIND_AUDIT_SQL, schema), [id]);
+  return rows.map((r) => ({
+    at: r.at,
+    actor: r.actor,
+    action: r.action,
+    reason: r.reason,
+    eventCount: r.event_count,
+  }));
 }
 
 async function historyReach(pool: Pool, schema: string): Promise<HistoryReach> {

@@ -9,7 +9,7 @@
  *   whether a partition's relay sleeps (NOTIFY). It cannot read payloads.
  * - relay: claims, publishes and records outcomes; leases and heartbeats.
  * - consumer: the inbox — dedup records, positions, attempts, quarantine.
- * - operator: `status`, `dead list|replay`, `inbox list|show|release|prune`.
+ * - operator: `status`, `dead list|show|replay|skip`, `inbox list|show|release|prune`.
  *
  * Every runtime role may read `migrations` and `config`, so that `migrate(pool)`
  * on an up-to-date schema succeeds under it. No role needs a sequence grant
@@ -92,11 +92,15 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     inbox_quarantine:
       'SELECT, INSERT, UPDATE (reason, attempts, quarantined_at, behind_event_id, released_at, release_reason), DELETE',
   },
-  // src/ops/status.ts, src/ops/dead-letter.ts, src/inbox/quarantine.ts.
+  // src/ops/status.ts, src/ops/dead-letter{,-sql}.ts, src/inbox/quarantine.ts. `dead skip` rewrites a
+  // dead row into its skip marker (or, --no-publish, deletes it and advances its aggregate);
+  // `dead show` reads the audit trail.
   operator: {
     ...SCHEMA_METADATA,
-    events: 'SELECT, UPDATE (status, attempts, next_attempt_at, dead_at)',
-    aggregate_progress: 'SELECT, UPDATE (blocked_until)',
+    events:
+      'SELECT, UPDATE (status, attempts, next_attempt_at, dead_at, event_type, schema_version, payload, ' +
+      'payload_bytes, headers, deliver_after, last_error), DELETE',
+    aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until)',
     partitions: 'SELECT',
     relays: 'SELECT',
     audit: 'SELECT, INSERT',

@@ -154,7 +154,7 @@ describe('tx-outbox CLI', () => {
     expect(expectOneErrorLine(result)).toMatch(/--batch-size/);
   });
 
-  it('dead list shows none as JSON; dead replay needs a reason and ids or --all', async () => {
+  it('dead list shows none as JSON; dead replay needs a reason and ids or --all with a filter', async () => {
     await run(['migrate', '--schema', SCHEMA, '--partitions', '4']);
     const list = await run(['dead', 'list', '--json', '--schema', SCHEMA]);
     expect(list.code).toBe(0);
@@ -168,9 +168,23 @@ describe('tx-outbox CLI', () => {
     const badId = await run(['dead', 'replay', 'not-a-uuid', '--reason', 'fixed', '--schema', SCHEMA]);
     expect(badId.code).toBe(2);
     expect(expectOneErrorLine(badId)).toMatch(/eventIds/);
-    const all = await run(['dead', 'replay', '--all', '--reason', 'fixed', '--schema', SCHEMA]);
-    expect(all.code).toBe(0);
-    expect(all.stdout).toMatch(/Replayed 0 dead events/);
+    // Every dead event at once is never one keystroke away: --all takes a filter, and counts first.
+    const unfiltered = await run(['dead', 'replay', '--all', '--reason', 'fixed', '--schema', SCHEMA]);
+    expect(unfiltered.code).toBe(2);
+    expect(expectOneErrorLine(unfiltered)).toMatch(/--all needs at least one filter/);
+    const all = await run([
+      'dead',
+      'replay',
+      '--all',
+      '--since',
+      '1h',
+      '--reason',
+      'fixed',
+      '--schema',
+      SCHEMA,
+    ]);
+    expect(all.code, all.stderr).toBe(0);
+    expect(all.stdout).toBe('0 dead events match; replaying\nReplayed 0 dead events.\n');
   });
 
   it('inbox list/release/prune: JSON list, a reason required, no pruning inside the replay horizon', async () => {
