@@ -6,6 +6,7 @@ export {
   brokerUnavailable,
   isBrokerUnavailable,
   isRetryableDatabaseError,
+  OutboxBackpressureError,
   OutboxError,
   OutboxValidationError,
   PublishError,
@@ -32,8 +33,22 @@ export {
   showQuarantined,
 } from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
+export {
+  type Backlog,
+  type PartitionBacklog,
+  type ReadBacklogOptions,
+  type RelayInstanceStatus,
+  readBacklog,
+} from './ops/backlog.js';
+export { type BacklogGaugesOptions, registerBacklogGauges } from './ops/backlog-gauges.js';
 export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
-export { type OutboxStatus, outboxStatus } from './ops/status.js';
+export {
+  type OutboxStatus,
+  type OutboxStatusOptions,
+  outboxStatus,
+  type PartitionStatus,
+} from './ops/status.js';
+export type { BackpressureMode } from './producer/backpressure.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
 export type { SqlExecutor } from './producer/executor.js';

@@ -54,6 +54,11 @@ export interface RelayOptions {
   readonly signal?: AbortSignal;
   /** Random source for jitter (tests). */
   readonly random?: () => number;
+  /**
+   * How often the relay publishes the backlog for `enqueue({ maxPending })` into the `backlog`
+   * table (one O(partitions) read and one tiny upsert), ms. Default 5000.
+   */
+  readonly backlogIntervalMs?: number;
 }
 
 export interface ResolvedRelayOptions {
@@ -75,6 +80,7 @@ export interface ResolvedRelayOptions {
   readonly logger: Logger;
   readonly signal: AbortSignal | undefined;
   readonly random: () => number;
+  readonly backlogIntervalMs: number;
 }
 
 function positiveInt(value: number | undefined, fallback: number, field: string, max = 2 ** 31 - 1): number {
@@ -167,5 +173,6 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     logger: options.logger ?? silentLogger,
     signal: options.signal,
     random: options.random ?? Math.random,
+    backlogIntervalMs: positiveInt(options.backlogIntervalMs, 5000, 'backlogIntervalMs'),
   });
 }

@@ -1,6 +1,7 @@
 import { errorMessage, OutboxError } from '../errors.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import { redactText } from '../redact.js';
+import { BacklogTask } from './backlog-task.js';
 import { loopErrorDelay, outageDelay } from './backoff.js';
 import { type Claimed, Claimer } from './claim.js';
 import { CLAIM_SQL } from './claim-sql.js';
@@ -54,6 +55,7 @@ class PollingRelay implements Relay {
   private readonly refused = new RefusedAggregates();
   private readonly pipeline: Pipeline;
   private readonly batches: BatchPublisher;
+  private readonly backlog: BacklogTask;
   /** Aborts the publish call in flight once the stop deadline passes. */
   private readonly abort = new AbortController();
   private listener: WakeListener | undefined;
@@ -102,6 +104,7 @@ class PollingRelay implements Relay {
       this.counters,
     );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
+    this.backlog = new BacklogTask({ ...o, intervalMs: o.backlogIntervalMs });
     this.batches = new BatchPublisher({
       publisher: o.publisher,
       publishTimeoutMs: o.publishTimeoutMs,
@@ -155,6 +158,7 @@ class PollingRelay implements Relay {
       });
     }, this.schedule.everyMs);
     this.loopDone = this.loop();
+    this.backlog.start();
     this.o.logger.info({ relayId: this.id, schema: this.o.schema }, 'relay started');
   }
 
@@ -180,6 +184,7 @@ class PollingRelay implements Relay {
       }
     }
     if (this.renewTimer) clearInterval(this.renewTimer);
+    await this.backlog.stop();
     await this.listener?.stop();
     try {
       await this.leases.releaseAll();
