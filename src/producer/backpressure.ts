@@ -53,7 +53,7 @@ export class BackpressureGate {
   private readonly cache = new Map<string, CacheEntry>();
   private readonly warnedAt = new Map<string, number>();
 
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(private readonly now: () => number = () => Date.now()) {}
 
   /**
    * Throws {@link OutboxBackpressureError} (mode 'throw') or warns (mode 'warn') when the
