@@ -106,7 +106,11 @@ describe('migrate', () => {
       [consumer, b3.eventId],
     );
 
-    expect((await migrate(p, { schema })).applied).toEqual([4]);
+    expect((await migrate(p, { schema })).applied).toEqual(
+      migrationSql()
+        .map((m) => m.version)
+        .filter((v) => v >= 4),
+    );
     const inbox = createInbox({ pool: p, consumer, schema, maxAttempts: 5 });
     expect((await inbox.handle(a2, async () => undefined)).status).toBe('processed');
     // Its first handler failure is its first: not the 41st of 5.
