@@ -14,10 +14,18 @@ const hubs = new WeakMap<RegistryLike, CollectHub>();
 function hubOf(registry: RegistryLike): CollectHub {
   let hub = hubs.get(registry);
   if (!hub) {
-    const errors =
+    let errors: Counter | undefined;
+    const created = new CollectHub(() => errors?.inc());
+    errors =
       existing(registry, SCRAPE_ERRORS, Counter) ??
-      new Counter({ name: SCRAPE_ERRORS, help: SCRAPE_ERRORS_HELP, registers: [registry as Registry] });
-    hub = new CollectHub(() => errors.inc());
+      new Counter({
+        name: SCRAPE_ERRORS,
+        help: SCRAPE_ERRORS_HELP,
+        registers: [registry as Registry],
+        // Read after this scrape's callbacks ran: a failure shows in the scrape it happened in.
+        collect: () => created.run(),
+      });
+    hub = created;
     hubs.set(registry, hub);
   }
   return hub;

@@ -3,6 +3,9 @@ import { hostname } from 'node:os';
 import type { Pool } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { publisherKind } from '../metrics/broker.js';
+import { NOOP_RELAY_METRICS, type RelayMetrics, SinkRelayMetrics } from '../metrics/relay-metrics.js';
+import { type MetricsOption, type MetricsSink, resolveMetrics } from '../metrics/sink.js';
 import type { Publisher } from '../publishers/contract.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
@@ -59,6 +62,11 @@ export interface RelayOptions {
    * table (one O(partitions) read and one tiny upsert), ms. Default 5000.
    */
   readonly backlogIntervalMs?: number;
+  /**
+   * Where the relay's metrics go (docs/metrics.md): a prom-client `Registry`, an OpenTelemetry
+   * `{ meter }`, or `'otel'` for the global meter provider. Default: none, nothing recorded.
+   */
+  readonly metrics?: MetricsOption;
 }
 
 export interface ResolvedRelayOptions {
@@ -81,6 +89,11 @@ export interface ResolvedRelayOptions {
   readonly signal: AbortSignal | undefined;
   readonly random: () => number;
   readonly backlogIntervalMs: number;
+  /** The `metrics` option as given: the backlog gauges take their own sink (label `schema` only). */
+  readonly metricsOption: MetricsOption | undefined;
+  /** The metrics sink, constant labels `schema` and `publisher` (the no-op sink by default). */
+  readonly metricsSink: MetricsSink;
+  readonly metrics: RelayMetrics;
 }
 
 function positiveInt(value: number | undefined, fallback: number, field: string, max = 2 ** 31 - 1): number {
@@ -154,6 +167,8 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
       'Pass a non-empty id unique to this relay instance, or omit it for <host>-<pid>-<random>.',
     );
   }
+  const logger = options.logger ?? silentLogger;
+  const metricsSink = resolveMetrics(options.metrics, { schema, publisher: options.publisher.name }, logger);
   return Object.freeze({
     pool: options.pool,
     publisher: options.publisher,
@@ -170,9 +185,14 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     listen,
     synchronousCommit,
     relayId: options.relayId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,
-    logger: options.logger ?? silentLogger,
+    logger,
     signal: options.signal,
     random: options.random ?? Math.random,
     backlogIntervalMs: positiveInt(options.backlogIntervalMs, 5000, 'backlogIntervalMs'),
+    metricsOption: options.metrics,
+    metricsSink,
+    metrics: metricsSink.enabled
+      ? new SinkRelayMetrics(metricsSink, publisherKind(options.publisher))
+      : NOOP_RELAY_METRICS,
   });
 }

@@ -1,4 +1,5 @@
 import { errorMessage, OutboxError } from '../errors.js';
+import { registerBacklogGauges } from '../ops/backlog-gauges.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import { redactText } from '../redact.js';
 import { BacklogTask } from './backlog-task.js';
@@ -50,12 +51,13 @@ class PollingRelay implements Relay {
   private readonly idle: IdleCadence;
   private readonly claimSession: RelaySession;
   private readonly recordSession: RelaySession;
-  private readonly counters = new RelayCounters();
+  private readonly counters: RelayCounters;
   private readonly outage: OutageLog;
   private readonly refused = new RefusedAggregates();
   private readonly pipeline: Pipeline;
   private readonly batches: BatchPublisher;
   private readonly backlog: BacklogTask;
+  private unregisterBacklogGauges: (() => void) | undefined;
   /** Aborts the publish call in flight once the stop deadline passes. */
   private readonly abort = new AbortController();
   private listener: WakeListener | undefined;
@@ -67,6 +69,7 @@ class PollingRelay implements Relay {
 
   constructor(private readonly o: ResolvedRelayOptions) {
     this.id = o.relayId;
+    this.counters = new RelayCounters(o.metrics);
     this.outage = new OutageLog(
       o.logger,
       { relayId: o.relayId, publisher: o.publisher.name },
@@ -82,6 +85,7 @@ class PollingRelay implements Relay {
       o.leaseMs,
       () => this.partitions(),
       o.logger,
+      o.metrics,
     );
     this.schedule = new LeaseSchedule(o.leaseMs);
     this.idle = new IdleCadence(this.doorbell, this.leases, o.listen, o.pollIntervalMs);
@@ -159,6 +163,12 @@ class PollingRelay implements Relay {
     }, this.schedule.everyMs);
     this.loopDone = this.loop();
     this.backlog.start();
+    if (this.o.metricsOption !== undefined) {
+      this.unregisterBacklogGauges = registerBacklogGauges(this.o.metricsOption, this.o.pool, {
+        schema: this.o.schema,
+        logger: this.o.logger,
+      });
+    }
     this.o.logger.info({ relayId: this.id, schema: this.o.schema }, 'relay started');
   }
 
@@ -185,6 +195,7 @@ class PollingRelay implements Relay {
     }
     if (this.renewTimer) clearInterval(this.renewTimer);
     await this.backlog.stop();
+    this.unregisterBacklogGauges?.();
     await this.listener?.stop();
     try {
       await this.leases.releaseAll();

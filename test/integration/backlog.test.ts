@@ -10,7 +10,9 @@ import { registerBacklogGauges } from '../../src/ops/backlog-gauges.js';
 import { READ_BACKLOG_SQL } from '../../src/ops/backlog-sql.js';
 import { outboxStatus } from '../../src/ops/status.js';
 import { enqueue } from '../../src/producer/enqueue.js';
+import { createRelay } from '../../src/relay/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
+import { RecordingPublisher } from '../helpers/memory-publisher.js';
 
 let db: TestDb;
 let events: string;
@@ -217,5 +219,33 @@ describe('backlog gauges', () => {
     off2();
     await registry.metrics();
     expect(queries).toBe(2);
+  });
+
+  it('a relay given metrics registers them for its schema, labelled by schema only', async () => {
+    await write(5, { deliverAfter: new Date(Date.now() + 3_600_000) });
+    const registry = new Registry();
+    const relay = createRelay({
+      pool: db.pool,
+      publisher: new RecordingPublisher(),
+      schema: db.schema,
+      pollIntervalMs: 50,
+      metrics: registry,
+    });
+    await relay.start();
+    try {
+      await waitFor(
+        async () => (await registry.metrics()).includes(`tx_outbox_relays_live{schema="${db.schema}"} 1`),
+        {
+          what: 'the relay live in the gauge',
+        },
+      );
+      const text = await registry.metrics();
+      expect(text).toContain(`tx_outbox_pending_events{schema="${db.schema}"} 5`);
+      // Nothing due: a future deliverAfter is not lag.
+      expect(text).toContain(`tx_outbox_oldest_pending_age_seconds{schema="${db.schema}"} 0`);
+      expect(text).not.toMatch(/tx_outbox_pending_events\{[^}]*publisher=/);
+    } finally {
+      await relay.stop({ timeout: 2000 });
+    }
   });
 });
