@@ -6,24 +6,27 @@
  * partitions + relays); never a scan of the events table.
  */
 export const READ_BACKLOG_SQL = `
-WITH head AS (
-  SELECT e.partition, e.status, e.attempts, e.created_at, e.next_attempt_at
-  FROM {{schema}}.events e
-  ORDER BY e.id
-  LIMIT $1
-), sample AS (
+WITH sample AS (
   SELECT h.partition,
+         count(*)::int8 AS sampled,
          count(*) FILTER (WHERE h.status = 'pending')::int8 AS pending,
-         min(h.created_at) FILTER (WHERE h.status = 'pending' AND h.next_attempt_at <= now()) AS oldest_due
-  FROM head h
+         count(*) FILTER (WHERE h.status = 'pending' AND h.attempts > 0)::int8 AS retrying,
+         min(h.created_at) FILTER (WHERE h.status = 'pending' AND h.next_attempt_at <= now()) AS oldest_due,
+         max(h.created_at) AS newest
+  FROM (
+    SELECT e.partition, e.status, e.attempts, e.created_at, e.next_attempt_at
+    FROM {{schema}}.events e
+    ORDER BY e.id
+    LIMIT $1
+  ) h
   GROUP BY h.partition
 )
 SELECT
-  (SELECT count(*) FROM head)::int8 AS sampled,
-  (SELECT count(*) FROM head WHERE status = 'pending' AND attempts > 0)::int8 AS retrying,
+  (SELECT coalesce(sum(s.sampled), 0) FROM sample s)::int8 AS sampled,
+  (SELECT coalesce(sum(s.retrying), 0) FROM sample s)::int8 AS retrying,
   (SELECT count(*) FROM {{schema}}.events d WHERE d.status = 'dead')::int8 AS dead,
   pg_stat_get_live_tuples('{{schema}}.events'::regclass)::int8 AS live,
-  extract(epoch FROM now() - (SELECT max(h.created_at) FROM head h))::float8 AS horizon_age,
+  extract(epoch FROM now() - (SELECT max(s.newest) FROM sample s))::float8 AS horizon_age,
   (SELECT coalesce(json_agg(json_build_object(
       'partition', s.partition,
       'pending', s.pending,
