@@ -33,6 +33,21 @@ export {
   showQuarantined,
 } from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
+export { PUBLISHER_KINDS, type PublisherKind } from './metrics/broker.js';
+export { FAILURE_CODES } from './metrics/error-code.js';
+export type { DeadReason, LeaseChange, RetriedReason } from './metrics/relay-metrics.js';
+export {
+  type CounterMetric,
+  type GaugeMetric,
+  type HistogramMetric,
+  METER_NAME,
+  type MeterLike,
+  type MetricLabels,
+  type MetricsOption,
+  type MetricsSink,
+  type RegistryLike,
+  resolveMetrics,
+} from './metrics/sink.js';
 export {
   type Backlog,
   type PartitionBacklog,
@@ -42,6 +57,13 @@ export {
 } from './ops/backlog.js';
 export { type BacklogGaugesOptions, registerBacklogGauges } from './ops/backlog-gauges.js';
 export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
+export { type MetricsServer, type ServeMetricsOptions, serveMetrics } from './ops/http.js';
+export type {
+  HealthSource,
+  ReadinessCheck,
+  ReadinessCheckName,
+  ReadinessReport,
+} from './ops/readiness.js';
 export {
   type OutboxStatus,
   type OutboxStatusOptions,
@@ -65,7 +87,7 @@ export { defaultDestination } from './publishers/core/destination.js';
 export { permanent } from './publishers/core/outcomes.js';
 export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';
 export type { RelayOptions } from './relay/options.js';
-export { createRelay, type Relay, type RelayStats } from './relay/relay.js';
+export { createRelay, type Relay, type RelayHealth, type RelayStats } from './relay/relay.js';
 export {
   DEFAULT_PARTITIONS,
   DEFAULT_SCHEMA,

@@ -7,6 +7,7 @@
 import type { Command } from 'commander';
 import type { Logger as PinoLogger } from 'pino';
 import { sourceOf } from '../envelope/source.js';
+import type { MetricsServer } from '../ops/http.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
 import { createRelay, type Relay } from '../relay/relay.js';
@@ -22,6 +23,13 @@ import {
   usageError,
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
+import {
+  addMetricsOptions,
+  type MetricsFlags,
+  metricsEndpoint,
+  relayRegistry,
+  serveRelayMetrics,
+} from './metrics-endpoint.js';
 import { publisherFromConfig, publisherFromSpec } from './publishers.js';
 import { waitForDatabase } from './wait-for-database.js';
 import { WEBHOOK_SECRET_ENV, webhookSecretFromFlags } from './webhook-secret.js';
@@ -29,7 +37,7 @@ import { WEBHOOK_SECRET_ENV, webhookSecretFromFlags } from './webhook-secret.js'
 /** How long the first SIGTERM/SIGINT lets the batch in flight finish. */
 const STOP_TIMEOUT_MS = 30_000;
 
-interface RelayCliOptions extends DatabaseCommandOptions {
+interface RelayCliOptions extends DatabaseCommandOptions, MetricsFlags {
   readonly nats?: string;
   readonly natsStream?: string;
   readonly source?: string;
@@ -101,6 +109,7 @@ export function registerRelay(program: Command): void {
       nonEmptyOption,
     )
     .option('--no-listen', 'do not LISTEN for NOTIFY wake-ups from producers; rely on polling');
+  addMetricsOptions(command);
   withDatabaseOptions(command, 'info');
   command.action((options: RelayCliOptions) => runRelay(options));
 }
@@ -131,8 +140,15 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   const signals = watchSignals(logger);
   const stopped = new AbortController();
   void signals.first.then(() => stopped.abort());
-  const pool = createPool(url, logger, 5);
+  const endpoint = metricsEndpoint(
+    options,
+    source.kind === 'config' ? { file: source.file, metrics: source.config.metrics } : undefined,
+  );
+  // One connection more for the readiness check of /readyz.
+  const pool = createPool(url, logger, endpoint === undefined ? 5 : 6);
+  const registry = endpoint === undefined ? undefined : relayRegistry();
   let publisher: Publisher | undefined;
+  let metrics: MetricsServer | undefined;
   try {
     // Waits for a database that is still starting; fails fast, with a hint to migrate, on a
     // missing schema instead of a relay retrying forever against nothing.
@@ -153,7 +169,11 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       relayId: options.relayId,
       listen: options.listen,
       logger: logger.child({ component: 'relay' }),
+      ...(registry === undefined ? {} : { metrics: registry }),
     });
+    if (endpoint !== undefined && registry !== undefined) {
+      metrics = await serveRelayMetrics(endpoint, { pool, relay, registry, logger });
+    }
     await serve(relay, logger, signals.first, {
       schema: options.schema,
       publisher:
@@ -161,6 +181,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       pending: status.pending,
     });
   } finally {
+    await metrics?.close();
     await publisher
       ?.close()
       .catch((error: unknown) => logger.warn({ err: error }, 'closing the publisher failed'));

@@ -3,10 +3,14 @@ import { BATCH_EVENTS, LATENCY_SECONDS, STEP_SECONDS } from './buckets.js';
 import { failureCode } from './error-code.js';
 import type { CounterMetric, GaugeMetric, HistogramMetric, MetricLabels, MetricsSink } from './sink.js';
 
+const RETRIED_REASONS = ['retryable', 'throttled', 'publisher_error'] as const;
+const DEAD_REASONS = ['permanent', 'max_attempts'] as const;
+const LEASE_CHANGES = ['acquired', 'lost', 'released'] as const;
+
 /** `reason` of `tx_outbox_events_retried_total`. */
-export type RetriedReason = 'retryable' | 'throttled' | 'publisher_error';
+export type RetriedReason = (typeof RETRIED_REASONS)[number];
 /** `reason` of `tx_outbox_events_dead_total`. */
-export type DeadReason = 'permanent' | 'max_attempts';
+export type DeadReason = (typeof DEAD_REASONS)[number];
 export type FailureReason = RetriedReason | DeadReason;
 /** A failure as the counters see it; without a reason, `retryable` or `max_attempts`. */
 export interface FailureOutcome {
@@ -15,7 +19,7 @@ export interface FailureOutcome {
 }
 
 /** `change` of `tx_outbox_lease_changes_total`. */
-export type LeaseChange = 'acquired' | 'lost' | 'released';
+export type LeaseChange = (typeof LEASE_CHANGES)[number];
 
 /**
  * What the relay records. The no-op version ({@link NOOP_RELAY_METRICS}) does nothing, so the
@@ -33,8 +37,8 @@ export interface RelayMetrics {
   /** An outcome recorded: `published` events left the outbox, `failures` were rescheduled or dead. */
   recorded(published: number, failures: readonly FailureOutcome[]): void;
   leases(change: LeaseChange, partitions: number): void;
-  /** Database clock minus relay clock, ms (from the lease heartbeat's round trip). */
-  clockOffset(ms: number): void;
+  /** One reading of database clock minus relay clock, ms, from a round trip of `rttMs` (the lease heartbeat). */
+  clockOffset(ms: number, rttMs: number): void;
 }
 
 const nothing = (): void => {};
@@ -98,7 +102,7 @@ export class SinkRelayMetrics implements RelayMetrics {
   private readonly brokerLabels: MetricLabels;
   /** Failure labels by code: a handful of values, built once each. */
   private readonly failureLabels = new Map<string, MetricLabels>();
-  private offsetMs = 0;
+  private readonly offset = new ClockOffset();
 
   constructor(sink: MetricsSink, broker: string) {
     const m = RELAY_METRICS;
@@ -121,6 +125,9 @@ export class SinkRelayMetrics implements RelayMetrics {
     this.unavailableCount.inc(undefined, 0);
     this.attempts.inc(this.brokerLabels, 0);
     this.held.add(undefined, 0);
+    for (const reason of RETRIED_REASONS) this.retried.inc(REASON_LABELS[reason], 0);
+    for (const reason of DEAD_REASONS) this.dead.inc(REASON_LABELS[reason], 0);
+    for (const change of LEASE_CHANGES) this.leaseChanges.inc(CHANGE_LABELS[change], 0);
   }
 
   claimMs(ms: number): void {
@@ -142,7 +149,7 @@ export class SinkRelayMetrics implements RelayMetrics {
   called(batch: readonly OutboxMessage[], outcomes: readonly PublishOutcome[]): void {
     this.attempts.inc(this.brokerLabels, batch.length);
     // The database clock's "now", on the relay's clock: ack time + offset.
-    const ackedOnDbClock = Date.now() + this.offsetMs;
+    const ackedOnDbClock = Date.now() + this.offset.ms;
     for (let i = 0; i < batch.length; i++) {
       const outcome = outcomes[i];
       if (outcome === undefined) continue;
@@ -173,8 +180,8 @@ export class SinkRelayMetrics implements RelayMetrics {
     this.held.add(undefined, change === 'acquired' ? partitions : -partitions);
   }
 
-  clockOffset(ms: number): void {
-    this.offsetMs = ms;
+  clockOffset(ms: number, rttMs: number): void {
+    this.offset.add(ms, rttMs);
   }
 
   private failureLabelsOf(code: string): MetricLabels {
@@ -200,3 +207,24 @@ const CHANGE_LABELS: Record<LeaseChange, MetricLabels> = {
   lost: { change: 'lost' },
   released: { change: 'released' },
 };
+
+/**
+ * The relay↔database clock offset: of the last few readings, the one with the shortest round
+ * trip (a reading's error is at most half its round trip; one that waited for a pool connection
+ * or a busy server is worse).
+ */
+export class ClockOffset {
+  private readonly readings: { ms: number; rttMs: number }[] = [];
+  /** Database clock minus relay clock, ms (0 before the first reading). */
+  ms = 0;
+
+  constructor(private readonly keep = 8) {}
+
+  add(ms: number, rttMs: number): void {
+    this.readings.push({ ms, rttMs });
+    if (this.readings.length > this.keep) this.readings.shift();
+    let best = this.readings[0]!;
+    for (const r of this.readings) if (r.rttMs < best.rttMs) best = r;
+    this.ms = best.ms;
+  }
+}

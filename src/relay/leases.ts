@@ -181,8 +181,9 @@ export class PartitionLeases {
       this.leaseMs,
     ]);
     // The database read its clock about halfway through the round trip.
+    const received = Date.now();
     const dbMs = Number(rows[0]?.db_ms);
-    if (Number.isFinite(dbMs)) this.metrics.clockOffset(dbMs - (sent + Date.now()) / 2);
+    if (Number.isFinite(dbMs)) this.metrics.clockOffset(dbMs - (sent + received) / 2, received - sent);
     this.registered = true;
   }
 }

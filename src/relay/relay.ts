@@ -6,6 +6,7 @@ import { BacklogTask } from './backlog-task.js';
 import { loopErrorDelay, outageDelay } from './backoff.js';
 import { type Claimed, Claimer } from './claim.js';
 import { CLAIM_SQL } from './claim-sql.js';
+import type { RelayHealth } from './health.js';
 import { HoldBack } from './hold-back.js';
 import { IdleCadence } from './idle.js';
 import { LeaseSchedule } from './lease-schedule.js';
@@ -21,6 +22,7 @@ import { RelayCounters, type RelayStats } from './stats.js';
 import type { Verdict } from './verdicts.js';
 import { Doorbell, WakeListener } from './wakeup.js';
 
+export type { RelayHealth } from './health.js';
 export type { RelayStats, Timing } from './stats.js';
 
 export interface Relay {
@@ -36,6 +38,8 @@ export interface Relay {
   /** Wakes an idle relay at once, e.g. right after a commit in the same process. */
   wake(): void;
   stats(): RelayStats;
+  /** Running, partitions held, broker outage: what `/readyz` judges (see `serveMetrics`). */
+  health(): RelayHealth;
 }
 
 /** Creates a polling relay: leased partitions, ordering gate, backoff, dead events. */
@@ -121,6 +125,19 @@ class PollingRelay implements Relay {
 
   stats(): RelayStats {
     return this.counters.snapshot(this.leases.snapshot().partitions);
+  }
+
+  health(): RelayHealth {
+    const since = this.outage.since;
+    return {
+      relayId: this.id,
+      schema: this.o.schema,
+      publisher: this.o.publisher.name,
+      running: this.loopDone !== undefined && this.stopping === undefined,
+      partitions: this.leases.size,
+      brokerUnavailableSince: since === undefined ? undefined : new Date(since),
+      lastError: this.counters.lastError,
+    };
   }
 
   wake(): void {

@@ -110,6 +110,27 @@ describe('relay metrics on a prom-client registry', () => {
     );
   });
 
+  it('counts a lease lost to another relay, and holds one partition fewer', async () => {
+    const registry = new Registry();
+    const r = relay(new RecordingPublisher(), { metrics: registry });
+    await r.start();
+    const own = { schema: db.schema, publisher: 'recording' };
+    await waitFor(async () => (await sample(registry, 'tx_outbox_partitions_held', own)) === PARTITIONS);
+    // Another relay took partition 0 over (a new epoch): the next renewal finds it gone.
+    await db.pool.query(
+      `UPDATE "${db.schema}".partitions SET owner = 'intruder', epoch = epoch + 1 WHERE partition = 0`,
+    );
+    await waitFor(
+      async () => (await sample(registry, 'tx_outbox_lease_changes_total', { ...own, change: 'lost' })) === 1,
+      {
+        what: 'the lease lost',
+      },
+    );
+    expect(await sample(registry, 'tx_outbox_partitions_held', own)).toBe(PARTITIONS - 1);
+    await r.stop();
+    await db.pool.query(`UPDATE "${db.schema}".partitions SET owner = NULL, lease_until = '-infinity'`);
+  });
+
   it('counts failures: retried and dead by reason, failures by code, unavailable', async () => {
     const registry = new Registry();
     const publisher = new RecordingPublisher();
@@ -230,8 +251,10 @@ describe('relay metrics through OpenTelemetry', () => {
     expect(points('tx_outbox_events_published_total').map((p) => [p.attributes, p.value])).toEqual([
       [own, 20],
     ]);
+    // Every reason's series exists from the start, at 0 until it happens.
     expect(points('tx_outbox_events_dead_total').map((p) => [p.attributes, p.value])).toEqual([
       [{ ...own, reason: 'permanent' }, 1],
+      [{ ...own, reason: 'max_attempts' }, 0],
     ]);
     expect(points('tx_outbox_partitions_held').map((p) => p.value)).toEqual([PARTITIONS]);
     const latency = points('tx_outbox_commit_to_publish_seconds')[0]!.value as { count: number };

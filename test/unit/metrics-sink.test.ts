@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { metrics } from '@opentelemetry/api';
 import {
   AggregationTemporality,
   InMemoryMetricExporter,
@@ -8,9 +10,14 @@ import { Registry, register } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
 import { failureCode } from '../../src/metrics/error-code.js';
-import { NOOP_INBOX_METRICS } from '../../src/metrics/inbox-metrics.js';
+import { INBOX_METRICS, NOOP_INBOX_METRICS } from '../../src/metrics/inbox-metrics.js';
 import { NOOP_SINK } from '../../src/metrics/noop-sink.js';
-import { NOOP_RELAY_METRICS, SinkRelayMetrics } from '../../src/metrics/relay-metrics.js';
+import {
+  ClockOffset,
+  NOOP_RELAY_METRICS,
+  RELAY_METRICS,
+  SinkRelayMetrics,
+} from '../../src/metrics/relay-metrics.js';
 import { resolveMetrics } from '../../src/metrics/sink.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
@@ -75,6 +82,23 @@ describe('resolveMetrics', () => {
     expect(() => resolveMetrics({} as never)).toThrow(OutboxValidationError);
     expect(() => resolveMetrics({ meter: {} } as never)).toThrow(/metrics\.meter/);
     expect(() => resolveMetrics('prom' as never)).toThrow(/metrics:/);
+  });
+
+  it("'otel' records through the global meter provider", async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    expect(metrics.setGlobalMeterProvider(provider)).toBe(true);
+    try {
+      resolveMetrics('otel', { schema: 'g' }).counter('tx_outbox_global_total', 'h').inc();
+      await reader.forceFlush();
+      const scope = exporter.getMetrics().at(-1)!.scopeMetrics[0]!;
+      expect(scope.scope.name).toBe('tx-outbox');
+      expect(scope.metrics[0]!.descriptor.name).toBe('tx_outbox_global_total');
+    } finally {
+      metrics.disable();
+      await provider.shutdown();
+    }
   });
 
   it('passes a sink through as it is', () => {
@@ -165,7 +189,7 @@ describe('relay metrics', () => {
     const m = new SinkRelayMetrics(resolveMetrics(registry, { schema: 's', publisher: 'p' }), 'custom');
     // The database clock runs 30 s ahead of ours: an event it stamped 2 s before the ack (on its
     // clock) is 2 s old, not 32 s or -28 s.
-    m.clockOffset(30_000);
+    m.clockOffset(30_000, 1);
     m.called([message(new Date(Date.now() + 30_000 - 2_000))], [{ ok: true }]);
     const h = (await registry.getMetricsAsJSON()).find(
       (x) => x.name === 'tx_outbox_commit_to_publish_seconds',
@@ -176,6 +200,17 @@ describe('relay metrics', () => {
       )?.value ?? 0;
     expect(sum).toBeGreaterThanOrEqual(2);
     expect(sum).toBeLessThan(3);
+  });
+
+  it('takes the clock offset of the reading with the shortest round trip among the last few', () => {
+    const offset = new ClockOffset(3);
+    expect(offset.ms).toBe(0);
+    offset.add(100, 2);
+    offset.add(900, 50); // waited for a pool connection: less trustworthy
+    expect(offset.ms).toBe(100);
+    offset.add(120, 4);
+    offset.add(130, 6); // the 2 ms reading is now out of the window
+    expect(offset.ms).toBe(120);
   });
 
   it('labels failures by a bounded code', () => {
@@ -221,5 +256,13 @@ describe('OpenTelemetry sink', () => {
     expect(h.count).toBe(1);
     expect(h.buckets.boundaries).toEqual([0.1, 1]);
     await provider.shutdown();
+  });
+});
+
+describe('docs/metrics.md', () => {
+  it('documents every relay and inbox metric, and the scrape error counter', () => {
+    const doc = readFileSync(new URL('../../docs/metrics.md', import.meta.url), 'utf8');
+    const names = [...Object.values(RELAY_METRICS), ...Object.values(INBOX_METRICS)].map(([name]) => name);
+    for (const name of [...names, 'tx_outbox_scrape_errors_total']) expect(doc).toContain(`\`${name}\``);
   });
 });
