@@ -105,3 +105,4 @@ export {
   type RolesSqlOptions,
   rolesSql,
 } from './schema/roles.js';
+export type { InboxTracingOptions } from './tracing/process-span.js';

@@ -9,6 +9,7 @@ import type { MetricsOption } from '../metrics/sink.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { namedStatement, type Statement } from '../schema/statement.js';
+import type { InboxTracingOptions } from '../tracing/process-span.js';
 import type { AcceptedEvent } from './decode.js';
 import {
   BLOCKER_SQL,
@@ -67,6 +68,8 @@ export interface InboxOptions<A extends readonly AcceptedEvent[] = readonly Acce
    * `{ meter }`, or `'otel'`. Constant label `consumer`. Default: none, nothing recorded.
    */
   readonly metrics?: MetricsOption;
+  /** The `process` span of each delivery, when an OpenTelemetry tracer provider is registered (docs/tracing.md). */
+  readonly tracing?: InboxTracingOptions;
 }
 
 export interface Statements {

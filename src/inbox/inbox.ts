@@ -13,6 +13,7 @@ import { type InboxMetrics, NOOP_INBOX_METRICS, SinkInboxMetrics } from '../metr
 import { resolveMetrics } from '../metrics/sink.js';
 import { inTransaction, lostItsConnection } from '../producer/transaction.js';
 import { redactText } from '../redact.js';
+import { ProcessTracing } from '../tracing/process-span.js';
 import { type AcceptedData, type AcceptedEvent, decode, type InboxEvent } from './decode.js';
 import { type InboxOptions, resolveInboxOptions, type Statements } from './inbox-options.js';
 import type { InboxMessage } from './message.js';
@@ -108,6 +109,7 @@ class TransactionalInbox<T> implements Inbox<T> {
   private readonly maxAttempts: number;
   private readonly gapBudget: GapBudget;
   private readonly metrics: InboxMetrics;
+  readonly #tracing: ProcessTracing;
 
   constructor(
     private readonly o: InboxOptions<readonly AcceptedEvent[]>,
@@ -123,6 +125,7 @@ class TransactionalInbox<T> implements Inbox<T> {
     };
     const sink = resolveMetrics(o.metrics, { consumer: o.consumer }, this.logger);
     this.metrics = sink.enabled ? new SinkInboxMetrics(sink) : NOOP_INBOX_METRICS;
+    this.#tracing = new ProcessTracing(o.consumer, o.tracing);
   }
 
   readonly #counts: Record<HandleStatus, number> = {
@@ -138,7 +141,7 @@ class TransactionalInbox<T> implements Inbox<T> {
   }
 
   async handle<D extends T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
-    const result = await this.#handle(message, handler);
+    const result = await this.#tracing.around(message, () => this.#handle(message, handler));
     this.#counts[result.status] += 1;
     this.metrics.handled(result.status, message);
     return result;
