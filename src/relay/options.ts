@@ -58,6 +58,11 @@ export interface RelayOptions {
   /** Random source for jitter (tests). */
   readonly random?: () => number;
   /**
+   * How often the relay publishes the backlog for `enqueue({ maxPending })` into the `backlog`
+   * table (one O(partitions) read and one tiny upsert), ms. Default 5000.
+   */
+  readonly backlogIntervalMs?: number;
+  /**
    * Where the relay's metrics go (docs/metrics.md): a prom-client `Registry`, an OpenTelemetry
    * `{ meter }`, or `'otel'` for the global meter provider. Default: none, nothing recorded.
    */
@@ -83,6 +88,9 @@ export interface ResolvedRelayOptions {
   readonly logger: Logger;
   readonly signal: AbortSignal | undefined;
   readonly random: () => number;
+  readonly backlogIntervalMs: number;
+  /** The `metrics` option as given: the backlog gauges take their own sink (label `schema` only). */
+  readonly metricsOption: MetricsOption | undefined;
   /** The metrics sink, constant labels `schema` and `publisher` (the no-op sink by default). */
   readonly metricsSink: MetricsSink;
   readonly metrics: RelayMetrics;
@@ -180,6 +188,8 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     logger,
     signal: options.signal,
     random: options.random ?? Math.random,
+    backlogIntervalMs: positiveInt(options.backlogIntervalMs, 5000, 'backlogIntervalMs'),
+    metricsOption: options.metrics,
     metricsSink,
     metrics: metricsSink.enabled
       ? new SinkRelayMetrics(metricsSink, publisherKind(options.publisher))

@@ -70,7 +70,7 @@ describe('tx-outbox CLI', () => {
     expect(migrated.stderr).toBe('');
     expect(migrated.code).toBe(0);
     expect(migrated.stdout).toMatch(
-      /Applied 4 migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence, 004_inbox_gap_budget\)/,
+      /Applied \d+ migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence, 004_inbox_gap_budget, .*008_backlog.*\)/,
     );
 
     const again = await run(['migrate', '--schema', SCHEMA]);
@@ -81,10 +81,13 @@ describe('tx-outbox CLI', () => {
     expect(status.code).toBe(0);
     const parsed = JSON.parse(status.stdout) as Record<string, unknown>;
     expect(parsed).toMatchObject({
+      exact: true,
       pending: 0,
       oldestPendingAgeSeconds: null,
       dead: 0,
       retrying: 0,
+      partitionsUnowned: 4,
+      relaysLive: 0,
       relays: [],
     });
     expect(parsed['partitions']).toHaveLength(4);
@@ -93,12 +96,20 @@ describe('tx-outbox CLI', () => {
       owner: null,
       epoch: 0,
       leaseExpiresInSeconds: null,
+      pending: 0,
+      oldestPendingAgeSeconds: null,
     });
 
     const table = await run(['status', '--schema', SCHEMA]);
     expect(table.code).toBe(0);
     expect(table.stdout).toMatch(/pending\s+0/);
+    expect(table.stdout).toMatch(/partitions unowned\s+4/);
     expect(table.stdout).toMatch(/Partitions \(4\)/);
+    expect(table.stdout).not.toMatch(/estimated/);
+
+    const exact = await run(['status', '--exact', '--json', '--schema', SCHEMA]);
+    expect(exact.code).toBe(0);
+    expect(JSON.parse(exact.stdout)).toMatchObject({ exact: true, pending: 0 });
   });
 
   it('status on a missing schema fails with one line that says to migrate', async () => {
