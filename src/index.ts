@@ -6,6 +6,7 @@ export {
   brokerUnavailable,
   isBrokerUnavailable,
   isRetryableDatabaseError,
+  OutboxBackpressureError,
   OutboxError,
   OutboxValidationError,
   PublishError,
@@ -48,6 +49,14 @@ export {
   resolveMetrics,
 } from './metrics/sink.js';
 export {
+  type Backlog,
+  type PartitionBacklog,
+  type ReadBacklogOptions,
+  type RelayInstanceStatus,
+  readBacklog,
+} from './ops/backlog.js';
+export { type BacklogGaugesOptions, registerBacklogGauges } from './ops/backlog-gauges.js';
+export {
   type AuditEntry,
   countDead,
   type DeadEvent,
@@ -78,7 +87,13 @@ export type {
   ReadinessCheckName,
   ReadinessReport,
 } from './ops/readiness.js';
-export { type OutboxStatus, outboxStatus } from './ops/status.js';
+export {
+  type OutboxStatus,
+  type OutboxStatusOptions,
+  outboxStatus,
+  type PartitionStatus,
+} from './ops/status.js';
+export type { BackpressureMode } from './producer/backpressure.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
 export type { SqlExecutor } from './producer/executor.js';

@@ -1,6 +1,8 @@
 import { errorMessage, OutboxError } from '../errors.js';
+import { registerBacklogGauges } from '../ops/backlog-gauges.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import { redactText } from '../redact.js';
+import { BacklogTask } from './backlog-task.js';
 import { loopErrorDelay, outageDelay } from './backoff.js';
 import { type Claimed, Claimer } from './claim.js';
 import { CLAIM_SQL } from './claim-sql.js';
@@ -60,6 +62,8 @@ class PollingRelay implements Relay {
   private readonly pipeline: Pipeline;
   private readonly batches: BatchPublisher;
   private readonly history: HistoryMaintainer | undefined;
+  private readonly backlog: BacklogTask;
+  private unregisterBacklogGauges: (() => void) | undefined;
   /** Aborts the publish call in flight once the stop deadline passes. */
   private readonly abort = new AbortController();
   private listener: WakeListener | undefined;
@@ -121,6 +125,7 @@ class PollingRelay implements Relay {
         o.metricsSink.enabled ? o.metricsSink.gauge(...HISTORY_PARTITIONS_METRIC) : undefined,
       );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
+    this.backlog = new BacklogTask({ ...o, intervalMs: o.backlogIntervalMs });
     this.batches = new BatchPublisher({
       publisher: o.publisher,
       publishTimeoutMs: o.publishTimeoutMs,
@@ -190,6 +195,13 @@ class PollingRelay implements Relay {
       });
     }, this.schedule.everyMs);
     this.loopDone = this.loop();
+    this.backlog.start();
+    if (this.o.metricsOption !== undefined) {
+      this.unregisterBacklogGauges = registerBacklogGauges(this.o.metricsOption, this.o.pool, {
+        schema: this.o.schema,
+        logger: this.o.logger,
+      });
+    }
     this.o.logger.info({ relayId: this.id, schema: this.o.schema }, 'relay started');
   }
 
@@ -216,6 +228,8 @@ class PollingRelay implements Relay {
     }
     if (this.renewTimer) clearInterval(this.renewTimer);
     await this.history?.stop();
+    await this.backlog.stop();
+    this.unregisterBacklogGauges?.();
     await this.listener?.stop();
     try {
       await this.leases.releaseAll();

@@ -70,6 +70,8 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
       'topic, payload, payload_bytes, headers, deliver_after, next_attempt_at), SELECT (event_id, sequence)',
     aggregate_sequences: 'SELECT, INSERT, UPDATE (last_sequence)',
     partitions: 'SELECT (partition, sleeping)',
+    // src/producer/backpressure-sql.ts (maxPending).
+    backlog: 'SELECT',
   },
   // src/relay/{claim,outcome,lease}-sql.ts, relay.ts (partition count); `tx-outbox relay` reads
   // outboxStatus at start. Row locks (FOR UPDATE / FOR SHARE) need the UPDATE grant on partitions.
@@ -81,6 +83,8 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     relays: 'SELECT, INSERT, UPDATE (heartbeat_at, lease_ms), DELETE',
     // RECORD_OUTCOME_HISTORY_SQL (delivery history on).
     deliveries: 'INSERT',
+    // src/ops/backlog-sql.ts PUBLISH_BACKLOG_SQL (the upsert reads the row it replaces).
+    backlog: 'SELECT, INSERT, UPDATE (pending, dead, interval_ms, measured_at)',
   },
   // src/inbox/inbox-sql.ts.
   consumer: {
@@ -103,6 +107,7 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until)',
     partitions: 'SELECT',
     relays: 'SELECT',
+    backlog: 'SELECT',
     audit: 'SELECT, INSERT',
     deliveries: 'SELECT',
     inbox: 'SELECT, DELETE',

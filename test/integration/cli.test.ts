@@ -83,10 +83,13 @@ describe('tx-outbox CLI', () => {
     expect(status.code).toBe(0);
     const parsed = JSON.parse(status.stdout) as Record<string, unknown>;
     expect(parsed).toMatchObject({
+      exact: true,
       pending: 0,
       oldestPendingAgeSeconds: null,
       dead: 0,
       retrying: 0,
+      partitionsUnowned: 4,
+      relaysLive: 0,
       relays: [],
     });
     expect(parsed['partitions']).toHaveLength(4);
@@ -95,12 +98,20 @@ describe('tx-outbox CLI', () => {
       owner: null,
       epoch: 0,
       leaseExpiresInSeconds: null,
+      pending: 0,
+      oldestPendingAgeSeconds: null,
     });
 
     const table = await run(['status', '--schema', SCHEMA]);
     expect(table.code).toBe(0);
     expect(table.stdout).toMatch(/pending\s+0/);
+    expect(table.stdout).toMatch(/partitions unowned\s+4/);
     expect(table.stdout).toMatch(/Partitions \(4\)/);
+    expect(table.stdout).not.toMatch(/estimated/);
+
+    const exact = await run(['status', '--exact', '--json', '--schema', SCHEMA]);
+    expect(exact.code).toBe(0);
+    expect(JSON.parse(exact.stdout)).toMatchObject({ exact: true, pending: 0 });
   });
 
   it('status on a missing schema fails with one line that says to migrate', async () => {

@@ -218,11 +218,19 @@ describe('least-privilege roles', () => {
       schema: SCHEMA,
       pollIntervalMs: 50,
       leaseMs: 3000,
+      backlogIntervalMs: 300,
     });
     relays.push(relay);
     await relay.start();
+    // The relay role publishes the backlog; the producer role reads it for maxPending.
+    await waitFor(async () => (await admin.query(`SELECT 1 FROM "${SCHEMA}".backlog`)).rowCount === 1, {
+      what: 'the relay publishing the backlog',
+    });
     await inTransaction(as('producer'), (tx) =>
-      enqueue(tx, [event('r1'), event('r2', 'order.poison'), event('r2')], { schema: SCHEMA }),
+      enqueue(tx, [event('r1'), event('r2', 'order.poison'), event('r2')], {
+        schema: SCHEMA,
+        maxPending: 1000,
+      }),
     );
     await waitFor(async () => (await hotEvents()) === 2, { what: 'all but the dead event and its follower' });
     expect(publisher.received.map((m) => m.aggregateId)).toContain('r1');
