@@ -66,10 +66,11 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
   producer: {
     ...SCHEMA_METADATA,
     events:
-      'INSERT (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, schema_version, ' +
+      'INSERT (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type, schema_version, ' +
       'topic, payload, payload_bytes, headers, deliver_after, next_attempt_at), SELECT (event_id, sequence)',
-    aggregate_sequences: 'SELECT, INSERT, UPDATE (last_sequence)',
+    aggregate_sequences: 'SELECT, INSERT, UPDATE (last_sequence, written_at)',
     partitions: 'SELECT (partition, sleeping)',
+    sequence_floor: 'SELECT',
   },
   // src/relay/{claim,outcome,lease}-sql.ts, relay.ts (partition count); `tx-outbox relay` reads
   // outboxStatus at start. Row locks (FOR UPDATE / FOR SHARE) need the UPDATE grant on partitions.
