@@ -33,6 +33,15 @@ export {
 } from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
 export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
+/** Bounded tables: prune idle aggregates, dead relays, old audit rows and inbox records (docs/schema.md). */
+export {
+  type InboxPruneOptions,
+  PRUNED_TABLES,
+  type PrunedTable,
+  type PruneOptions,
+  type PruneResult,
+  prune,
+} from './ops/prune.js';
 export { type OutboxStatus, outboxStatus } from './ops/status.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
@@ -50,6 +59,7 @@ export { defaultDestination } from './publishers/core/destination.js';
 export { permanent } from './publishers/core/outcomes.js';
 export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';
 export type { RelayOptions } from './relay/options.js';
+export type { RelayPruneOptions } from './relay/pruner.js';
 export { createRelay, type Relay, type RelayStats } from './relay/relay.js';
 export {
   DEFAULT_PARTITIONS,

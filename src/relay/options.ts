@@ -7,6 +7,7 @@ import type { Publisher } from '../publishers/contract.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import type { BackoffPolicy } from './backoff.js';
+import { type RelayPruneOptions, type ResolvedRelayPrune, resolveRelayPrune } from './pruner.js';
 
 export interface RelayOptions {
   /**
@@ -54,6 +55,12 @@ export interface RelayOptions {
   readonly signal?: AbortSignal;
   /** Random source for jitter (tests). */
   readonly random?: () => number;
+  /**
+   * Prune the schema in the background (docs/schema.md, Bounded tables): `true` for the
+   * defaults, or retentions and `intervalMs` (default 10 minutes). Off by default. A run borrows
+   * one more connection of `pool`.
+   */
+  readonly prune?: RelayPruneOptions | boolean;
 }
 
 export interface ResolvedRelayOptions {
@@ -75,6 +82,7 @@ export interface ResolvedRelayOptions {
   readonly logger: Logger;
   readonly signal: AbortSignal | undefined;
   readonly random: () => number;
+  readonly prune: ResolvedRelayPrune | undefined;
 }
 
 function positiveInt(value: number | undefined, fallback: number, field: string, max = 2 ** 31 - 1): number {
@@ -167,5 +175,6 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     logger: options.logger ?? silentLogger,
     signal: options.signal,
     random: options.random ?? Math.random,
+    prune: resolveRelayPrune(options.prune, schema),
   });
 }

@@ -12,6 +12,7 @@ import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } fro
 import { OutageLog, RefusedAggregates } from './outage.js';
 import { RECORD_OUTCOME_SQL } from './outcome-sql.js';
 import { Pipeline } from './pipeline.js';
+import { BackgroundPruner } from './pruner.js';
 import { BatchPublisher } from './publish-batch.js';
 import { Recorder } from './record.js';
 import { RelaySession, relaySessionSettings, relayStatement } from './session.js';
@@ -59,6 +60,7 @@ class PollingRelay implements Relay {
   private listener: WakeListener | undefined;
   private loopDone: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
+  private readonly pruner: BackgroundPruner | undefined;
   private halt = false;
   private renewTimer: NodeJS.Timeout | undefined;
   private partitionCount: number | undefined;
@@ -102,6 +104,7 @@ class PollingRelay implements Relay {
       this.counters,
     );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
+    this.pruner = o.prune && new BackgroundPruner(o.pool, o.prune, o.logger, o.relayId);
     this.batches = new BatchPublisher({
       publisher: o.publisher,
       publishTimeoutMs: o.publishTimeoutMs,
@@ -155,6 +158,7 @@ class PollingRelay implements Relay {
       });
     }, this.schedule.everyMs);
     this.loopDone = this.loop();
+    this.pruner?.start();
     this.o.logger.info({ relayId: this.id, schema: this.o.schema }, 'relay started');
   }
 
@@ -180,6 +184,7 @@ class PollingRelay implements Relay {
       }
     }
     if (this.renewTimer) clearInterval(this.renewTimer);
+    await this.pruner?.stop();
     await this.listener?.stop();
     try {
       await this.leases.releaseAll();

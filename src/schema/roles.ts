@@ -12,8 +12,10 @@
  * - operator: `status`, `dead list|replay`, `inbox list|show|release|prune`.
  *
  * Every runtime role may read `migrations` and `config`, so that `migrate(pool)`
- * on an up-to-date schema succeeds under it. No role needs a sequence grant
- * (identity columns), nor anything for LISTEN, NOTIFY or advisory locks.
+ * on an up-to-date schema succeeds under it. Identity columns need no sequence
+ * grant; the sequence floor is read by producers and raised by the pruner (the
+ * relay's background pruner, the operator's `prune`). Nothing is needed for
+ * LISTEN, NOTIFY or advisory locks.
  */
 
 import { OutboxValidationError } from '../errors.js';
@@ -85,7 +87,7 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
   consumer: {
     ...SCHEMA_METADATA,
     inbox: 'SELECT, INSERT',
-    inbox_positions: 'SELECT, INSERT, UPDATE (last_sequence, previous_sequence)',
+    inbox_positions: 'SELECT, INSERT, UPDATE (last_sequence, previous_sequence, updated_at)',
     inbox_attempts:
       'SELECT, INSERT, UPDATE (attempts, first_at, last_at, last_reason, gap_after, waited_ms), DELETE',
     inbox_quarantine:
@@ -103,6 +105,21 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     inbox_quarantine: 'SELECT, UPDATE (released_at, release_reason)',
   },
 };
+
+// src/ops/prune-sql.ts (tx-outbox prune as the operator, the relay's background pruner as the
+// relay): deletes, the floor's setval, and row locks (FOR UPDATE needs UPDATE on some column).
+const PRUNER: TableGrants = {
+  aggregate_sequences: 'SELECT, UPDATE (written_at), DELETE',
+  aggregate_progress: 'SELECT, UPDATE (blocked_until), DELETE',
+  sequence_floor: 'SELECT, UPDATE',
+  relays: 'SELECT, UPDATE (heartbeat_at), DELETE',
+  audit: 'SELECT, DELETE',
+  inbox: 'SELECT, DELETE',
+  inbox_positions: 'SELECT, UPDATE (updated_at), DELETE',
+  inbox_attempts: 'SELECT, UPDATE (last_at), DELETE',
+  inbox_quarantine: 'SELECT, UPDATE (released_at), DELETE',
+};
+const PRUNING_ROLES: ReadonlySet<RuntimeRole> = new Set(['relay', 'operator']);
 
 // PostgreSQL identifiers are 63 bytes at most; lowercase, so they need no case-folding rules.
 const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -163,6 +180,9 @@ END $$;`,
       `REVOKE ALL ON ALL SEQUENCES IN SCHEMA ${schema} FROM ${role};`,
       `GRANT USAGE ON SCHEMA ${schema} TO ${role};`,
       ...Object.entries(GRANTS[kind]).map(
+        ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
+      ),
+      ...(PRUNING_ROLES.has(kind) ? Object.entries(PRUNER) : []).map(
         ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
       ),
     );
