@@ -10,6 +10,7 @@ import { registerDead } from './dead.js';
 import { registerDemo } from './demo/index.js';
 import { registerInbox } from './inbox.js';
 import { registerMigrate } from './migrate.js';
+import { registerPrune } from './prune.js';
 import { registerRelay } from './relay.js';
 import { registerRoles } from './roles.js';
 import { registerStatus } from './status.js';
@@ -28,6 +29,7 @@ function buildProgram(): Command {
   registerStatus(program);
   registerDead(program);
   registerInbox(program);
+  registerPrune(program);
   registerRoles(program);
   registerDemo(program);
   return program;

@@ -9,6 +9,7 @@ import type { Logger as PinoLogger } from 'pino';
 import { sourceOf } from '../envelope/source.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
+import type { RelayPruneOptions } from '../relay/pruner.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import { warnSecretsOnCommandLine } from './argv-secrets.js';
 import { type DatabaseCommandOptions, withDatabaseOptions } from './command.js';
@@ -22,6 +23,7 @@ import {
   usageError,
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
+import { parseDuration } from './inbox.js';
 import { publisherFromConfig, publisherFromSpec } from './publishers.js';
 import { waitForDatabase } from './wait-for-database.js';
 import { WEBHOOK_SECRET_ENV, webhookSecretFromFlags } from './webhook-secret.js';
@@ -49,6 +51,8 @@ interface RelayCliOptions extends DatabaseCommandOptions {
   readonly maxAttempts?: number;
   readonly relayId?: string;
   readonly listen: boolean;
+  readonly prune?: boolean;
+  readonly pruneInterval?: string;
 }
 
 /** Registers `tx-outbox relay`. */
@@ -100,9 +104,15 @@ export function registerRelay(program: Command): void {
       'unique id of this relay instance (default <host>-<pid>-<random>)',
       nonEmptyOption,
     )
-    .option('--no-listen', 'do not LISTEN for NOTIFY wake-ups from producers; rely on polling');
+    .option('--no-listen', 'do not LISTEN for NOTIFY wake-ups from producers; rely on polling')
+    .option('--prune', 'prune the schema in the background with the default retentions (see tx-outbox prune)')
+    .option('--prune-interval <duration>', 'with --prune: between runs (default 10m)');
   withDatabaseOptions(command, 'info');
   command.action((options: RelayCliOptions) => runRelay(options));
+}
+
+function relayPruneFlag(interval: string | undefined): RelayPruneOptions | true {
+  return interval === undefined ? true : { intervalMs: parseDuration('--prune-interval', interval) };
 }
 
 function commaList(value: string): string[] {
@@ -131,7 +141,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   const signals = watchSignals(logger);
   const stopped = new AbortController();
   void signals.first.then(() => stopped.abort());
-  const pool = createPool(url, logger, 5);
+  const pool = createPool(url, logger, options.prune ? 6 : 5);
   let publisher: Publisher | undefined;
   try {
     // Waits for a database that is still starting; fails fast, with a hint to migrate, on a
@@ -152,6 +162,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       maxAttempts: options.maxAttempts,
       relayId: options.relayId,
       listen: options.listen,
+      ...(options.prune ? { prune: relayPruneFlag(options.pruneInterval) } : {}),
       logger: logger.child({ component: 'relay' }),
     });
     await serve(relay, logger, signals.first, {

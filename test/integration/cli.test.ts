@@ -70,7 +70,7 @@ describe('tx-outbox CLI', () => {
     expect(migrated.stderr).toBe('');
     expect(migrated.code).toBe(0);
     expect(migrated.stdout).toMatch(
-      /Applied 4 migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence, 004_inbox_gap_budget\)/,
+      /Applied 5 migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence, 004_inbox_gap_budget, 006_bounded\)/,
     );
 
     const again = await run(['migrate', '--schema', SCHEMA]);
