@@ -106,7 +106,10 @@ describe('migrate', () => {
       [consumer, b3.eventId],
     );
 
-    expect((await migrate(p, { schema })).applied).toEqual([4]);
+    const later = migrationSql({ schema })
+      .filter((m) => m.version > 3)
+      .map((m) => m.version);
+    expect((await migrate(p, { schema })).applied).toEqual(later);
     const inbox = createInbox({ pool: p, consumer, schema, maxAttempts: 5 });
     expect((await inbox.handle(a2, async () => undefined)).status).toBe('processed');
     // Its first handler failure is its first: not the 41st of 5.
