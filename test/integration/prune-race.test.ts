@@ -109,4 +109,27 @@ describe('pruning races a producer', () => {
     );
     expect(rows[0].sequence).toBe(rows[0].sequence_base + 1);
   });
+
+  it('repeatable read: the producer whose row was pruned under it fails to serialize, never reuses', async () => {
+    for (let i = 0; i < 3; i++) await write('race-rr');
+    const attempt = pruneWhileProducing('race-rr', () =>
+      inTransaction(
+        db.pool,
+        (tx) =>
+          enqueue(
+            tx,
+            { aggregateType: 'order', aggregateId: 'race-rr', type: 'order.changed', payload: {} },
+            { schema: db.schema },
+          ),
+        'BEGIN ISOLATION LEVEL REPEATABLE READ',
+      ).then(
+        (r) => r,
+        (error: { code?: string }) => error,
+      ),
+    );
+    const outcome = await attempt;
+    expect(outcome).toMatchObject({ code: '40001' });
+    // Retried, it continues above the floor.
+    expect((await write('race-rr')).sequence).toBeGreaterThan(3);
+  });
 });
