@@ -49,6 +49,28 @@ if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc 'SHOW wal_level')" != "lo
     echo "services: could not restart PostgreSQL; logical replication stays unavailable" >&2
   wait_port 5432 PostgreSQL
 fi
+# promtool (Debian's prometheus package) checks the alert rules and the dashboard's queries in the tests.
+# The package's postinst would start a Prometheus server on :9090: a policy-rc.d that forbids it is
+# put in place for the install when none is there, and a server it started anyway is stopped.
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "services: installing promtool (Debian's prometheus package)"
+  policy=/usr/sbin/policy-rc.d
+  own_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && own_policy=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y --no-install-recommends prometheus >/dev/null ||
+    { apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null; } ||
+    echo "services: could not install prometheus; the promtool tests will fail" >&2
+  [ "$own_policy" = 1 ] && rm -f "$policy"
+  if up 9090; then
+    echo "services: stopping the Prometheus server the package started"
+    service prometheus stop >/dev/null 2>&1 ||
+      start-stop-daemon --stop --oknodo --exec /usr/bin/prometheus >/dev/null 2>&1 || true
+  fi
+  command -v systemctl >/dev/null 2>&1 && systemctl disable prometheus >/dev/null 2>&1 || true
+fi
 # The test database must exist.
 psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" | grep -q 1 ||
   psql -h 127.0.0.1 -U postgres -d postgres -c 'CREATE DATABASE test'

@@ -32,7 +32,23 @@ export {
   showQuarantined,
 } from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
+export { PUBLISHER_KINDS, type PublisherKind } from './metrics/broker.js';
+export { FAILURE_CODES } from './metrics/error-code.js';
+export type { DeadReason, LeaseChange, RetriedReason } from './metrics/relay-metrics.js';
+export {
+  type CounterMetric,
+  type GaugeMetric,
+  type HistogramMetric,
+  METER_NAME,
+  type MeterLike,
+  type MetricLabels,
+  type MetricsOption,
+  type MetricsSink,
+  type RegistryLike,
+  resolveMetrics,
+} from './metrics/sink.js';
 export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
+export { type MetricsServer, type ServeMetricsOptions, serveMetrics } from './ops/http.js';
 /** Bounded tables: prune idle aggregates, dead relays, old audit rows and inbox records (docs/schema.md). */
 export {
   type InboxPruneOptions,
@@ -42,6 +58,12 @@ export {
   type PruneResult,
   prune,
 } from './ops/prune.js';
+export type {
+  HealthSource,
+  ReadinessCheck,
+  ReadinessCheckName,
+  ReadinessReport,
+} from './ops/readiness.js';
 export { type OutboxStatus, outboxStatus } from './ops/status.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
@@ -60,7 +82,7 @@ export { permanent } from './publishers/core/outcomes.js';
 export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';
 export type { RelayOptions } from './relay/options.js';
 export type { RelayPruneOptions } from './relay/pruner.js';
-export { createRelay, type Relay, type RelayStats } from './relay/relay.js';
+export { createRelay, type Relay, type RelayHealth, type RelayStats } from './relay/relay.js';
 export {
   DEFAULT_PARTITIONS,
   DEFAULT_SCHEMA,

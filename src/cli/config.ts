@@ -9,7 +9,8 @@
  *       "audit":  { "kind": "kafka", "url": ["127.0.0.1:9092"] }
  *     },
  *     "routes": [ { "match": { "aggregateType": "audit" }, "to": "audit", "topic": "audit-log" } ],
- *     "default": "events"
+ *     "default": "events",
+ *     "metrics": { "port": 9464, "host": "127.0.0.1" }
  *   }
  *
  * `url` is where every publisher's broker is; a NATS or Kafka publisher takes one or several
@@ -85,11 +86,17 @@ const routeSchema = z
   })
   .strict();
 
+/** `tx-outbox relay --metrics-port/--metrics-host` in the file; the flags win. */
+const metricsSchema = z
+  .object({ port: z.number().int().min(0).max(65_535), host: nonEmpty.optional() })
+  .strict();
+
 export const configSchema = z
   .object({
     publishers: z.record(nonEmpty, publisherSpecSchema),
     routes: z.array(routeSchema).default([]),
     default: nonEmpty.optional(),
+    metrics: metricsSchema.optional(),
   })
   .strict()
   .superRefine((config, ctx) => {

@@ -7,6 +7,7 @@
 import type { Command } from 'commander';
 import type { Logger as PinoLogger } from 'pino';
 import { sourceOf } from '../envelope/source.js';
+import type { MetricsServer } from '../ops/http.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
 import type { RelayPruneOptions } from '../relay/pruner.js';
@@ -24,6 +25,13 @@ import {
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
 import { parseDuration } from './inbox.js';
+import {
+  addMetricsOptions,
+  type MetricsFlags,
+  metricsEndpoint,
+  relayRegistry,
+  serveRelayMetrics,
+} from './metrics-endpoint.js';
 import { publisherFromConfig, publisherFromSpec } from './publishers.js';
 import { waitForDatabase } from './wait-for-database.js';
 import { WEBHOOK_SECRET_ENV, webhookSecretFromFlags } from './webhook-secret.js';
@@ -31,7 +39,7 @@ import { WEBHOOK_SECRET_ENV, webhookSecretFromFlags } from './webhook-secret.js'
 /** How long the first SIGTERM/SIGINT lets the batch in flight finish. */
 const STOP_TIMEOUT_MS = 30_000;
 
-interface RelayCliOptions extends DatabaseCommandOptions {
+interface RelayCliOptions extends DatabaseCommandOptions, MetricsFlags {
   readonly nats?: string;
   readonly natsStream?: string;
   readonly source?: string;
@@ -107,6 +115,7 @@ export function registerRelay(program: Command): void {
     .option('--no-listen', 'do not LISTEN for NOTIFY wake-ups from producers; rely on polling')
     .option('--prune', 'prune the schema in the background with the default retentions (see tx-outbox prune)')
     .option('--prune-interval <duration>', 'with --prune: between runs (default 10m)');
+  addMetricsOptions(command);
   withDatabaseOptions(command, 'info');
   command.action((options: RelayCliOptions) => runRelay(options));
 }
@@ -141,8 +150,16 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   const signals = watchSignals(logger);
   const stopped = new AbortController();
   void signals.first.then(() => stopped.abort());
-  const pool = createPool(url, logger, options.prune ? 6 : 5);
+  const endpoint = metricsEndpoint(
+    options,
+    source.kind === 'config' ? { file: source.file, metrics: source.config.metrics } : undefined,
+  );
+  // One connection more for the readiness check of /readyz.
+  // One more for the background pruner's run (--prune).
+  const pool = createPool(url, logger, (endpoint === undefined ? 5 : 6) + (options.prune ? 1 : 0));
+  const registry = endpoint === undefined ? undefined : relayRegistry();
   let publisher: Publisher | undefined;
+  let metrics: MetricsServer | undefined;
   try {
     // Waits for a database that is still starting; fails fast, with a hint to migrate, on a
     // missing schema instead of a relay retrying forever against nothing.
@@ -164,7 +181,11 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       listen: options.listen,
       ...(options.prune ? { prune: relayPruneFlag(options.pruneInterval) } : {}),
       logger: logger.child({ component: 'relay' }),
+      ...(registry === undefined ? {} : { metrics: registry }),
     });
+    if (endpoint !== undefined && registry !== undefined) {
+      metrics = await serveRelayMetrics(endpoint, { pool, relay, registry, logger });
+    }
     await serve(relay, logger, signals.first, {
       schema: options.schema,
       publisher:
@@ -172,6 +193,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       pending: status.pending,
     });
   } finally {
+    await metrics?.close();
     await publisher
       ?.close()
       .catch((error: unknown) => logger.warn({ err: error }, 'closing the publisher failed'));

@@ -5,6 +5,7 @@
 import type { Pool } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
+import type { MetricsOption } from '../metrics/sink.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { namedStatement, type Statement } from '../schema/statement.js';
@@ -61,6 +62,11 @@ export interface InboxOptions<A extends readonly AcceptedEvent[] = readonly Acce
   /** Run the per-event statement as a named prepared statement (default true). Turn off behind PgBouncer in transaction mode. */
   readonly prepared?: boolean;
   readonly logger?: Logger;
+  /**
+   * Where the inbox's metrics go (docs/metrics.md): a prom-client `Registry`, an OpenTelemetry
+   * `{ meter }`, or `'otel'`. Constant label `consumer`. Default: none, nothing recorded.
+   */
+  readonly metrics?: MetricsOption;
 }
 
 export interface Statements {

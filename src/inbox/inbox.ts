@@ -9,6 +9,8 @@
 import type { Pool, PoolClient } from 'pg';
 import { errorMessage, isTransactionConflict } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { type InboxMetrics, NOOP_INBOX_METRICS, SinkInboxMetrics } from '../metrics/inbox-metrics.js';
+import { resolveMetrics } from '../metrics/sink.js';
 import { inTransaction, lostItsConnection } from '../producer/transaction.js';
 import { redactText } from '../redact.js';
 import { type AcceptedData, type AcceptedEvent, decode, type InboxEvent } from './decode.js';
@@ -106,6 +108,7 @@ class TransactionalInbox<T> implements Inbox<T> {
   private readonly logger: Logger;
   private readonly maxAttempts: number;
   private readonly gapBudget: GapBudget;
+  private readonly metrics: InboxMetrics;
 
   constructor(
     private readonly o: InboxOptions<readonly AcceptedEvent[]>,
@@ -119,6 +122,8 @@ class TransactionalInbox<T> implements Inbox<T> {
       maxGapMs: o.maxGapMs ?? o.maxDeferMs ?? DEFAULT_MAX_GAP_MS,
       maxDeferrals: o.maxDeferrals,
     };
+    const sink = resolveMetrics(o.metrics, { consumer: o.consumer }, this.logger);
+    this.metrics = sink.enabled ? new SinkInboxMetrics(sink) : NOOP_INBOX_METRICS;
   }
 
   readonly #counts: Record<HandleStatus, number> = {
@@ -136,6 +141,7 @@ class TransactionalInbox<T> implements Inbox<T> {
   async handle<D extends T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
     const result = await this.#handle(message, handler);
     this.#counts[result.status] += 1;
+    this.metrics.handled(result.status, message);
     return result;
   }
 
@@ -179,7 +185,12 @@ class TransactionalInbox<T> implements Inbox<T> {
           if (decision === 'stale')
             throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
           handlerRan = true;
-          await handler(tx, decoded.event);
+          const started = this.metrics.handlerStarted();
+          try {
+            await handler(tx, decoded.event);
+          } finally {
+            this.metrics.handlerDone(started);
+          }
         },
         // The ordering decision reads the position row it just locked: READ COMMITTED sees the
         // latest committed version (a stricter default isolation would fail instead of waiting).

@@ -6,6 +6,8 @@
  * message, in the same order. It never throws for a per-message failure.
  */
 
+import type { PublisherKind } from '../metrics/broker.js';
+
 export interface OutboxMessage {
   /** Outbox row id (relay order). Internal; not sent to brokers. */
   readonly id: string;
@@ -46,6 +48,12 @@ export type PublishOutcome =
 export interface Publisher {
   /** Short name for logs and metrics, e.g. `nats` or `webhook`. */
   readonly name: string;
+  /**
+   * The `broker` label of the publish metrics: `nats`, `kafka`, `rabbitmq`, `redis`, `mqtt`,
+   * `webhook`, `router` or `custom`. Optional: without it the name is used when it is one of
+   * those, else `custom`.
+   */
+  readonly kind?: PublisherKind;
   publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]>;
   close(): Promise<void>;
 }

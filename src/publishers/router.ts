@@ -87,6 +87,7 @@ export function routerPublisher(options: RouterOptions): Publisher {
 
   return {
     name: `router(${publishers.map((p) => p.name).join(',')})`,
+    kind: 'router',
     async publish(batch, signal) {
       if (closed) throw new OutboxError('The router publisher is closed', { code: 'TXO_PUBLISHER_CLOSED' });
       const outcomes: PublishOutcome[] = new Array(batch.length);

@@ -1,8 +1,10 @@
 /** Partition leases. Every change of owner raises the epoch (the fencing token). */
 
+/** Also reads the database clock (epoch ms), for the relay↔database clock offset. */
 export const HEARTBEAT_SQL = `
 INSERT INTO {{schema}}.relays AS r (relay_id, host, pid, lease_ms) VALUES ($1, $2, $3, $4)
-ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), lease_ms = excluded.lease_ms`;
+ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), lease_ms = excluded.lease_ms
+RETURNING extract(epoch FROM clock_timestamp()) * 1000 AS db_ms`;
 
 /** A relay silent for longer than its own lease is gone; its partitions expire on their own. */
 export const LIVE_RELAYS_SQL = `

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import type { Pool } from 'pg';
 import type { Logger } from '../logger.js';
+import { NOOP_RELAY_METRICS, type RelayMetrics } from '../metrics/relay-metrics.js';
 import { withSchema } from '../schema/identifiers.js';
 import {
   ACQUIRE_SQL,
@@ -48,6 +49,7 @@ export class PartitionLeases {
     private readonly leaseMs: number,
     private readonly totalPartitions: () => Promise<number>,
     private readonly logger: Logger,
+    private readonly metrics: RelayMetrics = NOOP_RELAY_METRICS,
   ) {
     this.sql = {
       heartbeat: withSchema(HEARTBEAT_SQL, quotedSchema),
@@ -90,13 +92,16 @@ export class PartitionLeases {
         this.leaseMs,
       ]);
       const kept = new Set(rows.map((r) => r.partition));
+      let lost = 0;
       for (let i = 0; i < partitions.length; i++) {
         const p = partitions[i]!;
         if (!kept.has(p) && this.owned.get(p) === epochs[i]) {
           this.owned.delete(p);
+          lost += 1;
           this.logger.warn({ relayId: this.relayId, partition: p }, 'partition lease lost to another relay');
         }
       }
+      this.metrics.leases('lost', lost);
     });
   }
 
@@ -119,6 +124,7 @@ export class PartitionLeases {
           extra.map((e) => e[1]),
         ]);
         for (const [p] of extra) this.owned.delete(p);
+        this.metrics.leases('released', extra.length);
         this.logger.info({ relayId: this.relayId, released: extra.map((e) => e[0]) }, 'released partitions');
         return false;
       }
@@ -129,6 +135,7 @@ export class PartitionLeases {
           this.leaseMs,
         ]);
         for (const r of got.rows) this.owned.set(r.partition, r.epoch);
+        this.metrics.leases('acquired', got.rows.length);
         if (got.rows.length > 0) {
           this.logger.info(
             { relayId: this.relayId, acquired: got.rows.map((r) => r.partition) },
@@ -145,6 +152,7 @@ export class PartitionLeases {
     return this.serial(async () => {
       const { partitions, epochs } = this.snapshot();
       this.owned.clear();
+      this.metrics.leases('released', partitions.length);
       if (partitions.length > 0) await this.pool.query(this.sql.release, [this.relayId, partitions, epochs]);
       if (this.registered) await this.pool.query(this.sql.unregister, [this.relayId]);
       this.registered = false;
@@ -160,11 +168,22 @@ export class PartitionLeases {
 
   /** Forget everything without touching the database (the leases expire on their own). */
   forget(): void {
+    this.metrics.leases('lost', this.owned.size);
     this.owned.clear();
   }
 
   private async heartbeat(): Promise<void> {
-    await this.pool.query(this.sql.heartbeat, [this.relayId, hostname(), process.pid, this.leaseMs]);
+    const sent = Date.now();
+    const { rows } = await this.pool.query<{ db_ms: string }>(this.sql.heartbeat, [
+      this.relayId,
+      hostname(),
+      process.pid,
+      this.leaseMs,
+    ]);
+    // The database read its clock about halfway through the round trip.
+    const received = Date.now();
+    const dbMs = Number(rows[0]?.db_ms);
+    if (Number.isFinite(dbMs)) this.metrics.clockOffset(dbMs - (sent + received) / 2, received - sent);
     this.registered = true;
   }
 }

@@ -3,6 +3,9 @@ import { hostname } from 'node:os';
 import type { Pool } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { publisherKind } from '../metrics/broker.js';
+import { NOOP_RELAY_METRICS, type RelayMetrics, SinkRelayMetrics } from '../metrics/relay-metrics.js';
+import { type MetricsOption, type MetricsSink, resolveMetrics } from '../metrics/sink.js';
 import type { Publisher } from '../publishers/contract.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
@@ -61,6 +64,11 @@ export interface RelayOptions {
    * one more connection of `pool`.
    */
   readonly prune?: RelayPruneOptions | boolean;
+  /**
+   * Where the relay's metrics go (docs/metrics.md): a prom-client `Registry`, an OpenTelemetry
+   * `{ meter }`, or `'otel'` for the global meter provider. Default: none, nothing recorded.
+   */
+  readonly metrics?: MetricsOption;
 }
 
 export interface ResolvedRelayOptions {
@@ -83,6 +91,9 @@ export interface ResolvedRelayOptions {
   readonly signal: AbortSignal | undefined;
   readonly random: () => number;
   readonly prune: ResolvedRelayPrune | undefined;
+  /** The metrics sink, constant labels `schema` and `publisher` (the no-op sink by default). */
+  readonly metricsSink: MetricsSink;
+  readonly metrics: RelayMetrics;
 }
 
 function positiveInt(value: number | undefined, fallback: number, field: string, max = 2 ** 31 - 1): number {
@@ -156,6 +167,8 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
       'Pass a non-empty id unique to this relay instance, or omit it for <host>-<pid>-<random>.',
     );
   }
+  const logger = options.logger ?? silentLogger;
+  const metricsSink = resolveMetrics(options.metrics, { schema, publisher: options.publisher.name }, logger);
   return Object.freeze({
     pool: options.pool,
     publisher: options.publisher,
@@ -172,9 +185,13 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     listen,
     synchronousCommit,
     relayId: options.relayId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,
-    logger: options.logger ?? silentLogger,
+    logger,
     signal: options.signal,
     random: options.random ?? Math.random,
     prune: resolveRelayPrune(options.prune, schema),
+    metricsSink,
+    metrics: metricsSink.enabled
+      ? new SinkRelayMetrics(metricsSink, publisherKind(options.publisher))
+      : NOOP_RELAY_METRICS,
   });
 }

@@ -1,13 +1,8 @@
 import type { Pool } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
-import {
-  PRUNED_TABLES,
-  type PruneOptions,
-  type PruneResult,
-  prune,
-  resolvePruneOptions,
-} from '../ops/prune.js';
+import type { CounterMetric, MetricsSink } from '../metrics/sink.js';
+import { PRUNED_TABLES, type PruneOptions, prune, resolvePruneOptions } from '../ops/prune.js';
 
 /** `createRelay({ prune })`: the relay prunes its schema in the background (docs/schema.md, Bounded tables). */
 export interface RelayPruneOptions extends Omit<PruneOptions, 'schema' | 'dryRun'> {
@@ -51,14 +46,22 @@ export class BackgroundPruner {
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
   #stopped = false;
+  /** `tx_outbox_pruned_rows_total{table}` (docs/metrics.md), when the relay has metrics. */
+  readonly #pruned: CounterMetric | undefined;
 
   constructor(
     private readonly pool: Pool,
     private readonly settings: ResolvedRelayPrune,
     private readonly logger: Logger,
     private readonly relayId: string,
-    private readonly onPruned: (result: PruneResult) => void = () => {},
-  ) {}
+    metrics?: MetricsSink,
+  ) {
+    this.#pruned = metrics?.enabled
+      ? metrics.counter('tx_outbox_pruned_rows_total', 'Rows the background pruner removed, by table.', [
+          'table',
+        ])
+      : undefined;
+  }
 
   start(): void {
     if (this.#stopped || this.#timer) return;
@@ -87,8 +90,8 @@ export class BackgroundPruner {
   async #run(): Promise<void> {
     try {
       const result = await prune(this.pool, this.settings.options);
-      this.onPruned(result);
       const removed = PRUNED_TABLES.filter((t) => result.removed[t] > 0);
+      for (const table of removed) this.#pruned?.inc({ table }, result.removed[table]);
       if (removed.length > 0 || !result.complete) {
         this.logger.info(
           {

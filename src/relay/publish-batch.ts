@@ -13,7 +13,7 @@ import type { Claimed } from './claim.js';
 import { waves } from './ordering-gate.js';
 import type { RefusedAggregates } from './outage.js';
 import type { RelayCounters } from './stats.js';
-import { type Failure, type JudgePolicy, judge, type Verdict } from './verdicts.js';
+import { type Failure, type JudgePolicy, judge, PUBLISHER_FAILED, type Verdict } from './verdicts.js';
 
 export interface BatchPublisherParts {
   readonly publisher: Publisher;
@@ -41,10 +41,12 @@ export class BatchPublisher {
     const refused = new Set<string>();
     let unavailable = 0;
     const started = performance.now();
+    p.counters.metrics.batch(claimed.messages.length);
     for (const wave of waves(claimed.messages)) {
       const ready = wave.filter((m) => !blocked.has(aggregateKey(m)));
       if (ready.length === 0) continue;
       const outcomes = await this.call(ready);
+      if (!p.stopping.aborted) p.counters.metrics.called(ready, outcomes);
       for (let i = 0; i < ready.length; i++) {
         const message = ready[i]!;
         const outcome = outcomes[i]!;
@@ -70,6 +72,7 @@ export class BatchPublisher {
     }
     p.counters.watches.publish.add(performance.now() - started);
     p.counters.counts.unavailable += unavailable;
+    p.counters.metrics.unavailable(unavailable);
     return { claimed, delivered, failures, unavailable, refused };
   }
 
@@ -100,7 +103,7 @@ export class BatchPublisher {
       const e =
         abort.cause === 'timeout'
           ? brokerUnavailable(message, error)
-          : new PublishError(message, { retryable: true, cause: error });
+          : new PublishError(message, { retryable: true, code: PUBLISHER_FAILED, cause: error });
       this.p.counters.lastError = e.message;
       return batch.map(() => ({ ok: false, retryable: true, error: e }));
     } finally {

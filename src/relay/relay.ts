@@ -4,6 +4,7 @@ import { redactText } from '../redact.js';
 import { loopErrorDelay, outageDelay } from './backoff.js';
 import { type Claimed, Claimer } from './claim.js';
 import { CLAIM_SQL } from './claim-sql.js';
+import type { RelayHealth } from './health.js';
 import { HoldBack } from './hold-back.js';
 import { IdleCadence } from './idle.js';
 import { LeaseSchedule } from './lease-schedule.js';
@@ -20,6 +21,7 @@ import { RelayCounters, type RelayStats } from './stats.js';
 import type { Verdict } from './verdicts.js';
 import { Doorbell, WakeListener } from './wakeup.js';
 
+export type { RelayHealth } from './health.js';
 export type { RelayStats, Timing } from './stats.js';
 
 export interface Relay {
@@ -35,6 +37,8 @@ export interface Relay {
   /** Wakes an idle relay at once, e.g. right after a commit in the same process. */
   wake(): void;
   stats(): RelayStats;
+  /** Running, partitions held, broker outage: what `/readyz` judges (see `serveMetrics`). */
+  health(): RelayHealth;
 }
 
 /** Creates a polling relay: leased partitions, ordering gate, backoff, dead events. */
@@ -50,7 +54,7 @@ class PollingRelay implements Relay {
   private readonly idle: IdleCadence;
   private readonly claimSession: RelaySession;
   private readonly recordSession: RelaySession;
-  private readonly counters = new RelayCounters();
+  private readonly counters: RelayCounters;
   private readonly outage: OutageLog;
   private readonly refused = new RefusedAggregates();
   private readonly pipeline: Pipeline;
@@ -67,6 +71,7 @@ class PollingRelay implements Relay {
 
   constructor(private readonly o: ResolvedRelayOptions) {
     this.id = o.relayId;
+    this.counters = new RelayCounters(o.metrics);
     this.outage = new OutageLog(
       o.logger,
       { relayId: o.relayId, publisher: o.publisher.name },
@@ -82,6 +87,7 @@ class PollingRelay implements Relay {
       o.leaseMs,
       () => this.partitions(),
       o.logger,
+      o.metrics,
     );
     this.schedule = new LeaseSchedule(o.leaseMs);
     this.idle = new IdleCadence(this.doorbell, this.leases, o.listen, o.pollIntervalMs);
@@ -104,7 +110,7 @@ class PollingRelay implements Relay {
       this.counters,
     );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
-    this.pruner = o.prune && new BackgroundPruner(o.pool, o.prune, o.logger, o.relayId);
+    this.pruner = o.prune && new BackgroundPruner(o.pool, o.prune, o.logger, o.relayId, o.metricsSink);
     this.batches = new BatchPublisher({
       publisher: o.publisher,
       publishTimeoutMs: o.publishTimeoutMs,
@@ -117,6 +123,19 @@ class PollingRelay implements Relay {
 
   stats(): RelayStats {
     return this.counters.snapshot(this.leases.snapshot().partitions);
+  }
+
+  health(): RelayHealth {
+    const since = this.outage.since;
+    return {
+      relayId: this.id,
+      schema: this.o.schema,
+      publisher: this.o.publisher.name,
+      running: this.loopDone !== undefined && this.stopping === undefined,
+      partitions: this.leases.size,
+      brokerUnavailableSince: since === undefined ? undefined : new Date(since),
+      lastError: this.counters.lastError,
+    };
   }
 
   wake(): void {

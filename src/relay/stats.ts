@@ -1,3 +1,5 @@
+import { type FailureOutcome, NOOP_RELAY_METRICS, type RelayMetrics } from '../metrics/relay-metrics.js';
+
 export interface RelayStats {
   /** Events acknowledged by the broker and removed from the outbox. */
   published: number;
@@ -21,13 +23,16 @@ export interface Timing {
   max: number;
 }
 
-/** Mean and max of the times added. */
+/** Mean and max of the times added; each time also goes to `observe` (a histogram). */
 export class Stopwatch {
   private total = 0;
   private count = 0;
   private max = 0;
 
+  constructor(private readonly observe: (ms: number) => void = () => {}) {}
+
   add(ms: number): void {
+    this.observe(ms);
     this.total += ms;
     this.count += 1;
     if (ms > this.max) this.max = ms;
@@ -43,12 +48,22 @@ export class RelayCounters {
   /** The counts, as they go into `stats()` and the "relay stopped" log line. */
   readonly counts = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
   /** Time per batch in each step: the claim statement, the publish calls, the outcome statement. */
-  readonly watches = { claim: new Stopwatch(), publish: new Stopwatch(), record: new Stopwatch() };
+  readonly watches: { readonly claim: Stopwatch; readonly publish: Stopwatch; readonly record: Stopwatch };
   /** The last loop error (database or publisher), redacted. */
   lastError: string | undefined;
 
+  /** `metrics` gets every count and time as well (no-op by default). */
+  constructor(readonly metrics: RelayMetrics = NOOP_RELAY_METRICS) {
+    this.watches = {
+      claim: new Stopwatch((ms) => metrics.claimMs(ms)),
+      publish: new Stopwatch((ms) => metrics.publishMs(ms)),
+      record: new Stopwatch((ms) => metrics.recordMs(ms)),
+    };
+  }
+
   /** One batch's outcome recorded: `published` of its events left the outbox, `failures` were rescheduled or dead. */
-  recorded(published: number, failures: readonly { readonly status: 'pending' | 'dead' }[]): void {
+  recorded(published: number, failures: readonly FailureOutcome[]): void {
+    this.metrics.recorded(published, failures);
     const counts = this.counts;
     counts.batches += 1;
     counts.published += published;

@@ -1,5 +1,6 @@
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../logger.js';
+import type { FailureReason } from '../metrics/relay-metrics.js';
 import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
 import { redactText } from '../redact.js';
 import { type BackoffPolicy, fullJitterDelay } from './backoff.js';
@@ -13,6 +14,8 @@ export interface Failure {
   readonly delayMs: number;
   /** `last_error`: redacted, at most {@link MAX_ERROR_CHARS}, `permanent: ` first for a permanent error. */
   readonly error: string;
+  /** Why (the `reason` label of the retried / dead counters). */
+  readonly reason: FailureReason;
 }
 
 /** What became of a claimed batch's events once published; nothing recorded yet. */
@@ -59,7 +62,13 @@ export function judge(message: OutboxMessage, outcome: FailedOutcome, policy: Ju
       { relayId: policy.relayId, eventId: message.eventId, attempts: attempt, error },
       'event is dead; it blocks its aggregate until replayed',
     );
-    return { id: message.id, status: 'dead', delayMs: 0, error };
+    return {
+      id: message.id,
+      status: 'dead',
+      delayMs: 0,
+      error,
+      reason: outcome.retryable ? 'max_attempts' : 'permanent',
+    };
   }
   const jitter = fullJitterDelay(policy.backoff, attempt, policy.random);
   const delayMs = Math.min(policy.backoff.capMs, Math.max(jitter, outcome.retryAfterMs ?? 0));
@@ -67,5 +76,14 @@ export function judge(message: OutboxMessage, outcome: FailedOutcome, policy: Ju
     { relayId: policy.relayId, eventId: message.eventId, attempts: attempt, retryInMs: delayMs, error },
     'publish failed; will retry',
   );
-  return { id: message.id, status: 'pending', delayMs, error };
+  return { id: message.id, status: 'pending', delayMs, error, reason: retriedReason(outcome) };
 }
+
+/** `publisher_error` when the publisher's call threw (every message of it failed), `throttled` when the broker asked for a delay. */
+function retriedReason(outcome: FailedOutcome): FailureReason {
+  if ((outcome.error as { code?: unknown }).code === PUBLISHER_FAILED) return 'publisher_error';
+  return outcome.retryAfterMs === undefined ? 'retryable' : 'throttled';
+}
+
+/** Code of the error a failed publish call (it threw, or broke the contract) gives each of its messages. */
+export const PUBLISHER_FAILED = 'TXO_PUBLISHER_FAILED';

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { envelopeHeaders } from '../../src/envelope/bindings.js';
 import { OutboxValidationError } from '../../src/errors.js';
@@ -273,6 +274,7 @@ describe('prune: relays, audit and the inbox', () => {
 describe("the relay's background pruner", () => {
   it('prunes on its interval, logs a failed run and tries again, never stopping the relay', async () => {
     const { lines, logger } = logRecorder();
+    const registry = new Registry();
     await db.pool.query(
       `INSERT INTO ${s}.audit (at, actor, action, reason) VALUES (now() - interval '400 days', 'op', 'x', 'old')`,
     );
@@ -285,6 +287,7 @@ describe("the relay's background pruner", () => {
       pollIntervalMs: 20,
       logger,
       prune: { intervalMs: 50 },
+      metrics: registry,
     });
     await relay.start();
     try {
@@ -310,6 +313,7 @@ describe("the relay's background pruner", () => {
       await relay.stop({ timeout: 2000 });
     }
     expect(lines.some((l) => l.msg === 'pruned')).toBe(true);
+    expect(await registry.metrics()).toMatch(/^tx_outbox_pruned_rows_total\{[^}]*table="audit"[^}]*\} 1$/m);
   });
 
   it('refuses a bad prune option at createRelay', () => {

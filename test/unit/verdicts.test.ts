@@ -44,6 +44,7 @@ describe('judge', () => {
       status: 'pending',
       delayMs: 2000,
       error: 'nack',
+      reason: 'retryable',
     });
     expect(lines).toEqual([
       {
@@ -68,6 +69,7 @@ describe('judge', () => {
       status: 'dead',
       delayMs: 0,
       error: 'nack',
+      reason: 'max_attempts',
     });
     expect(lines).toEqual([
       {
@@ -85,6 +87,7 @@ describe('judge', () => {
       status: 'dead',
       delayMs: 0,
       error: 'permanent: schema rejected',
+      reason: 'permanent',
     });
   });
 

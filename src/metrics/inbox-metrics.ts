@@ -1,0 +1,77 @@
+import type { InboxMessage } from '../inbox/message.js';
+import { HANDLER_SECONDS, LATENCY_SECONDS } from './buckets.js';
+import type { CounterMetric, HistogramMetric, MetricLabels, MetricsSink } from './sink.js';
+
+/** What the inbox records. The no-op version reads no clock and builds no labels. */
+export interface InboxMetrics {
+  /** A start time for {@link handlerDone} (0 without metrics: no clock read). */
+  handlerStarted(): number;
+  handlerDone(started: number): void;
+  /** What `handle` answered (`outcome` label); a processed message's lag from its `ce-time`. */
+  handled(outcome: string, message: InboxMessage): void;
+}
+
+const nothing = (): void => {};
+
+export const NOOP_INBOX_METRICS: InboxMetrics = Object.freeze({
+  handlerStarted: () => 0,
+  handlerDone: nothing,
+  handled: nothing,
+});
+
+/** The inbox's metric names and help texts (the shared contract). */
+export const INBOX_METRICS = {
+  messages: [
+    'tx_outbox_inbox_messages_total',
+    'Messages the inbox handled, by outcome (processed, duplicate, stale, deferred, quarantined, skipped).',
+  ],
+  handler: ['tx_outbox_inbox_handler_duration_seconds', "The handler's run (inside the inbox transaction)."],
+  lag: [
+    'tx_outbox_inbox_lag_seconds',
+    'Event created (ce-time, producer database clock) to applied by this consumer (consumer clock).',
+  ],
+} as const;
+
+/** The outcomes whose series exist from the start (a rate over them works before the first message). */
+const OUTCOMES = ['processed', 'duplicate', 'stale', 'deferred', 'quarantined'] as const;
+
+/** The inbox's metrics on a sink whose constant label is `consumer`. */
+export class SinkInboxMetrics implements InboxMetrics {
+  private readonly messages: CounterMetric;
+  private readonly handler: HistogramMetric;
+  private readonly lag: HistogramMetric;
+  private readonly outcomeLabels = new Map<string, MetricLabels>();
+
+  constructor(sink: MetricsSink) {
+    const m = INBOX_METRICS;
+    this.messages = sink.counter(...m.messages, ['outcome']);
+    this.handler = sink.histogram(...m.handler, [], HANDLER_SECONDS);
+    this.lag = sink.histogram(...m.lag, [], LATENCY_SECONDS);
+    for (const o of OUTCOMES) this.messages.inc(this.labelsOf(o), 0);
+  }
+
+  handlerStarted(): number {
+    return performance.now();
+  }
+
+  handlerDone(started: number): void {
+    this.handler.observe(undefined, (performance.now() - started) / 1000);
+  }
+
+  handled(outcome: string, message: InboxMessage): void {
+    this.messages.inc(this.labelsOf(outcome));
+    if (outcome !== 'processed') return;
+    const time = message.headers['ce-time'];
+    const created = time === undefined ? Number.NaN : Date.parse(time);
+    if (Number.isFinite(created)) this.lag.observe(undefined, Math.max(0, (Date.now() - created) / 1000));
+  }
+
+  private labelsOf(outcome: string): MetricLabels {
+    let labels = this.outcomeLabels.get(outcome);
+    if (!labels) {
+      labels = { outcome };
+      this.outcomeLabels.set(outcome, labels);
+    }
+    return labels;
+  }
+}

@@ -1,0 +1,19 @@
+/** What a relay knows of its own health, read by the readiness check of `/readyz`. */
+export interface RelayHealth {
+  readonly relayId: string;
+  readonly schema: string;
+  /** The publisher's name (`nats`, `webhook`, `router` …). */
+  readonly publisher: string;
+  /** Started and not stopped (or stopping). */
+  readonly running: boolean;
+  /** Partitions this relay holds now. */
+  readonly partitions: number;
+  /**
+   * Since when the broker refuses publishes as unreachable (`TXO_BROKER_UNAVAILABLE`), from the
+   * relay's outage log; undefined while publishes get through. A relay with nothing to publish
+   * does not learn of a broker that went down until its next publish.
+   */
+  readonly brokerUnavailableSince: Date | undefined;
+  /** The last loop error (database or publisher), redacted. */
+  readonly lastError: string | undefined;
+}

@@ -1,0 +1,294 @@
+import { createServer, type Server, type Socket } from 'node:net';
+import pg from 'pg';
+import { Registry } from 'prom-client';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { brokerUnavailable, OutboxValidationError } from '../../src/errors.js';
+import { type MetricsServer, serveMetrics } from '../../src/ops/http.js';
+import type { HealthSource } from '../../src/ops/readiness.js';
+import { enqueue } from '../../src/producer/enqueue.js';
+import { natsPublisher } from '../../src/publishers/nats/index.js';
+import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
+import { RecordingPublisher } from '../helpers/memory-publisher.js';
+import { PrivateNats } from '../helpers/processes.js';
+
+let db: TestDb;
+const relays: Relay[] = [];
+const servers: MetricsServer[] = [];
+const pools: pg.Pool[] = [];
+
+beforeAll(async () => {
+  db = await createTestDb('ops_http', { partitions: 4 });
+});
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+  await Promise.all(relays.splice(0).map((r) => r.stop({ timeout: 2000 })));
+  await Promise.all(pools.splice(0).map((p) => p.end()));
+  await db.pool.query(`DELETE FROM "${db.schema}".events`);
+  await db.pool.query(`UPDATE "${db.schema}".partitions SET owner = NULL, lease_until = '-infinity'`);
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+function relay(publisher: RecordingPublisher, extra: Partial<Parameters<typeof createRelay>[0]> = {}): Relay {
+  const r = createRelay({
+    pool: db.pool,
+    publisher,
+    schema: db.schema,
+    pollIntervalMs: 50,
+    leaseMs: 3000,
+    ...extra,
+  });
+  relays.push(r);
+  return r;
+}
+
+async function serve(options: Partial<Parameters<typeof serveMetrics>[0]>): Promise<MetricsServer> {
+  const server = await serveMetrics({ pool: db.pool, port: 0, checkIntervalMs: 100, ...options });
+  servers.push(server);
+  return server;
+}
+
+interface Answer {
+  readonly status: number;
+  readonly type: string | null;
+  readonly body: string;
+}
+
+async function get(server: MetricsServer, path: string, method = 'GET'): Promise<Answer> {
+  const response = await fetch(`${server.url}${path}`, { method });
+  return { status: response.status, type: response.headers.get('content-type'), body: await response.text() };
+}
+
+interface ReadyBody {
+  status: string;
+  failing: string[];
+  checks: Record<string, { ok: boolean; detail: string }>;
+}
+
+async function readyz(server: MetricsServer): Promise<{ status: number; body: ReadyBody }> {
+  const answer = await get(server, '/readyz');
+  return { status: answer.status, body: JSON.parse(answer.body) as ReadyBody };
+}
+
+async function waitReady(server: MetricsServer, status: number, what: string): Promise<ReadyBody> {
+  let last: { status: number; body: ReadyBody } | undefined;
+  await waitFor(
+    async () => {
+      last = await readyz(server);
+      return last.status === status && last.body.status !== 'starting';
+    },
+    { what },
+  );
+  return last!.body;
+}
+
+/** A health source standing for a running relay that holds no partition (a standby). */
+function standby(publisher = 'recording'): HealthSource {
+  return {
+    health: () => ({
+      relayId: `standby-${publisher}`,
+      schema: db.schema,
+      publisher,
+      running: true,
+      partitions: 0,
+      brokerUnavailableSince: undefined,
+      lastError: undefined,
+    }),
+  };
+}
+
+describe('serveMetrics', () => {
+  it('serves the registry at /metrics in its content type, and /healthz', async () => {
+    const registry = new Registry();
+    const server = await serve({ registry });
+    expect(server.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    const metrics = await get(server, '/metrics');
+    expect(metrics.status).toBe(200);
+    expect(metrics.type).toBe(registry.contentType);
+    const health = await get(server, '/healthz');
+    expect(health).toMatchObject({ status: 200, body: 'ok\n' });
+    expect((await get(server, '/nope')).status).toBe(404);
+    expect((await get(server, '/metrics', 'POST')).status).toBe(405);
+    const head = await get(server, '/healthz', 'HEAD');
+    expect(head).toMatchObject({ status: 200, body: '' });
+  });
+
+  it('answers 404 at /metrics without a registry', async () => {
+    const server = await serve({});
+    expect((await get(server, '/metrics')).status).toBe(404);
+  });
+
+  it('is ready once the relay holds partitions, and sets tx_outbox_relay_ready to 1', async () => {
+    const registry = new Registry();
+    const r = relay(new RecordingPublisher());
+    const server = await serve({ registry, relay: r });
+    await r.start();
+    const body = await waitReady(server, 200, 'ready');
+    expect(body.status).toBe('ready');
+    expect(Object.keys(body.checks)).toEqual(['database', 'relay', 'broker', 'partitions']);
+    expect(body.checks['partitions']?.detail).toMatch(/^holds \d of 4 partitions$/);
+    const metrics = await get(server, '/metrics');
+    expect(metrics.body).toContain(`tx_outbox_relay_ready{schema="${db.schema}",publisher="recording"} 1`);
+  });
+
+  it('is not ready while the broker refuses publishes, and ready again after', async () => {
+    const registry = new Registry();
+    const publisher = new RecordingPublisher();
+    let down = true;
+    publisher.verdict = () =>
+      down ? { ok: false, retryable: true, error: brokerUnavailable('connection refused') } : { ok: true };
+    const r = relay(publisher);
+    const server = await serve({ registry, relay: r });
+    await r.start();
+    await waitReady(server, 200, 'ready before the outage');
+    await inTransaction(db.pool, (tx) =>
+      enqueue(tx, { aggregateType: 'o', aggregateId: '1', type: 't', payload: {} }, { schema: db.schema }),
+    );
+    const body = await waitReady(server, 503, 'not ready: broker');
+    expect(body.status).toBe('not ready');
+    expect(body.failing).toEqual(['broker']);
+    expect(body.checks['broker']?.detail).toMatch(/^recording: unreachable since \d{4}-/);
+    expect((await get(server, '/metrics')).body).toContain(
+      `tx_outbox_relay_ready{schema="${db.schema}",publisher="recording"} 0`,
+    );
+    down = false;
+    await waitReady(server, 200, 'ready after the outage');
+  });
+
+  it('a real NATS server going down turns /readyz 503 naming the broker, and its return 200', async () => {
+    const nats = await PrivateNats.start();
+    try {
+      const publisher = await natsPublisher({ url: nats.url, stream: 'OPS_HTTP', streamSubjects: ['ops.>'] });
+      const registry = new Registry();
+      const r = createRelay({
+        pool: db.pool,
+        publisher,
+        schema: db.schema,
+        pollIntervalMs: 50,
+        metrics: registry,
+      });
+      relays.push(r);
+      const server = await serve({ registry, relay: r });
+      await r.start();
+      await waitReady(server, 200, 'ready with NATS up');
+      await nats.down();
+      await inTransaction(db.pool, (tx) =>
+        enqueue(
+          tx,
+          { aggregateType: 'o', aggregateId: 'n1', type: 't', topic: 'ops.x', payload: {} },
+          { schema: db.schema },
+        ),
+      );
+      const down = await waitReady(server, 503, 'not ready: NATS down');
+      expect(down.failing).toEqual(['broker']);
+      expect(down.checks['broker']?.detail).toMatch(/^nats: unreachable since /);
+      const metrics = (await get(server, '/metrics')).body;
+      expect(metrics).toContain(`tx_outbox_relay_ready{schema="${db.schema}",publisher="nats"} 0`);
+      expect(metrics).not.toContain(
+        `tx_outbox_events_unavailable_total{schema="${db.schema}",publisher="nats"} 0`,
+      );
+      await nats.up();
+      await waitReady(server, 200, 'ready with NATS back');
+      await r.stop({ timeout: 2000 });
+    } finally {
+      await nats.destroy();
+    }
+  });
+
+  it('a standby is ready when every partition has a live owner, not when one has none', async () => {
+    const server = await serve({ relay: standby() });
+    const unowned = await waitReady(server, 503, 'not ready: unowned partitions');
+    expect(unowned.failing).toEqual(['partitions']);
+    expect(unowned.checks['partitions']?.detail).toBe('holds no partition while 4 of 4 have no live owner');
+    await db.pool.query(
+      `UPDATE "${db.schema}".partitions SET owner = 'other', lease_until = now() + interval '1 hour'`,
+    );
+    const owned = await waitReady(server, 200, 'ready standby');
+    expect(owned.checks['partitions']?.detail).toBe(
+      'live standby: all 4 partitions are owned by live relays',
+    );
+    // An expired lease is no live owner.
+    await db.pool.query(
+      `UPDATE "${db.schema}".partitions SET lease_until = now() - interval '1 second' WHERE partition = 0`,
+    );
+    expect((await waitReady(server, 503, 'expired lease')).checks['partitions']?.detail).toBe(
+      'holds no partition while 1 of 4 have no live owner',
+    );
+  });
+
+  it('two servers on one registry share the tx_outbox_relay_ready gauge, a series each', async () => {
+    const registry = new Registry();
+    await db.pool.query(
+      `UPDATE "${db.schema}".partitions SET owner = 'other', lease_until = now() + interval '1 hour'`,
+    );
+    const a = await serve({ registry, relay: standby('nats') });
+    await serve({ registry, relay: standby('kafka') });
+    await waitReady(a, 200, 'ready standby');
+    await waitFor(async () => (await get(a, '/metrics')).body.includes('publisher="kafka"} 1'), {
+      what: 'both series at 1',
+    });
+    const body = (await get(a, '/metrics')).body;
+    expect(body).toContain(`tx_outbox_relay_ready{schema="${db.schema}",publisher="nats"} 1`);
+    expect(body.match(/# TYPE tx_outbox_relay_ready gauge/g)).toHaveLength(1);
+  });
+
+  it('is not ready once the relay is stopped', async () => {
+    const r = relay(new RecordingPublisher());
+    const server = await serve({ relay: r });
+    await r.start();
+    await waitReady(server, 200, 'ready');
+    await r.stop({ timeout: 2000 });
+    const body = await waitReady(server, 503, 'stopped');
+    expect(body.failing).toContain('relay');
+    expect(body.checks['relay']?.detail).toBe('not running (not started, or stopped)');
+  });
+
+  it('reports an unreachable database, naming it, without crashing', async () => {
+    const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/test', max: 1 });
+    pool.on('error', () => undefined);
+    pools.push(pool);
+    const server = await serve({ pool });
+    const body = await waitReady(server, 503, 'database down');
+    expect(body.failing).toEqual(['database']);
+    expect(body.checks['database']?.detail).toMatch(/^unreachable: /);
+  });
+
+  it('fails the database check after the time limit when the server does not answer', async () => {
+    const sockets: Socket[] = [];
+    const silent: Server = createServer((socket) => sockets.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as { port: number };
+    const pool = new pg.Pool({ connectionString: `postgres://postgres@127.0.0.1:${port}/test`, max: 1 });
+    pool.on('error', () => undefined);
+    try {
+      const server = await serve({ pool, checkTimeoutMs: 200 });
+      const body = await waitReady(server, 503, 'database silent');
+      expect(body.checks['database']?.detail).toMatch(
+        /^unreachable: (no answer within 200 ms|the previous check has not been answered yet)$/,
+      );
+      await server.close();
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+      await pool.end().catch(() => undefined);
+    }
+  });
+
+  it('refuses a bad port naming the field, and an address in use with TXO_METRICS_LISTEN', async () => {
+    await expect(serveMetrics({ pool: db.pool, port: 70_000 })).rejects.toThrow(OutboxValidationError);
+    await expect(serveMetrics({ pool: db.pool, port: 1.5 })).rejects.toThrow(/^port: /);
+    const first = await serve({});
+    await expect(serveMetrics({ pool: db.pool, port: first.port })).rejects.toMatchObject({
+      code: 'TXO_METRICS_LISTEN',
+    });
+  });
+
+  it('closes idempotently, and the port is free again', async () => {
+    const server = await serve({});
+    await Promise.all([server.close(), server.close()]);
+    const again = await serve({ port: server.port });
+    expect(again.port).toBe(server.port);
+  });
+});
