@@ -7,9 +7,11 @@
  * from an UPDATE, whose row lock orders concurrent writers of one aggregate.
  * Only an aggregate without a row (new, or pruned: docs/schema.md, Bounded
  * tables) is inserted, starting at the sequence floor: `sequence_base` = the
- * floor, its first event `base + 1`. The floor is read in the target list, so
- * after the UPDATE has waited on (and not found) a row the pruner held; and
- * from a SEQUENCE, whose value no snapshot hides: the pruner raises it before
+ * floor, its first event `base + 1`. The floor is read once per statement (one
+ * scalar subquery, so base and sequences agree even while the pruner raises
+ * it), in the target list of a subquery (`OFFSET 0`: never flattened) over the
+ * rows that passed NOT EXISTS against the UPDATE's: after the UPDATE has waited
+ * on (and not found) a row the pruner held; and from a SEQUENCE, whose value no snapshot hides: the pruner raises it before
  * its delete commits, so a re-created aggregate never reuses a sequence.
  * `ON CONFLICT DO UPDATE` covers two producers creating one aggregate at once.
  */
@@ -29,8 +31,8 @@ WITH part AS (
   RETURNING s.last_sequence, s.sequence_base
 ), created AS (
   INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base)
-  SELECT $2::text, $3::text, ${FLOOR} + 1, ${FLOOR}
-  WHERE NOT EXISTS (SELECT 1 FROM bumped)
+  SELECT $2::text, $3::text, f.floor + 1, f.floor
+  FROM (SELECT ${FLOOR} AS floor WHERE NOT EXISTS (SELECT 1 FROM bumped) OFFSET 0) f
   ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence + 1, written_at = now()
   RETURNING s.last_sequence, s.sequence_base
 ), seq AS (
@@ -69,10 +71,14 @@ WITH input AS (
   RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base
 ), created AS (
   INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base)
-  SELECT c.aggregate_type, c.aggregate_id, ${FLOOR} + c.n, ${FLOOR}
-  FROM counts c
-  WHERE NOT EXISTS (SELECT 1 FROM bumped b WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id)
-  ORDER BY c.aggregate_type, c.aggregate_id
+  SELECT f.aggregate_type, f.aggregate_id, f.floor + f.n, f.floor
+  FROM (
+    SELECT c.aggregate_type, c.aggregate_id, c.n, ${FLOOR} AS floor
+    FROM counts c
+    WHERE NOT EXISTS (SELECT 1 FROM bumped b WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id)
+    OFFSET 0
+  ) f
+  ORDER BY f.aggregate_type, f.aggregate_id
   ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
   SET last_sequence = s.last_sequence + excluded.last_sequence - excluded.sequence_base, written_at = now()
   RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base
