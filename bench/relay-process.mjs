@@ -1,11 +1,16 @@
 // One tx-outbox relay in its own process, for the benchmarks (built package, dist/).
 // Config in TXO_BENCH_RELAY (JSON): { databaseUrl, schema, natsUrl, stream, batchSize, relayId }.
 // On SIGTERM: stops gracefully and prints one JSON line { stats, peakRssMb } to stdout.
+// TXO_BENCH_TRACING=noop|batch registers an OpenTelemetry SDK first (bench/tracing-sdk.mjs).
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { createRelay } from '../dist/index.js';
 import { natsPublisher } from '../dist/publishers/nats/index.js';
 
+if (process.env.TXO_BENCH_TRACING) {
+  const { registerBenchTracing } = await import('./tracing-sdk.mjs');
+  registerBenchTracing(process.env.TXO_BENCH_TRACING);
+}
 const cfg = JSON.parse(process.env.TXO_BENCH_RELAY ?? '{}');
 const pool = new pg.Pool({ connectionString: cfg.databaseUrl, max: 4 });
 const publisher = natsPublisher({

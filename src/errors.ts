@@ -114,3 +114,33 @@ export function errorMessage(error: unknown): string {
   if (error instanceof Error) return error.message;
   return String(error);
 }
+
+/**
+ * `enqueue` refused to write: the outbox backlog has reached the `maxPending` ceiling the
+ * caller set (relays are not keeping up, or none runs). Thrown before anything is written; the
+ * caller's transaction is still usable (roll back, or commit the rest of its work). Retryable:
+ * the backlog drains.
+ */
+export class OutboxBackpressureError extends OutboxError {
+  /** The backlog measured (pending events, an estimate), see `source`. */
+  readonly pending: number;
+  /** The `maxPending` ceiling passed to `enqueue`. */
+  readonly ceiling: number;
+  /**
+   * `relay`: the figure the relays published within their last three intervals; `estimate`: no
+   * fresh figure (no relay running), PostgreSQL's live-row count of the events table.
+   */
+  readonly source: 'relay' | 'estimate';
+
+  constructor(schema: string, pending: number, ceiling: number, source: 'relay' | 'estimate') {
+    super(
+      `outbox "${schema}" holds about ${pending} pending events, at or over maxPending (${ceiling}): ` +
+        'not enqueued. Retry later, or check that relays run and keep up (tx-outbox status).',
+      { code: 'TXO_BACKPRESSURE', retryable: true },
+    );
+    this.name = 'OutboxBackpressureError';
+    this.pending = pending;
+    this.ceiling = ceiling;
+    this.source = source;
+  }
+}

@@ -6,6 +6,7 @@ export {
   brokerUnavailable,
   isBrokerUnavailable,
   isRetryableDatabaseError,
+  OutboxBackpressureError,
   OutboxError,
   OutboxValidationError,
   PublishError,
@@ -47,7 +48,29 @@ export {
   type RegistryLike,
   resolveMetrics,
 } from './metrics/sink.js';
-export { type DeadEvent, listDead, type ReplayOptions, replayDead } from './ops/dead-letter.js';
+export {
+  type Backlog,
+  type PartitionBacklog,
+  type ReadBacklogOptions,
+  type RelayInstanceStatus,
+  readBacklog,
+} from './ops/backlog.js';
+export { type BacklogGaugesOptions, registerBacklogGauges } from './ops/backlog-gauges.js';
+export {
+  type AuditEntry,
+  countDead,
+  type DeadEvent,
+  type DeadFilter,
+  type EventDetails,
+  listDead,
+  type ReplayOptions,
+  replayDead,
+  type ShowResult,
+  type SkipOptions,
+  type SkipResult,
+  showEvent,
+  skipDead,
+} from './ops/dead-letter.js';
 export { type MetricsServer, type ServeMetricsOptions, serveMetrics } from './ops/http.js';
 /** Bounded tables: prune idle aggregates, dead relays, old audit rows and inbox records (docs/schema.md). */
 export {
@@ -64,7 +87,13 @@ export type {
   ReadinessCheckName,
   ReadinessReport,
 } from './ops/readiness.js';
-export { type OutboxStatus, outboxStatus } from './ops/status.js';
+export {
+  type OutboxStatus,
+  type OutboxStatusOptions,
+  outboxStatus,
+  type PartitionStatus,
+} from './ops/status.js';
+export type { BackpressureMode } from './producer/backpressure.js';
 export { type EnqueueOptions, type EnqueueResult, enqueue } from './producer/enqueue.js';
 export type { OutboxEvent } from './producer/event.js';
 export type { SqlExecutor } from './producer/executor.js';
@@ -100,3 +129,5 @@ export {
   type RolesSqlOptions,
   rolesSql,
 } from './schema/roles.js';
+export { SKIPPED_EVENT_TYPE, type SkipMarker, skipMarkerOf } from './skip-marker.js';
+export type { InboxTracingOptions } from './tracing/process-span.js';

@@ -29,7 +29,9 @@ export function spawnRelay(ctx: BenchContext, index: number, batchSize: number, 
     mode,
   };
   const nodeArgs = (process.env['TXO_RELAY_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, RELAY_PROCESS], {
+  // TXO_BENCH_RELAY_PROCESS: another build's relay-process.mjs (bench/tracing.ts --base).
+  const script = process.env['TXO_BENCH_RELAY_PROCESS'] ?? RELAY_PROCESS;
+  const child = spawn(process.execPath, [...nodeArgs, script], {
     env: { ...process.env, TXO_BENCH_RELAY: JSON.stringify(config) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

@@ -5,7 +5,8 @@
  * connections, interleaved rounds. For (b) the relay process is stopped, so the
  * producer's own cost is compared with the bare INSERT's (whose rows nobody
  * drains either); (c) repeats (b) with the relay draining at the same time, the
- * whole system's cost on this 2-core machine.
+ * whole system's cost on this 2-core machine. (b) again with `maxPending` set: the backpressure
+ * check's cost (one cached read of the published backlog a second per process).
  */
 import type pg from 'pg';
 import { enqueue, migrate } from '../../src/index.js';
@@ -16,6 +17,7 @@ export const PRODUCER_VARIANTS = [
   'business only',
   'business + bare INSERT',
   'business + enqueue',
+  'business + enqueue with maxPending',
   'business + enqueue, relay draining meanwhile',
 ] as const;
 export type ProducerVariant = (typeof PRODUCER_VARIANTS)[number];
@@ -75,7 +77,9 @@ export async function producerRuns(
                     topic,
                     payload,
                   },
-                  { schema: ctx.schema },
+                  variant === 'business + enqueue with maxPending'
+                    ? { schema: ctx.schema, maxPending: 1_000_000_000 }
+                    : { schema: ctx.schema },
                 );
               }
               await client.query('COMMIT');

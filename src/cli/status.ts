@@ -6,6 +6,7 @@ import { type DatabaseCommandOptions, withDatabaseOptions, withPool } from './co
 
 interface StatusCliOptions extends DatabaseCommandOptions {
   readonly json?: boolean;
+  readonly exact?: boolean;
 }
 
 /** Registers `tx-outbox status [--json]`. */
@@ -13,14 +14,18 @@ export function registerStatus(program: Command): void {
   const command = program
     .command('status')
     .description('show pending and dead events, the oldest pending age, partition owners and relays')
-    .option('--json', 'print one JSON object instead of a table');
+    .option('--json', 'print one JSON object instead of a table')
+    .option(
+      '--exact',
+      'count every event: a SCAN of the whole events table (seconds at millions of rows); default: an O(partitions) read, estimated beyond 10,000 rows',
+    );
   withDatabaseOptions(command);
   command.action((options: StatusCliOptions) => runStatus(options));
 }
 
 async function runStatus(options: StatusCliOptions): Promise<void> {
   await withPool(options, 1, async (pool) => {
-    const status = await outboxStatus(pool, { schema: options.schema });
+    const status = await outboxStatus(pool, { schema: options.schema, exact: options.exact === true });
     const text = options.json
       ? JSON.stringify({ schema: options.schema, ...status })
       : formatStatus(options.schema, status);
@@ -30,15 +35,21 @@ async function runStatus(options: StatusCliOptions): Promise<void> {
 
 /** The human view: summary, partitions grouped by owner, relays. */
 export function formatStatus(schema: string, status: OutboxStatus): string {
+  const about = status.exact ? '' : '~';
   const lines = [
-    `Outbox "${schema}"`,
-    `  pending              ${status.pending}`,
-    `  oldest pending age   ${formatAge(status.oldestPendingAgeSeconds)}`,
-    `  retrying             ${status.retrying}`,
+    `Outbox "${schema}"${status.exact ? '' : `  (estimated: ~ marks figures scaled from the first ${status.sampled} events)`}`,
+    `  pending              ${about}${status.pending}`,
+    `  oldest due age       ${formatAge(status.oldestPendingAgeSeconds)}`,
+    `  retrying             ${status.retrying}${status.exact ? '' : ' (among the sampled events)'}`,
     `  dead                 ${status.dead}${status.dead > 0 ? '  (each blocks its aggregate until replayed)' : ''}`,
+    `  partitions unowned   ${status.partitionsUnowned}${status.partitionsUnowned > 0 ? '  (no live lease: nobody publishes them)' : ''}`,
+    `  relays live          ${status.relaysLive}`,
     '',
     `Partitions (${status.partitions.length})`,
-    ...table(['OWNER', 'PARTITIONS', 'LEASE'], partitionRows(status.partitions)),
+    ...table(
+      ['OWNER', 'PARTITIONS', 'LEASE', 'PENDING', 'OLDEST DUE'],
+      partitionRows(status.partitions, about),
+    ),
     '',
     `Relays (${status.relays.length})`,
   ];
@@ -56,14 +67,21 @@ export function formatStatus(schema: string, status: OutboxStatus): string {
   return lines.join('\n');
 }
 
-function partitionRows(partitions: readonly PartitionStatus[]): string[][] {
+function partitionRows(partitions: readonly PartitionStatus[], about: string): string[][] {
   const byOwner = new Map<string | null, PartitionStatus[]>();
   for (const p of partitions) byOwner.set(p.owner, [...(byOwner.get(p.owner) ?? []), p]);
   return [...byOwner.entries()].map(([owner, owned]) => [
     owner ?? '(none)',
     `${ranges(owned.map((p) => p.partition))} (${owned.length})`,
     owner === null ? '-' : leaseText(owned),
+    `${about}${owned.reduce((sum, p) => sum + p.pending, 0)}`,
+    formatAge(oldest(owned)),
   ]);
+}
+
+function oldest(owned: readonly PartitionStatus[]): number | null {
+  const ages = owned.map((p) => p.oldestPendingAgeSeconds).filter((a): a is number => a !== null);
+  return ages.length === 0 ? null : Math.max(...ages);
 }
 
 function leaseText(owned: readonly PartitionStatus[]): string {

@@ -26,6 +26,7 @@ import { connect, type IPublishPacket, type MqttClient } from 'mqtt';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { sleep } from '../sleep.js';
+import { noteDelivery } from '../tracing/process-span.js';
 import { handleAttempt } from './attempt.js';
 import type { Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
@@ -175,7 +176,7 @@ class MqttConsumer<T> implements Consumer {
     let message: InboxMessage;
     try {
       const { headers, payload: data } = envelopeOf(packet, payload);
-      message = fromEnvelope(headers, data);
+      message = noteDelivery(fromEnvelope(headers, data), { system: 'mqtt', destination: packet.topic });
     } catch (error) {
       const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
       this.o.logger.error({ topic: packet.topic, reason }, 'message dropped');

@@ -21,6 +21,7 @@ import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { apiErrorCode } from '../publishers/nats/classify.js';
+import { noteDelivery } from '../tracing/process-span.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { deferDelay } from './defer.js';
 import { KeyedQueue } from './keyed-queue.js';
@@ -147,7 +148,10 @@ class NatsConsumer<T> implements Consumer {
   async #deliver(msg: JsMsg): Promise<void> {
     let message: InboxMessage;
     try {
-      message = fromEnvelope(headerRecord(msg), msg.data);
+      message = noteDelivery(fromEnvelope(headerRecord(msg), msg.data), {
+        system: 'nats',
+        destination: msg.subject,
+      });
     } catch (error) {
       const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
       this.o.logger.error(

@@ -18,6 +18,7 @@ import { type Channel, type ConfirmChannel, type ConsumeMessage, connect } from 
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import type { AmqpConnection } from '../publishers/rabbitmq/index.js';
+import { noteDelivery } from '../tracing/process-span.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { ConsumerLifecycle } from './lifecycle.js';
@@ -287,7 +288,10 @@ class RabbitMqConsumer<T> implements Consumer {
   async #deliver(msg: ConsumeMessage): Promise<void> {
     let message: InboxMessage;
     try {
-      message = fromEnvelope(deliveryHeaders(msg), msg.content);
+      message = noteDelivery(fromEnvelope(deliveryHeaders(msg), msg.content), {
+        system: 'rabbitmq',
+        destination: this.o.queue,
+      });
     } catch (error) {
       const reason = `no tx-outbox envelope: ${errorMessage(error)}`;
       this.o.logger.error(

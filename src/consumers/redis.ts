@@ -16,6 +16,7 @@ import { isEnvelopeName } from '../envelope/read.js';
 import { errorMessage, OutboxValidationError } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { PAYLOAD_FIELD } from '../publishers/redis/wire.js';
+import { noteDelivery } from '../tracing/process-span.js';
 import { aggregateKey, type Consumer } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { ConsumerLifecycle } from './lifecycle.js';
@@ -212,7 +213,10 @@ class RedisConsumer<T> implements Consumer {
       const headers: Record<string, string> = {};
       for (const [name, value] of Object.entries(fields))
         if (name !== PAYLOAD_FIELD) headers[name] = value.toString('utf8');
-      message = fromEnvelope(headers, fields[PAYLOAD_FIELD] ?? Buffer.alloc(0));
+      message = noteDelivery(fromEnvelope(headers, fields[PAYLOAD_FIELD] ?? Buffer.alloc(0)), {
+        system: 'redis',
+        destination: this.o.stream,
+      });
     } catch (error) {
       this.o.logger.error(
         { stream: this.o.stream, entryId: id, reason: `no tx-outbox envelope: ${errorMessage(error)}` },

@@ -23,6 +23,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { verifyWebhookEvent } from '../publishers/webhook/signature.js';
+import { noteDelivery } from '../tracing/process-span.js';
 import { aggregateKey } from './consumer.js';
 import { KeyedQueue } from './keyed-queue.js';
 import { ConsumerLifecycle } from './lifecycle.js';
@@ -109,6 +110,8 @@ export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>)
     let messages: InboxMessage[];
     try {
       messages = batch ? readBatch(body) : [fromEnvelope(verified.headers, body)];
+      const path = (req.url ?? '/').split('?')[0]!;
+      for (const m of messages) noteDelivery(m, { system: 'webhook', destination: path });
     } catch (error) {
       // Signed, so sent by someone holding the secret: a sender bug or a foreign sender, not
       // worth a retry (4xx is permanent for webhookPublisher). A value that is not valid

@@ -9,9 +9,11 @@ import type { MetricsOption } from '../metrics/sink.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { namedStatement, type Statement } from '../schema/statement.js';
+import type { InboxTracingOptions } from '../tracing/process-span.js';
 import type { AcceptedEvent } from './decode.js';
 import {
   BLOCKER_SQL,
+  CLAIM_AND_ADVANCE_SKIPPED_SQL,
   CLAIM_AND_ADVANCE_SQL,
   CLAIM_EVENT_SQL,
   COUNT_ATTEMPT_SQL,
@@ -67,11 +69,15 @@ export interface InboxOptions<A extends readonly AcceptedEvent[] = readonly Acce
    * `{ meter }`, or `'otel'`. Constant label `consumer`. Default: none, nothing recorded.
    */
   readonly metrics?: MetricsOption;
+  /** The `process` span of each delivery, when an OpenTelemetry tracer provider is registered (docs/tracing.md). */
+  readonly tracing?: InboxTracingOptions;
 }
 
 export interface Statements {
   readonly claim: string;
   readonly claimAndAdvance: Statement;
+  /** The same for a skip marker: the dedup record's outcome is `skipped`. */
+  readonly claimAndAdvanceSkipped: string;
   readonly countAttempt: string;
   readonly countDeferral: string;
   readonly blocker: string;
@@ -122,6 +128,7 @@ export function resolveInboxOptions(options: InboxOptions<readonly AcceptedEvent
       withSchema(CLAIM_AND_ADVANCE_SQL, schema),
       options.prepared ?? true,
     ),
+    claimAndAdvanceSkipped: withSchema(CLAIM_AND_ADVANCE_SKIPPED_SQL, schema),
     countAttempt: withSchema(COUNT_ATTEMPT_SQL, schema),
     countDeferral: withSchema(COUNT_DEFERRAL_SQL, schema),
     blocker: withSchema(BLOCKER_SQL, schema),

@@ -131,10 +131,16 @@ WHERE q.consumer = done.consumer AND q.behind_event_id = done.event_id AND q.rel
  * cleared; `updated_at` (position retention, docs/schema.md) set. When the ordering policy refuses the event, or the handler fails, the transaction
  * rolls back and all of it with it. No row back: this consumer already has the event.
  */
-export const CLAIM_AND_ADVANCE_SQL = `
+export const CLAIM_AND_ADVANCE_SQL = claimAndAdvanceSql('processed');
+
+/** {@link CLAIM_AND_ADVANCE_SQL} for a skip marker (`dead skip`): recorded as `skipped`. */
+export const CLAIM_AND_ADVANCE_SKIPPED_SQL = claimAndAdvanceSql('skipped');
+
+function claimAndAdvanceSql(outcome: 'processed' | 'skipped'): string {
+  return `
 WITH claimed AS (
   INSERT INTO {{schema}}.inbox (consumer, event_id, aggregate_type, aggregate_id, sequence, outcome)
-  VALUES ($1, $2, $3, $4, $5, 'processed')
+  VALUES ($1, $2, $3, $4, $5, '${outcome}')
   ON CONFLICT (consumer, event_id) DO NOTHING
   RETURNING consumer
 ), cleared AS (
@@ -147,3 +153,4 @@ ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE
 SET previous_sequence = p.last_sequence, last_sequence = greatest(p.last_sequence, excluded.last_sequence),
     updated_at = now()
 RETURNING previous_sequence::text AS last_sequence`;
+}

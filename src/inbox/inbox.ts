@@ -13,6 +13,8 @@ import { type InboxMetrics, NOOP_INBOX_METRICS, SinkInboxMetrics } from '../metr
 import { resolveMetrics } from '../metrics/sink.js';
 import { inTransaction, lostItsConnection } from '../producer/transaction.js';
 import { redactText } from '../redact.js';
+import { SKIPPED_EVENT_TYPE } from '../skip-marker.js';
+import { ProcessTracing } from '../tracing/process-span.js';
 import { type AcceptedData, type AcceptedEvent, decode, type InboxEvent } from './decode.js';
 import { type InboxOptions, resolveInboxOptions, type Statements } from './inbox-options.js';
 import type { InboxMessage } from './message.js';
@@ -29,7 +31,11 @@ import {
 export type { AcceptedData, AcceptedEvent, InboxEvent, SchemaOutput, StandardSchema } from './decode.js';
 export type { InboxOptions } from './inbox-options.js';
 
-export type HandleStatus = 'processed' | 'duplicate' | 'stale' | 'deferred' | 'quarantined';
+/**
+ * What `handle` did. `skipped`: the message was the skip marker of an event an operator skipped
+ * (`tx-outbox dead skip`): recorded, the aggregate's position moved past it, no handler ran.
+ */
+export type HandleStatus = 'processed' | 'duplicate' | 'stale' | 'deferred' | 'quarantined' | 'skipped';
 
 export interface HandleResult {
   readonly status: HandleStatus;
@@ -109,6 +115,7 @@ class TransactionalInbox<T> implements Inbox<T> {
   private readonly maxAttempts: number;
   private readonly gapBudget: GapBudget;
   private readonly metrics: InboxMetrics;
+  readonly #tracing: ProcessTracing;
 
   constructor(
     private readonly o: InboxOptions<readonly AcceptedEvent[]>,
@@ -124,6 +131,7 @@ class TransactionalInbox<T> implements Inbox<T> {
     };
     const sink = resolveMetrics(o.metrics, { consumer: o.consumer }, this.logger);
     this.metrics = sink.enabled ? new SinkInboxMetrics(sink) : NOOP_INBOX_METRICS;
+    this.#tracing = new ProcessTracing(o.consumer, o.tracing);
   }
 
   readonly #counts: Record<HandleStatus, number> = {
@@ -132,6 +140,7 @@ class TransactionalInbox<T> implements Inbox<T> {
     stale: 0,
     deferred: 0,
     quarantined: 0,
+    skipped: 0,
   };
 
   stats(): InboxStats {
@@ -139,15 +148,20 @@ class TransactionalInbox<T> implements Inbox<T> {
   }
 
   async handle<D extends T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
-    const result = await this.#handle(message, handler);
+    const result = await this.#tracing.around(message, () => this.#handle(message, handler));
     this.#counts[result.status] += 1;
     this.metrics.handled(result.status, message);
     return result;
   }
 
   async #handle<D>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
-    const decoded = await decode<D>(this.o.accepts, message, () => this.isReleased(this.o.pool, message));
-    if ('reason' in decoded) return this.park(message, decoded.reason, 0);
+    // A skip marker takes the event's place in its aggregate's order, under every policy, but has
+    // nothing to decode and no handler to run: it is recorded as skipped.
+    const marker = message.type === SKIPPED_EVENT_TYPE;
+    const decoded = marker
+      ? undefined
+      : await decode<D>(this.o.accepts, message, () => this.isReleased(this.o.pool, message));
+    if (decoded !== undefined && 'reason' in decoded) return this.park(message, decoded.reason, 0);
     // Only what fails from the handler's call on is charged to it: before, the inbox's own
     // statements ran (a lock or statement timeout behind another instance, a pool timeout).
     let handlerRan = false;
@@ -156,7 +170,7 @@ class TransactionalInbox<T> implements Inbox<T> {
         this.o.pool,
         async (tx) => {
           const { rows } = await tx.query<{ last_sequence: string }>({
-            ...this.sql.claimAndAdvance,
+            ...(marker ? { text: this.sql.claimAndAdvanceSkipped } : this.sql.claimAndAdvance),
             values: [
               this.consumer,
               message.eventId,
@@ -184,6 +198,7 @@ class TransactionalInbox<T> implements Inbox<T> {
           }
           if (decision === 'stale')
             throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
+          if (decoded === undefined) return;
           handlerRan = true;
           const started = this.metrics.handlerStarted();
           try {
@@ -196,7 +211,7 @@ class TransactionalInbox<T> implements Inbox<T> {
         // latest committed version (a stricter default isolation would fail instead of waiting).
         'BEGIN ISOLATION LEVEL READ COMMITTED',
       );
-      return { status: 'processed' };
+      return { status: marker ? 'skipped' : 'processed' };
     } catch (error) {
       if (error instanceof Rejected) return this.rejected(message, error);
       // The database went away under the transaction: nothing was applied and the handler is not to

@@ -33,7 +33,7 @@ export const INBOX_METRICS = {
 } as const;
 
 /** The outcomes whose series exist from the start (a rate over them works before the first message). */
-const OUTCOMES = ['processed', 'duplicate', 'stale', 'deferred', 'quarantined'] as const;
+const OUTCOMES = ['processed', 'duplicate', 'stale', 'deferred', 'quarantined', 'skipped'] as const;
 
 /** The inbox's metrics on a sink whose constant label is `consumer`. */
 export class SinkInboxMetrics implements InboxMetrics {

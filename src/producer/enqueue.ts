@@ -1,8 +1,10 @@
 import { v7 as uuidv7 } from 'uuid';
 import { OutboxValidationError } from '../errors.js';
+import type { Logger } from '../logger.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { namedStatement, type Statement } from '../schema/statement.js';
+import { type BackpressureMode, backpressureGate } from './backpressure.js';
 import { enqueueStatements, wakeChannel } from './enqueue-sql.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, type OutboxEvent, type PreparedEvent, prepareEvent } from './event.js';
 import { assertInTransaction } from './executor.js';
@@ -22,6 +24,17 @@ export interface EnqueueOptions {
   readonly maxBatchBytes?: number;
   /** Use a named prepared statement (default true). Turn off behind PgBouncer in transaction mode. */
   readonly prepared?: boolean;
+  /**
+   * Backpressure ceiling: once the outbox holds about this many pending events, `enqueue`
+   * throws `OutboxBackpressureError` (or warns, see `onBackpressure`) before writing anything.
+   * The figure is the one the relays publish every few seconds, read at most once a second per
+   * schema per process; without a running relay, PostgreSQL's live-row estimate. Default: none.
+   */
+  readonly maxPending?: number;
+  /** Above `maxPending`: `'throw'` (default) refuses; `'warn'` logs at most every 10 s and writes. */
+  readonly onBackpressure?: BackpressureMode;
+  /** Where `onBackpressure: 'warn'` logs; without one, a process warning (code TXO_BACKPRESSURE). */
+  readonly logger?: Logger;
 }
 
 export interface EnqueueResult {
@@ -100,11 +113,19 @@ export async function enqueue(
       `Split it into batches of ${MAX_BATCH}.`,
     );
   }
-  const sql = statementsFor(
-    options.schema ?? DEFAULT_SCHEMA,
-    options.notify ?? true,
-    options.prepared ?? true,
-  );
+  const maxPending =
+    options.maxPending === undefined ? undefined : positiveInteger(options.maxPending, 'maxPending');
+  const onBackpressure = options.onBackpressure ?? 'throw';
+  if (onBackpressure !== 'throw' && onBackpressure !== 'warn') {
+    throw new OutboxValidationError(
+      'onBackpressure',
+      `is ${String(onBackpressure)}`,
+      "Pass 'throw' or 'warn'.",
+    );
+  }
+  const schema = options.schema ?? DEFAULT_SCHEMA;
+  const prepareStatements = options.prepared ?? true;
+  const sql = statementsFor(schema, options.notify ?? true, prepareStatements);
   assertInTransaction(tx);
   if (events.length === 0) return [];
 
@@ -134,6 +155,15 @@ export async function enqueue(
     }
     seen.add(p.eventId);
     prepared.push(p);
+  }
+  if (maxPending !== undefined) {
+    await backpressureGate.check(tx, {
+      schema,
+      maxPending,
+      mode: onBackpressure,
+      prepared: prepareStatements,
+      logger: options.logger,
+    });
   }
 
   if (prepared.length === 1) {

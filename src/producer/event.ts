@@ -1,4 +1,5 @@
 import { OutboxValidationError } from '../errors.js';
+import { RESERVED_TYPE_PREFIX, SKIPPED_EVENT_TYPE } from '../skip-marker.js';
 import { headersJsonOf } from './headers.js';
 import { aggregateIdOf, checkDefaultTopic, identifierOf, topicOf } from './names.js';
 import { payloadJsonOf } from './payload.js';
@@ -78,6 +79,13 @@ export function prepareEvent(
   const aggregateType = identifierOf(event.aggregateType, `${field}.aggregateType`, "'order'");
   const aggregateId = aggregateIdOf(event.aggregateId, `${field}.aggregateId`);
   const type = identifierOf(event.type, `${field}.type`, "'order.created'");
+  if (type.startsWith(RESERVED_TYPE_PREFIX)) {
+    throw new OutboxValidationError(
+      `${field}.type`,
+      `starts with '${RESERVED_TYPE_PREFIX}', the prefix of tx-outbox's own events (the skip marker ${SKIPPED_EVENT_TYPE})`,
+      "Choose another type, e.g. 'order.created'.",
+    );
+  }
   const topic = topicOf(event.topic, `${field}.topic`);
   if (topic === null) checkDefaultTopic(aggregateType, type, field);
   const schemaVersion = event.schemaVersion ?? 1;

@@ -3,9 +3,11 @@
  * on its type, aggregate type or topic — one relay feeding several brokers or
  * destinations. Rules are tried in order; the first match wins. A rule may
  * rewrite the message's topic for its publisher. A message no rule matches,
- * with no fallback, fails permanently with a clear error.
+ * with no fallback, fails permanently with a clear error. A skip marker (`dead skip`) is routed
+ * by the type of the event it stands for.
  */
 import { OutboxError, OutboxValidationError, PublishError } from '../errors.js';
+import { routedType } from '../skip-marker.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from './contract.js';
 
 export interface RouteMatch {
@@ -63,7 +65,7 @@ function compile(route: Route, index: number): CompiledRoute {
   const topic = match.topic === undefined ? undefined : globToRegExp(match.topic);
   return {
     test: (m) =>
-      (type === undefined || type.test(m.type)) &&
+      (type === undefined || type.test(routedType(m))) &&
       (aggregateType === undefined || aggregateType.test(m.aggregateType)) &&
       (topic === undefined || (m.topic !== null && topic.test(m.topic))),
     publisher: route.publisher,

@@ -65,6 +65,11 @@ export interface RelayOptions {
    */
   readonly prune?: RelayPruneOptions | boolean;
   /**
+   * How often the relay publishes the backlog for `enqueue({ maxPending })` into the `backlog`
+   * table (one O(partitions) read and one tiny upsert), ms. Default 5000.
+   */
+  readonly backlogIntervalMs?: number;
+  /**
    * Where the relay's metrics go (docs/metrics.md): a prom-client `Registry`, an OpenTelemetry
    * `{ meter }`, or `'otel'` for the global meter provider. Default: none, nothing recorded.
    */
@@ -91,6 +96,9 @@ export interface ResolvedRelayOptions {
   readonly signal: AbortSignal | undefined;
   readonly random: () => number;
   readonly prune: ResolvedRelayPrune | undefined;
+  readonly backlogIntervalMs: number;
+  /** The `metrics` option as given: the backlog gauges take their own sink (label `schema` only). */
+  readonly metricsOption: MetricsOption | undefined;
   /** The metrics sink, constant labels `schema` and `publisher` (the no-op sink by default). */
   readonly metricsSink: MetricsSink;
   readonly metrics: RelayMetrics;
@@ -189,6 +197,8 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     signal: options.signal,
     random: options.random ?? Math.random,
     prune: resolveRelayPrune(options.prune, schema),
+    backlogIntervalMs: positiveInt(options.backlogIntervalMs, 5000, 'backlogIntervalMs'),
+    metricsOption: options.metrics,
     metricsSink,
     metrics: metricsSink.enabled
       ? new SinkRelayMetrics(metricsSink, publisherKind(options.publisher))

@@ -9,6 +9,7 @@ import {
 import type { OutboxMessage, Publisher, PublishOutcome } from '../publishers/contract.js';
 import { CallAbort } from '../publishers/core/call-abort.js';
 import { redactText } from '../redact.js';
+import { PublishTracing } from '../tracing/publish-spans.js';
 import type { Claimed } from './claim.js';
 import { waves } from './ordering-gate.js';
 import type { RefusedAggregates } from './outage.js';
@@ -31,10 +32,16 @@ export interface BatchPublisherParts {
  * aggregate), the verdict per event; nothing recorded yet.
  */
 export class BatchPublisher {
-  constructor(private readonly p: BatchPublisherParts) {}
+  readonly #tracing: PublishTracing;
+
+  constructor(private readonly p: BatchPublisherParts) {
+    this.#tracing = new PublishTracing(p.publisher.name);
+  }
 
   async publish(claimed: Claimed): Promise<Verdict> {
     const p = this.p;
+    const loading = this.#tracing.ready();
+    if (loading) await loading;
     const delivered: string[] = [];
     const failures: Failure[] = [];
     const blocked = new Set<string>();
@@ -76,8 +83,17 @@ export class BatchPublisher {
     return { claimed, delivered, failures, unavailable, refused };
   }
 
-  /** One publish call under the call's time limit; a call that throws or hangs fails all its messages. */
+  /** One publish call, a `publish` span per message around it when a tracer provider is registered. */
   private async call(batch: readonly OutboxMessage[]): Promise<PublishOutcome[]> {
+    const traced = this.#tracing.start(batch);
+    if (traced === undefined) return this.attempt(batch);
+    const outcomes = await this.attempt(traced.messages);
+    traced.end(outcomes);
+    return outcomes;
+  }
+
+  /** One publish call under the call's time limit; a call that throws or hangs fails all its messages. */
+  private async attempt(batch: readonly OutboxMessage[]): Promise<PublishOutcome[]> {
     const { publisher, publishTimeoutMs } = this.p;
     // One abort per call, its listener and timer removed when the call ends: a signal derived
     // with AbortSignal.any from the relay-long signal would be retained per call.

@@ -1,6 +1,8 @@
 import { errorMessage, OutboxError } from '../errors.js';
+import { registerBacklogGauges } from '../ops/backlog-gauges.js';
 import { wakeChannel } from '../producer/enqueue-sql.js';
 import { redactText } from '../redact.js';
+import { BacklogTask } from './backlog-task.js';
 import { loopErrorDelay, outageDelay } from './backoff.js';
 import { type Claimed, Claimer } from './claim.js';
 import { CLAIM_SQL } from './claim-sql.js';
@@ -59,6 +61,8 @@ class PollingRelay implements Relay {
   private readonly refused = new RefusedAggregates();
   private readonly pipeline: Pipeline;
   private readonly batches: BatchPublisher;
+  private readonly backlog: BacklogTask;
+  private unregisterBacklogGauges: (() => void) | undefined;
   /** Aborts the publish call in flight once the stop deadline passes. */
   private readonly abort = new AbortController();
   private listener: WakeListener | undefined;
@@ -111,6 +115,7 @@ class PollingRelay implements Relay {
     );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
     this.pruner = o.prune && new BackgroundPruner(o.pool, o.prune, o.logger, o.relayId, o.metricsSink);
+    this.backlog = new BacklogTask({ ...o, intervalMs: o.backlogIntervalMs });
     this.batches = new BatchPublisher({
       publisher: o.publisher,
       publishTimeoutMs: o.publishTimeoutMs,
@@ -178,6 +183,13 @@ class PollingRelay implements Relay {
     }, this.schedule.everyMs);
     this.loopDone = this.loop();
     this.pruner?.start();
+    this.backlog.start();
+    if (this.o.metricsOption !== undefined) {
+      this.unregisterBacklogGauges = registerBacklogGauges(this.o.metricsOption, this.o.pool, {
+        schema: this.o.schema,
+        logger: this.o.logger,
+      });
+    }
     this.o.logger.info({ relayId: this.id, schema: this.o.schema }, 'relay started');
   }
 
@@ -204,6 +216,8 @@ class PollingRelay implements Relay {
     }
     if (this.renewTimer) clearInterval(this.renewTimer);
     await this.pruner?.stop();
+    await this.backlog.stop();
+    this.unregisterBacklogGauges?.();
     await this.listener?.stop();
     try {
       await this.leases.releaseAll();

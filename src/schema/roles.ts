@@ -9,7 +9,7 @@
  *   whether a partition's relay sleeps (NOTIFY). It cannot read payloads.
  * - relay: claims, publishes and records outcomes; leases and heartbeats.
  * - consumer: the inbox — dedup records, positions, attempts, quarantine.
- * - operator: `status`, `dead list|replay`, `inbox list|show|release|prune`.
+ * - operator: `status`, `dead list|show|replay|skip`, `inbox list|show|release|prune`.
  *
  * Every runtime role may read `migrations` and `config`, so that `migrate(pool)`
  * on an up-to-date schema succeeds under it. Identity columns need no sequence
@@ -73,6 +73,8 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     aggregate_sequences: 'SELECT, INSERT, UPDATE (last_sequence, written_at)',
     partitions: 'SELECT (partition, sleeping)',
     sequence_floor: 'SELECT',
+    // src/producer/backpressure-sql.ts (maxPending).
+    backlog: 'SELECT',
   },
   // src/relay/{claim,outcome,lease}-sql.ts, relay.ts (partition count); `tx-outbox relay` reads
   // outboxStatus at start. Row locks (FOR UPDATE / FOR SHARE) need the UPDATE grant on partitions.
@@ -82,6 +84,8 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until)',
     partitions: 'SELECT, UPDATE (owner, epoch, lease_until, sleeping)',
     relays: 'SELECT, INSERT, UPDATE (heartbeat_at, lease_ms), DELETE',
+    // src/ops/backlog-sql.ts PUBLISH_BACKLOG_SQL (the upsert reads the row it replaces).
+    backlog: 'SELECT, INSERT, UPDATE (pending, dead, interval_ms, measured_at)',
   },
   // src/inbox/inbox-sql.ts.
   consumer: {
@@ -93,14 +97,19 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     inbox_quarantine:
       'SELECT, INSERT, UPDATE (reason, attempts, quarantined_at, behind_event_id, released_at, release_reason), DELETE',
   },
-  // src/ops/status.ts, src/ops/dead-letter.ts, src/inbox/quarantine.ts.
+  // src/ops/status.ts, src/ops/dead-letter{,-sql}.ts, src/inbox/quarantine.ts. `dead skip` rewrites a
+  // dead row into its skip marker (or, --no-publish, deletes it and advances its aggregate);
+  // `dead show` reads the audit trail.
   operator: {
     ...SCHEMA_METADATA,
-    events: 'SELECT, UPDATE (status, attempts, next_attempt_at, dead_at)',
-    aggregate_progress: 'SELECT, UPDATE (blocked_until)',
+    events:
+      'SELECT, UPDATE (status, attempts, next_attempt_at, dead_at, event_type, schema_version, payload, ' +
+      'payload_bytes, headers, deliver_after, last_error), DELETE',
+    aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until)',
     partitions: 'SELECT',
     relays: 'SELECT',
-    audit: 'INSERT',
+    backlog: 'SELECT',
+    audit: 'SELECT, INSERT',
     inbox: 'SELECT, DELETE',
     inbox_quarantine: 'SELECT, UPDATE (released_at, release_reason)',
   },

@@ -17,6 +17,7 @@ import pg from 'pg';
 import type { InboxOptions } from '../inbox/inbox.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import { migrate } from '../schema/migrate.js';
+import { SKIPPED_EVENT_TYPE } from '../skip-marker.js';
 import {
   type ConsumerUnderTest,
   ContractRun,
@@ -113,6 +114,35 @@ export function consumerContract(api: TestApi, subject: ConsumerUnderTest): void
         );
         expect((await s.applied()).map((e) => e.sequence)).toEqual([1, 2, 3]);
         expect(s.tally.count('processed', m3.eventId)).toBe(1);
+      },
+      testTimeout,
+    );
+
+    it(
+      'strict: a skip marker (what `dead skip` publishes) is recorded as skipped, and the next event applied',
+      async () => {
+        const s = await scenario({ ordering: 'strict' });
+        await s.start();
+        const marker = s.message('k', 2, {
+          type: SKIPPED_EVENT_TYPE,
+          headers: {},
+          payload: Buffer.from(
+            JSON.stringify({
+              skippedType: 'contract.happened',
+              skippedSchemaVersion: 1,
+              reason: 'contract',
+              actor: 'ops',
+              at: '',
+            }),
+          ),
+        });
+        await s.publish(s.message('k', 1), marker, s.message('k', 3));
+        await until(
+          'sequences 1 and 3 applied, the marker skipped',
+          async () => (await s.applied()).length === 2 && s.tally.count('skipped', marker.eventId) === 1,
+        );
+        expect((await s.applied()).map((e) => e.sequence)).toEqual([1, 3]);
+        expect(await s.quarantined()).toEqual([]);
       },
       testTimeout,
     );

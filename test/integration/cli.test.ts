@@ -70,7 +70,7 @@ describe('tx-outbox CLI', () => {
     expect(migrated.stderr).toBe('');
     expect(migrated.code).toBe(0);
     expect(migrated.stdout).toMatch(
-      /Applied 5 migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence, 004_inbox_gap_budget, 006_bounded\)/,
+      /Applied \d+ migrations \(001_initial, 002_inbox, 003_inbox_previous_sequence, 004_inbox_gap_budget, .*008_backlog.*\)/,
     );
 
     const again = await run(['migrate', '--schema', SCHEMA]);
@@ -81,10 +81,13 @@ describe('tx-outbox CLI', () => {
     expect(status.code).toBe(0);
     const parsed = JSON.parse(status.stdout) as Record<string, unknown>;
     expect(parsed).toMatchObject({
+      exact: true,
       pending: 0,
       oldestPendingAgeSeconds: null,
       dead: 0,
       retrying: 0,
+      partitionsUnowned: 4,
+      relaysLive: 0,
       relays: [],
     });
     expect(parsed['partitions']).toHaveLength(4);
@@ -93,12 +96,20 @@ describe('tx-outbox CLI', () => {
       owner: null,
       epoch: 0,
       leaseExpiresInSeconds: null,
+      pending: 0,
+      oldestPendingAgeSeconds: null,
     });
 
     const table = await run(['status', '--schema', SCHEMA]);
     expect(table.code).toBe(0);
     expect(table.stdout).toMatch(/pending\s+0/);
+    expect(table.stdout).toMatch(/partitions unowned\s+4/);
     expect(table.stdout).toMatch(/Partitions \(4\)/);
+    expect(table.stdout).not.toMatch(/estimated/);
+
+    const exact = await run(['status', '--exact', '--json', '--schema', SCHEMA]);
+    expect(exact.code).toBe(0);
+    expect(JSON.parse(exact.stdout)).toMatchObject({ exact: true, pending: 0 });
   });
 
   it('status on a missing schema fails with one line that says to migrate', async () => {
@@ -152,7 +163,7 @@ describe('tx-outbox CLI', () => {
     expect(expectOneErrorLine(result)).toMatch(/--batch-size/);
   });
 
-  it('dead list shows none as JSON; dead replay needs a reason and ids or --all', async () => {
+  it('dead list shows none as JSON; dead replay needs a reason and ids or --all with a filter', async () => {
     await run(['migrate', '--schema', SCHEMA, '--partitions', '4']);
     const list = await run(['dead', 'list', '--json', '--schema', SCHEMA]);
     expect(list.code).toBe(0);
@@ -166,9 +177,23 @@ describe('tx-outbox CLI', () => {
     const badId = await run(['dead', 'replay', 'not-a-uuid', '--reason', 'fixed', '--schema', SCHEMA]);
     expect(badId.code).toBe(2);
     expect(expectOneErrorLine(badId)).toMatch(/eventIds/);
-    const all = await run(['dead', 'replay', '--all', '--reason', 'fixed', '--schema', SCHEMA]);
-    expect(all.code).toBe(0);
-    expect(all.stdout).toMatch(/Replayed 0 dead events/);
+    // Every dead event at once is never one keystroke away: --all takes a filter, and counts first.
+    const unfiltered = await run(['dead', 'replay', '--all', '--reason', 'fixed', '--schema', SCHEMA]);
+    expect(unfiltered.code).toBe(2);
+    expect(expectOneErrorLine(unfiltered)).toMatch(/--all needs at least one filter/);
+    const all = await run([
+      'dead',
+      'replay',
+      '--all',
+      '--since',
+      '1h',
+      '--reason',
+      'fixed',
+      '--schema',
+      SCHEMA,
+    ]);
+    expect(all.code, all.stderr).toBe(0);
+    expect(all.stdout).toBe('0 dead events match; replaying\nReplayed 0 dead events.\n');
   });
 
   it('inbox list/release/prune: JSON list, a reason required, no pruning inside the replay horizon', async () => {

@@ -530,7 +530,14 @@ describe('inbox', () => {
     expect((await skip.handle(a2, (tx) => record(tx, a2))).status).toBe('stale');
     expect(await effects(a2.eventId)).toBe(0);
     expect((await skip.handle(a2, (tx) => record(tx, a2))).status).toBe('duplicate');
-    expect(skip.stats()).toEqual({ processed: 2, duplicate: 1, stale: 1, deferred: 0, quarantined: 0 });
+    expect(skip.stats()).toEqual({
+      processed: 2,
+      duplicate: 1,
+      stale: 1,
+      deferred: 0,
+      quarantined: 0,
+      skipped: 0,
+    });
 
     const none = inbox({ ordering: 'none' });
     const [b1, b3, b2] = [message('n', 1), message('n', 3), message('n', 2)];

@@ -9,7 +9,7 @@ import { PublishError } from '../../src/errors.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import type { InboxMessage } from '../../src/inbox/message.js';
 import { listQuarantine, pruneInbox, releaseQuarantined } from '../../src/inbox/quarantine.js';
-import { listDead, replayDead } from '../../src/ops/dead-letter.js';
+import { listDead, replayDead, showEvent, skipDead } from '../../src/ops/dead-letter.js';
 import { outboxStatus } from '../../src/ops/status.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { createRelay, type Relay } from '../../src/relay/relay.js';
@@ -217,11 +217,19 @@ describe('least-privilege roles', () => {
       schema: SCHEMA,
       pollIntervalMs: 50,
       leaseMs: 3000,
+      backlogIntervalMs: 300,
     });
     relays.push(relay);
     await relay.start();
+    // The relay role publishes the backlog; the producer role reads it for maxPending.
+    await waitFor(async () => (await admin.query(`SELECT 1 FROM "${SCHEMA}".backlog`)).rowCount === 1, {
+      what: 'the relay publishing the backlog',
+    });
     await inTransaction(as('producer'), (tx) =>
-      enqueue(tx, [event('r1'), event('r2', 'order.poison'), event('r2')], { schema: SCHEMA }),
+      enqueue(tx, [event('r1'), event('r2', 'order.poison'), event('r2')], {
+        schema: SCHEMA,
+        maxPending: 1000,
+      }),
     );
     await waitFor(async () => (await hotEvents()) === 2, { what: 'all but the dead event and its follower' });
     expect(publisher.received.map((m) => m.aggregateId)).toContain('r1');
@@ -256,6 +264,45 @@ describe('least-privilege roles', () => {
       `SELECT count(*)::int AS n FROM "${SCHEMA}".partitions WHERE owner IS NOT NULL`,
     );
     expect(held.rows[0].n).toBe(0);
+  });
+
+  it('the operator skips dead events, with a marker the relay delivers and without one, and shows them', async () => {
+    const publisher = new RecordingPublisher();
+    publisher.verdict = (m) =>
+      m.type === 'order.poison'
+        ? { ok: false, retryable: false, error: new PublishError('rejected', { retryable: false }) }
+        : { ok: true };
+    const relay = createRelay({
+      pool: as('relay'),
+      publisher,
+      schema: SCHEMA,
+      pollIntervalMs: 50,
+      leaseMs: 3000,
+    });
+    relays.push(relay);
+    await relay.start();
+    await inTransaction(as('producer'), (tx) =>
+      enqueue(tx, [event('k1', 'order.poison'), event('k1'), event('k2', 'order.poison'), event('k2')], {
+        schema: SCHEMA,
+      }),
+    );
+    await waitFor(async () => (await listDead(as('operator'), { schema: SCHEMA })).length === 2, {
+      what: 'two dead events',
+    });
+    const dead = await listDead(as('operator'), { schema: SCHEMA });
+    const k1 = dead.find((e) => e.aggregateId === 'k1')!.eventId;
+    const k2 = dead.find((e) => e.aggregateId === 'k2')!.eventId;
+    await skipDead(as('operator'), { schema: SCHEMA, eventIds: [k1], reason: 'compensated' });
+    await skipDead(as('operator'), { schema: SCHEMA, eventIds: [k2], reason: 'compensated', publish: false });
+    await waitFor(async () => (await hotEvents()) === 0, { what: 'the marker and the followers delivered' });
+    expect(publisher.received.filter((m) => m.aggregateId === 'k1').map((m) => m.type)).toEqual([
+      'tx-outbox.skipped',
+      'order.placed',
+    ]);
+    expect(publisher.received.filter((m) => m.aggregateId === 'k2').map((m) => m.sequence)).toEqual([2]);
+    const shown = await showEvent(as('operator'), { schema: SCHEMA, eventId: k2 });
+    expect(shown.audit.map((a) => a.action)).toEqual(['skip-unpublished']);
+    await relay.stop({ timeout: 5000 });
   });
 
   it('without DELETE on events the relay logs the permission error and keeps going; granted, it delivers', async () => {

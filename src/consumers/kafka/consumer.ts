@@ -8,6 +8,7 @@ import { isEnvelopeName } from '../../envelope/read.js';
 import { errorMessage, OutboxValidationError } from '../../errors.js';
 import { fromEnvelope, type InboxMessage } from '../../inbox/message.js';
 import { sleep } from '../../sleep.js';
+import { noteDelivery } from '../../tracing/process-span.js';
 import { handleAttempt } from '../attempt.js';
 import type { Consumer } from '../consumer.js';
 import { KeyedQueue } from '../keyed-queue.js';
@@ -227,7 +228,10 @@ export class KafkaConsumer<T> implements Consumer {
   async #deliver(record: KafkaMessage, received: Received): Promise<boolean> {
     let message: InboxMessage;
     try {
-      message = fromEnvelope(recordHeaders(record), record.value ?? Buffer.alloc(0));
+      message = noteDelivery(fromEnvelope(recordHeaders(record), record.value ?? Buffer.alloc(0)), {
+        system: 'kafka',
+        destination: record.topic,
+      });
     } catch (error) {
       this.o.logger.error(
         {

@@ -1,4 +1,5 @@
 /** MQTT topic and string rules: what a broker refuses (or drops the connection over) before anything is sent. */
+import { routedType } from '../../skip-marker.js';
 import type { OutboxMessage } from '../contract.js';
 
 /** The longest UTF-8 string (topic, user property name or value) MQTT can carry, in bytes. */
@@ -6,12 +7,13 @@ export const MAX_STRING_BYTES = 65_535;
 
 /**
  * The `destination` option's default: `message.topic`, else `${aggregateType}/${type}` with
- * dots turned into slashes (`order` + `order.created` → `order/order/created`).
+ * dots turned into slashes (`order` + `order.created` → `order/order/created`). A skip marker
+ * (`dead skip`) goes where the event it stands for would have gone.
  */
 export function defaultTopic(message: OutboxMessage): string {
   return message.topic !== null && message.topic !== ''
     ? message.topic
-    : `${message.aggregateType}/${message.type}`.replaceAll('.', '/');
+    : `${message.aggregateType}/${routedType(message)}`.replaceAll('.', '/');
 }
 
 /**
