@@ -81,6 +81,15 @@ export {
   type HistoryReach,
 } from './ops/find-event.js';
 export { type MetricsServer, type ServeMetricsOptions, serveMetrics } from './ops/http.js';
+/** Bounded tables: prune idle aggregates, dead relays, old audit rows and inbox records (docs/schema.md). */
+export {
+  type InboxPruneOptions,
+  PRUNED_TABLES,
+  type PrunedTable,
+  type PruneOptions,
+  type PruneResult,
+  prune,
+} from './ops/prune.js';
 export type {
   HealthSource,
   ReadinessCheck,
@@ -116,6 +125,7 @@ export {
   maintainHistory,
 } from './relay/history.js';
 export type { RelayOptions } from './relay/options.js';
+export type { RelayPruneOptions } from './relay/pruner.js';
 export { createRelay, type Relay, type RelayHealth, type RelayStats } from './relay/relay.js';
 export {
   DEFAULT_PARTITIONS,

@@ -12,6 +12,7 @@ import { registerEvent } from './event.js';
 import { registerHistory } from './history.js';
 import { registerInbox } from './inbox.js';
 import { registerMigrate } from './migrate.js';
+import { registerPrune } from './prune.js';
 import { registerRelay } from './relay.js';
 import { registerRoles } from './roles.js';
 import { registerStatus } from './status.js';
@@ -34,6 +35,7 @@ function buildProgram(): Command {
   registerEvent(program);
   registerHistory(program);
   registerInbox(program);
+  registerPrune(program);
   registerRoles(program);
   registerDemo(program);
   return program;

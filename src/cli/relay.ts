@@ -11,6 +11,7 @@ import type { MetricsServer } from '../ops/http.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
 import type { HistoryOptions } from '../relay/history.js';
+import type { RelayPruneOptions } from '../relay/pruner.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import { warnSecretsOnCommandLine } from './argv-secrets.js';
 import { type DatabaseCommandOptions, withDatabaseOptions } from './command.js';
@@ -24,6 +25,7 @@ import {
   usageError,
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
+import { parseDuration } from './inbox.js';
 import {
   addMetricsOptions,
   type MetricsFlags,
@@ -61,6 +63,8 @@ interface RelayCliOptions extends DatabaseCommandOptions, MetricsFlags {
   readonly history?: boolean;
   readonly historyDays?: number;
   readonly historyPayloads?: boolean;
+  readonly prune?: boolean;
+  readonly pruneInterval?: string;
 }
 
 /** Registers `tx-outbox relay`. */
@@ -119,10 +123,16 @@ export function registerRelay(program: Command): void {
       'days of delivery history kept (default 7; implies --history)',
       integerOption(1, 3650),
     )
-    .option('--history-payloads', 'keep payloads in the delivery history too (implies --history)');
+    .option('--history-payloads', 'keep payloads in the delivery history too (implies --history)')
+    .option('--prune', 'prune the schema in the background with the default retentions (see tx-outbox prune)')
+    .option('--prune-interval <duration>', 'with --prune: between runs (default 10m)');
   addMetricsOptions(command);
   withDatabaseOptions(command, 'info');
   command.action((options: RelayCliOptions) => runRelay(options));
+}
+
+function relayPruneFlag(interval: string | undefined): RelayPruneOptions | true {
+  return interval === undefined ? true : { intervalMs: parseDuration('--prune-interval', interval) };
 }
 
 function commaList(value: string): string[] {
@@ -156,7 +166,8 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
     source.kind === 'config' ? { file: source.file, metrics: source.config.metrics } : undefined,
   );
   // One connection more for the readiness check of /readyz.
-  const pool = createPool(url, logger, endpoint === undefined ? 5 : 6);
+  // One more for the background pruner's run (--prune).
+  const pool = createPool(url, logger, (endpoint === undefined ? 5 : 6) + (options.prune ? 1 : 0));
   const registry = endpoint === undefined ? undefined : relayRegistry();
   let publisher: Publisher | undefined;
   let metrics: MetricsServer | undefined;
@@ -180,6 +191,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       relayId: options.relayId,
       listen: options.listen,
       history: historyOption(options, source),
+      ...(options.prune ? { prune: relayPruneFlag(options.pruneInterval) } : {}),
       logger: logger.child({ component: 'relay' }),
       ...(registry === undefined ? {} : { metrics: registry }),
     });

@@ -3,7 +3,9 @@
  * (bindings.ts) only name and encode them. `sequence` is the Sequence extension (a String that
  * orders as a string: zero-padded to 19 digits, enough for any sequence), `aggregatesequence`
  * the same position as a plain decimal integer for consumers that want the number. Both count
- * within one aggregate (`aggregatetype`, `aggregateid`) of one `source`.
+ * within one aggregate (`aggregatetype`, `aggregateid`) of one `source`. `sequencebase`, sent
+ * only when above 0, is where the aggregate's sequences started (its first event is
+ * `sequencebase + 1`): above 0 for an aggregate created after the pruner ran.
  */
 import type { OutboxMessage } from '../publishers/contract.js';
 
@@ -28,16 +30,27 @@ export const ATTRIBUTE_NAMES = [
   'schemaversion',
 ] as const;
 
-export type AttributeName = (typeof ATTRIBUTE_NAMES)[number];
+/** Attributes tx-outbox writes only when they say something: `sequencebase` only above 0. */
+export const OPTIONAL_ATTRIBUTE_NAMES = ['sequencebase'] as const;
+
+export type OptionalAttributeName = (typeof OPTIONAL_ATTRIBUTE_NAMES)[number];
+
+export type AttributeName = (typeof ATTRIBUTE_NAMES)[number] | OptionalAttributeName;
 
 /** One message's attributes, every value a CloudEvents String. */
-export type EnvelopeAttributes = Readonly<Record<AttributeName, string>>;
+export type EnvelopeAttributes = Readonly<Record<Exclude<AttributeName, OptionalAttributeName>, string>> & {
+  readonly [K in OptionalAttributeName]?: string;
+};
 
 /**
  * Every attribute name a reader recognises without a prefix (MQTT 5 user properties, Redis
  * fields): what tx-outbox writes, plus the other attributes of the core specification.
  */
-export const KNOWN_ATTRIBUTES: ReadonlySet<string> = new Set<string>([...ATTRIBUTE_NAMES, 'dataschema']);
+export const KNOWN_ATTRIBUTES: ReadonlySet<string> = new Set<string>([
+  ...ATTRIBUTE_NAMES,
+  ...OPTIONAL_ATTRIBUTE_NAMES,
+  'dataschema',
+]);
 
 /** What a CloudEvents attribute may be named. */
 export const ATTRIBUTE_NAME = /^[a-z0-9]+$/;
@@ -56,7 +69,9 @@ export function paddedSequence(sequence: number | bigint): string {
 /** The header (field, user property …) name of each attribute under one binding. */
 export type AttributeNames = Readonly<Record<AttributeName, string>>;
 
-const UNPREFIXED = Object.fromEntries(ATTRIBUTE_NAMES.map((name) => [name, name])) as AttributeNames;
+const UNPREFIXED = Object.fromEntries(
+  [...ATTRIBUTE_NAMES, ...OPTIONAL_ATTRIBUTE_NAMES].map((name) => [name, name]),
+) as AttributeNames;
 
 const same = (value: string): string => value;
 
@@ -87,6 +102,10 @@ export function writeAttributes(
   target[names.sequence] =
     sequence.length >= SEQUENCE_DIGITS ? sequence : sequence.padStart(SEQUENCE_DIGITS, '0');
   target[names.aggregatesequence] = sequence;
+  // Where the aggregate's sequences start again after its producer-side row was pruned
+  // (docs/schema.md, Bounded tables): its first event is sequencebase + 1. Absent: 0.
+  const base = message.sequenceBase ?? 0;
+  if (base > 0) target[names.sequencebase] = String(base);
   target[names.schemaversion] = String(message.schemaVersion);
 }
 

@@ -22,6 +22,7 @@ import {
   envelopeAttributes,
   HEADERS_ATTRIBUTE,
   KNOWN_ATTRIBUTES,
+  OPTIONAL_ATTRIBUTE_NAMES,
   writeAttributes,
 } from './attributes.js';
 import { percentEncode } from './percent.js';
@@ -51,7 +52,7 @@ function namesOf(prefix: string): AttributeNames {
   let names = NAMES.get(prefix);
   if (names === undefined) {
     const built: Partial<Record<AttributeName, string>> = {};
-    for (const name of ATTRIBUTE_NAMES) {
+    for (const name of [...ATTRIBUTE_NAMES, ...OPTIONAL_ATTRIBUTE_NAMES]) {
       built[name] = prefix + name;
     }
     names = built as Record<AttributeName, string>;

@@ -60,7 +60,7 @@ LIMIT 1`;
 export const LOCK_POSITION_SQL = `
 INSERT INTO {{schema}}.inbox_positions AS p (consumer, aggregate_type, aggregate_id, last_sequence, previous_sequence)
 VALUES ($1, $2, $3, 0, 0)
-ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET last_sequence = p.last_sequence
+ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE SET last_sequence = p.last_sequence, updated_at = now()
 RETURNING last_sequence::text AS last_sequence`;
 
 /**
@@ -128,7 +128,7 @@ WHERE q.consumer = done.consumer AND q.behind_event_id = done.event_id AND q.rel
  * dedup record; the aggregate's position, created or advanced under its row lock (which
  * serialises one aggregate across consumer instances), returning the sequence it held before
  * (read from the locked row, never from an older snapshot); and the failed-attempt count
- * cleared. When the ordering policy refuses the event, or the handler fails, the transaction
+ * cleared; `updated_at` (position retention, docs/schema.md) set. When the ordering policy refuses the event, or the handler fails, the transaction
  * rolls back and all of it with it. No row back: this consumer already has the event.
  */
 export const CLAIM_AND_ADVANCE_SQL = claimAndAdvanceSql('processed');
@@ -150,6 +150,7 @@ WITH claimed AS (
 INSERT INTO {{schema}}.inbox_positions AS p (consumer, aggregate_type, aggregate_id, last_sequence, previous_sequence)
 SELECT $1, $3, $4, $5, 0 FROM claimed
 ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE
-SET previous_sequence = p.last_sequence, last_sequence = greatest(p.last_sequence, excluded.last_sequence)
+SET previous_sequence = p.last_sequence, last_sequence = greatest(p.last_sequence, excluded.last_sequence),
+    updated_at = now()
 RETURNING previous_sequence::text AS last_sequence`;
 }

@@ -21,6 +21,7 @@ import type { InboxMessage } from './message.js';
 import {
   DEFAULT_MAX_GAP_MS,
   decideOrder,
+  expectedSequence,
   GAP_INTERVAL_CAP_MS,
   type GapBudget,
   gapExhausted,
@@ -182,14 +183,15 @@ class TransactionalInbox<T> implements Inbox<T> {
           const seen = Number(rows[0]!.last_sequence);
           const last = seen === 0 ? undefined : seen;
           const start = this.o.startSequence ?? 1;
-          const decision = decideOrder(this.ordering, last, message.sequence, start);
+          const base = message.sequenceBase ?? 0;
+          const decision = decideOrder(this.ordering, last, message.sequence, start, base);
           // A gap: behind a quarantined event it waits for that one, released or not; otherwise a
           // released message skips it once (the operator let the aggregate go past the hole).
           const blocker = decision === 'gap' ? await this.blocker(tx, message, seen) : undefined;
           if (decision === 'gap' && (blocker || !(await this.isReleased(tx, message)))) {
             const reason =
-              last !== undefined
-                ? `waiting for sequence ${last + 1} of this aggregate`
+              last !== undefined || base > 0
+                ? `waiting for sequence ${expectedSequence(last ?? 0, base)} of this aggregate`
                 : `waiting for sequence ${start} of this aggregate, the first this consumer would apply ` +
                   "(if it joined a stream whose earlier events it will never receive, set startSequence: 'first-seen')";
             throw new Rejected('deferred', reason, seen, blocker);
@@ -242,6 +244,7 @@ class TransactionalInbox<T> implements Inbox<T> {
           aggregateType: r.aggregate_type,
           aggregateId: r.aggregate_id,
           sequence: Number(r.sequence),
+          sequenceBase: sequenceBaseHeader(r.headers),
           schemaVersion: r.schema_version,
           contentType: r.headers?.['ce-datacontenttype'] ?? 'application/json',
           headers: r.headers,
@@ -420,4 +423,11 @@ class TransactionalInbox<T> implements Inbox<T> {
     const { rowCount } = await db.query(this.sql.released, [this.consumer, message.eventId]);
     return (rowCount ?? 0) > 0;
   }
+}
+
+/** The sequence base a quarantined message's stored headers carry (`ce-sequencebase`; absent: 0). */
+function sequenceBaseHeader(headers: Readonly<Record<string, string>> | null): number {
+  const text = headers?.['ce-sequencebase'];
+  const base = text !== undefined && /^[0-9]+$/.test(text) ? Number(text) : 0;
+  return Number.isSafeInteger(base) ? base : 0;
 }

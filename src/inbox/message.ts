@@ -10,6 +10,12 @@ export interface InboxMessage {
   readonly aggregateType: string;
   readonly aggregateId: string;
   readonly sequence: number;
+  /**
+   * Where the aggregate's sequences start (the `sequencebase` attribute): its first event is
+   * `sequenceBase + 1`. 0 (or absent) unless the aggregate was created after the outbox's pruner
+   * ran (docs/schema.md, Bounded tables); `strict` ordering expects `max(last, sequenceBase) + 1`.
+   */
+  readonly sequenceBase?: number;
   readonly schemaVersion: number;
   /** The payload's content type (CloudEvents `datacontenttype`). Absent: `application/json`. */
   readonly contentType?: string;
@@ -75,6 +81,7 @@ export function fromEnvelope(
     );
   }
   const sequence = sequenceOf(attributes, field);
+  const sequenceBase = sequenceBaseOf(attributes, sequence, field);
   const version = attributes['schemaversion'];
   const schemaVersion = version !== undefined && DIGITS.test(version) ? Number(version) : 1;
   // Other tools' binary headers (Spring Kafka's dead-letter offsets …) may hold a NUL, which the
@@ -94,6 +101,7 @@ export function fromEnvelope(
     aggregateType: get('aggregatetype'),
     aggregateId: get('aggregateid'),
     sequence,
+    ...(sequenceBase > 0 ? { sequenceBase } : {}),
     schemaVersion: Number.isSafeInteger(schemaVersion) ? schemaVersion : 1,
     contentType: attributes['datacontenttype'] ?? 'application/json',
     payload,
@@ -144,4 +152,23 @@ function sequenceOf(
     );
   }
   return sequence;
+}
+
+/** The sequence base: `sequencebase` (absent: 0), below the sequence. */
+function sequenceBaseOf(
+  attributes: Readonly<Record<string, string>>,
+  sequence: number,
+  field: (attribute: string) => string,
+): number {
+  const text = attributes['sequencebase'];
+  if (text === undefined) return 0;
+  const base = DIGITS.test(text) ? Number(text) : Number.NaN;
+  if (!Number.isSafeInteger(base) || base >= sequence) {
+    throw new OutboxValidationError(
+      field('sequencebase'),
+      `is ${JSON.stringify(text.slice(0, 40))}, not a non-negative integer below the sequence ${sequence}`,
+      'Check the publisher.',
+    );
+  }
+  return base;
 }

@@ -5,6 +5,9 @@
  *   message (it is redelivered; parked after a limit). An aggregate this consumer has not
  *   seen starts at `start` (1: tx-outbox sequences start there), or with whatever sequence
  *   comes first when `start` is `'first-seen'` (a consumer that joins an existing stream).
+ *   The next sequence is `max(last, base) + 1`, `base` the event's sequence base: an aggregate
+ *   whose producer-side row was pruned starts again above every sequence it had (docs/schema.md,
+ *   Bounded tables), and its first event is `base + 1`.
  * - `skip-stale`: apply anything newer than the last applied; older is skipped.
  * - `none`: apply everything (dedup by event id still holds).
  */
@@ -21,15 +24,21 @@ export function decideOrder(
   last: number | undefined,
   sequence: number,
   start: StartSequence = 1,
+  base = 0,
 ): OrderDecision {
   if (policy === 'none') return 'apply';
   if (last === undefined) {
     if (policy !== 'strict' || start === 'first-seen') return 'apply';
-    return decideOrder(policy, start - 1, sequence);
+    return decideOrder(policy, start - 1, sequence, 1, base);
   }
   if (sequence <= last) return 'stale';
-  if (policy === 'strict' && sequence !== last + 1) return 'gap';
+  if (policy === 'strict' && sequence !== expectedSequence(last, base)) return 'gap';
   return 'apply';
+}
+
+/** The sequence `strict` applies next after `last` for an event of sequence base `base`. */
+export function expectedSequence(last: number, base = 0): number {
+  return Math.max(last, base) + 1;
 }
 
 /**

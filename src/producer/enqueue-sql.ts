@@ -1,9 +1,22 @@
 /**
  * The producer's statements: one round trip per call. Each hands out the
- * per-aggregate sequence (the upsert's row lock orders concurrent writers of
- * one aggregate), derives the partition from a stable hash of the aggregate
- * key, inserts the event rows, and optionally wakes listening relays.
+ * per-aggregate sequence, derives the partition from a stable hash of the
+ * aggregate key, inserts the event rows, and optionally wakes listening relays.
+ *
+ * Sequences: update first. An aggregate that has a row gets `last_sequence + 1`
+ * from an UPDATE, whose row lock orders concurrent writers of one aggregate.
+ * Only an aggregate without a row (new, or pruned: docs/schema.md, Bounded
+ * tables) is inserted, starting at the sequence floor: `sequence_base` = the
+ * floor, its first event `base + 1`. The floor is read once per statement (one
+ * scalar subquery, so base and sequences agree even while the pruner raises
+ * it), in the target list of a subquery (`OFFSET 0`: never flattened) over the
+ * rows that passed NOT EXISTS against the UPDATE's: after the UPDATE has waited
+ * on (and not found) a row the pruner held; and from a SEQUENCE, whose value no snapshot hides: the pruner raises it before
+ * its delete commits, so a re-created aggregate never reuses a sequence.
+ * `ON CONFLICT DO UPDATE` covers two producers creating one aggregate at once.
  */
+
+const FLOOR = '(SELECT last_value FROM {{schema}}.sequence_floor)';
 
 const PARTITION_OF = `((hashtextextended({{type}} || chr(31) || {{id}}, 0) & 9223372036854775807)
          % (SELECT partitions FROM {{schema}}.config))::smallint`;
@@ -12,21 +25,28 @@ const PARTITION_OF = `((hashtextextended({{type}} || chr(31) || {{id}}, 0) & 922
 const INSERT_ONE = `
 WITH part AS (
   SELECT ${PARTITION_OF.replace('{{type}}', '$2::text').replace('{{id}}', '$3::text')} AS p
+), bumped AS (
+  UPDATE {{schema}}.aggregate_sequences s SET last_sequence = s.last_sequence + 1, written_at = now()
+  WHERE s.aggregate_type = $2::text AND s.aggregate_id = $3::text
+  RETURNING s.last_sequence, s.sequence_base
+), created AS (
+  INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base)
+  SELECT $2::text, $3::text, f.floor + 1, f.floor
+  FROM (SELECT ${FLOOR} AS floor WHERE NOT EXISTS (SELECT 1 FROM bumped) OFFSET 0) f
+  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence + 1, written_at = now()
+  RETURNING s.last_sequence, s.sequence_base
 ), seq AS (
-  INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence)
-  VALUES ($2::text, $3::text, 1)
-  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence + 1
-  RETURNING last_sequence
+  SELECT last_sequence, sequence_base FROM bumped UNION ALL SELECT last_sequence, sequence_base FROM created
 ){{wake}}
-INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type,
-  schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
+INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
+  event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
 SELECT $1::uuid, part.p,
-       $2, $3, seq.last_sequence, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz,
+       $2, $3, seq.last_sequence, seq.sequence_base, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz,
        greatest(now(), coalesce($10::timestamptz, now()))
 FROM seq CROSS JOIN part{{join}}
 RETURNING sequence::text AS sequence`;
 
-/** A batch: arrays in, per-aggregate counts reserved in one upsert (in key order, against deadlocks). */
+/** A batch: arrays in, per-aggregate counts reserved in one update and one insert (in key order, against deadlocks). */
 const INSERT_MANY = `
 WITH input AS (
   SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[],
@@ -38,17 +58,40 @@ WITH input AS (
   FROM input i
 ), counts AS (
   SELECT aggregate_type, aggregate_id, count(*)::bigint AS n FROM input GROUP BY aggregate_type, aggregate_id
+), locked AS (
+  -- Existing rows locked in key order, against deadlocks between batches.
+  SELECT s.aggregate_type, s.aggregate_id
+  FROM {{schema}}.aggregate_sequences s JOIN counts c USING (aggregate_type, aggregate_id)
+  ORDER BY s.aggregate_type, s.aggregate_id
+  FOR UPDATE OF s
+), bumped AS (
+  UPDATE {{schema}}.aggregate_sequences s SET last_sequence = s.last_sequence + c.n, written_at = now()
+  FROM locked l JOIN counts c USING (aggregate_type, aggregate_id)
+  WHERE s.aggregate_type = l.aggregate_type AND s.aggregate_id = l.aggregate_id
+  RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base
+), created AS (
+  INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base)
+  SELECT f.aggregate_type, f.aggregate_id, f.floor + f.n, f.floor
+  FROM (
+    SELECT c.aggregate_type, c.aggregate_id, c.n, ${FLOOR} AS floor
+    FROM counts c
+    WHERE NOT EXISTS (SELECT 1 FROM bumped b WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id)
+    OFFSET 0
+  ) f
+  ORDER BY f.aggregate_type, f.aggregate_id
+  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
+  SET last_sequence = s.last_sequence + excluded.last_sequence - excluded.sequence_base, written_at = now()
+  RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base
 ), seq AS (
-  INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence)
-  SELECT aggregate_type, aggregate_id, n FROM counts ORDER BY aggregate_type, aggregate_id
-  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence + excluded.last_sequence
-  RETURNING aggregate_type, aggregate_id, last_sequence
+  SELECT aggregate_type, aggregate_id, last_sequence, sequence_base FROM bumped
+  UNION ALL SELECT aggregate_type, aggregate_id, last_sequence, sequence_base FROM created
 ){{wake}}
-INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type,
-  schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
+INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
+  event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
 SELECT i.event_id, i.p,
        i.aggregate_type, i.aggregate_id,
        seq.last_sequence - c.n + row_number() OVER (PARTITION BY i.aggregate_type, i.aggregate_id ORDER BY i.ord),
+       seq.sequence_base,
        i.event_type, i.schema_version, i.topic, i.payload, i.payload_bytes, i.headers, i.deliver_after,
        greatest(now(), coalesce(i.deliver_after, now()))
 FROM parted i

@@ -58,6 +58,7 @@ const RESERVED: ReadonlyMap<string, string> = new Map([
     'aggregateid',
     'sequence',
     'aggregatesequence',
+    'sequencebase',
     'schemaversion',
   ].map((name) => [name, CLOUDEVENTS] as const),
   ...['schemaurl', 'datacontentencoding'].map((name) => [name, CLOUDEVENTS_03] as const),

@@ -15,8 +15,13 @@ export interface OutboxMessage {
   readonly eventId: string;
   readonly aggregateType: string;
   readonly aggregateId: string;
-  /** Per-aggregate sequence, gap-free from 1. */
+  /** Per-aggregate sequence, gap-free from `sequenceBase + 1`. */
   readonly sequence: number;
+  /**
+   * Where the aggregate's sequences start: its first event is `sequenceBase + 1`. 0 (or absent)
+   * unless the aggregate was created after the pruner ran (docs/schema.md, Bounded tables).
+   */
+  readonly sequenceBase?: number;
   readonly type: string;
   readonly schemaVersion: number;
   /** Destination chosen by the producer (subject, URL key …), or null for the publisher's default. */

@@ -5,7 +5,9 @@
  * Ordering gate, database half. Sequences are gap-free and an aggregate's
  * events leave the table from the front, so the events of one aggregate still
  * in the table are exactly sequences delivered+1, delivered+2, … where
- * `aggregate_progress.delivered_sequence` is kept by the relay itself.
+ * delivered is `aggregate_progress.delivered_sequence` (kept by the relay
+ * itself) or, when higher, the events' `sequence_base`: an aggregate created
+ * after the pruner ran starts at base+1 (docs/schema.md, Bounded tables).
  * - The scan skips aggregates whose head is blocked (dead, or backing off until
  *   `blocked_until`), so a blocked aggregate never fills the batch.
  * - An event is kept only when it and every earlier event of its aggregate are
@@ -24,7 +26,7 @@ WITH mine AS (
 ), candidates AS MATERIALIZED (
   SELECT e.id, e.event_id, e.partition, e.aggregate_type, e.aggregate_id, e.sequence, e.event_type,
          e.schema_version, e.topic, e.payload, e.payload_bytes, e.headers, e.created_at, e.attempts,
-         coalesce(g.delivered_sequence, 0) AS delivered
+         greatest(coalesce(g.delivered_sequence, 0), e.sequence_base) AS delivered, e.sequence_base
   FROM {{schema}}.events e
   LEFT JOIN {{schema}}.aggregate_progress g
     ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
@@ -43,7 +45,7 @@ WITH mine AS (
   FROM candidates c
 )
 SELECT g.id::text AS id, g.event_id::text AS event_id, g.partition, g.aggregate_type, g.aggregate_id,
-       g.sequence::text AS sequence, g.event_type, g.schema_version, g.topic,
+       g.sequence::text AS sequence, g.sequence_base::text AS sequence_base, g.event_type, g.schema_version, g.topic,
        CASE WHEN g.sequence = g.delivered + g.rank THEN g.payload::text END AS payload,
        CASE WHEN g.sequence = g.delivered + g.rank THEN g.payload_bytes END AS payload_bytes,
        g.headers::text AS headers, g.created_at, g.attempts,

@@ -11,6 +11,7 @@ import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import type { BackoffPolicy } from './backoff.js';
 import { type HistoryOptions, type ResolvedHistory, resolveHistory } from './history.js';
+import { type RelayPruneOptions, type ResolvedRelayPrune, resolveRelayPrune } from './pruner.js';
 
 export interface RelayOptions {
   /**
@@ -64,6 +65,12 @@ export interface RelayOptions {
    */
   readonly history?: boolean | HistoryOptions;
   /**
+   * Prune the schema in the background (docs/schema.md, Bounded tables): `true` for the
+   * defaults, or retentions and `intervalMs` (default 10 minutes). Off by default. A run borrows
+   * one more connection of `pool`.
+   */
+  readonly prune?: RelayPruneOptions | boolean;
+  /**
    * How often the relay publishes the backlog for `enqueue({ maxPending })` into the `backlog`
    * table (one O(partitions) read and one tiny upsert), ms. Default 5000.
    */
@@ -95,6 +102,7 @@ export interface ResolvedRelayOptions {
   readonly signal: AbortSignal | undefined;
   readonly random: () => number;
   readonly history: ResolvedHistory | undefined;
+  readonly prune: ResolvedRelayPrune | undefined;
   readonly backlogIntervalMs: number;
   /** The `metrics` option as given: the backlog gauges take their own sink (label `schema` only). */
   readonly metricsOption: MetricsOption | undefined;
@@ -196,6 +204,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     signal: options.signal,
     random: options.random ?? Math.random,
     history: resolveHistory(options.history),
+    prune: resolveRelayPrune(options.prune, schema),
     backlogIntervalMs: positiveInt(options.backlogIntervalMs, 5000, 'backlogIntervalMs'),
     metricsOption: options.metrics,
     metricsSink,

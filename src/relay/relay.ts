@@ -16,6 +16,7 @@ import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } fro
 import { OutageLog, RefusedAggregates } from './outage.js';
 import { outcomeStatement } from './outcome-sql.js';
 import { Pipeline } from './pipeline.js';
+import { BackgroundPruner } from './pruner.js';
 import { BatchPublisher } from './publish-batch.js';
 import { Recorder } from './record.js';
 import { RelaySession, relaySessionSettings, relayStatement } from './session.js';
@@ -69,6 +70,7 @@ class PollingRelay implements Relay {
   private listener: WakeListener | undefined;
   private loopDone: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
+  private readonly pruner: BackgroundPruner | undefined;
   private halt = false;
   private renewTimer: NodeJS.Timeout | undefined;
   private partitionCount: number | undefined;
@@ -125,6 +127,7 @@ class PollingRelay implements Relay {
         o.metricsSink.enabled ? o.metricsSink.gauge(...HISTORY_PARTITIONS_METRIC) : undefined,
       );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
+    this.pruner = o.prune && new BackgroundPruner(o.pool, o.prune, o.logger, o.relayId, o.metricsSink);
     this.backlog = new BacklogTask({ ...o, intervalMs: o.backlogIntervalMs });
     this.batches = new BatchPublisher({
       publisher: o.publisher,
@@ -195,6 +198,7 @@ class PollingRelay implements Relay {
       });
     }, this.schedule.everyMs);
     this.loopDone = this.loop();
+    this.pruner?.start();
     this.backlog.start();
     if (this.o.metricsOption !== undefined) {
       this.unregisterBacklogGauges = registerBacklogGauges(this.o.metricsOption, this.o.pool, {
@@ -228,6 +232,7 @@ class PollingRelay implements Relay {
     }
     if (this.renewTimer) clearInterval(this.renewTimer);
     await this.history?.stop();
+    await this.pruner?.stop();
     await this.backlog.stop();
     this.unregisterBacklogGauges?.();
     await this.listener?.stop();

@@ -12,8 +12,10 @@
  * - operator: `status`, `dead list|show|replay|skip`, `inbox list|show|release|prune`.
  *
  * Every runtime role may read `migrations` and `config`, so that `migrate(pool)`
- * on an up-to-date schema succeeds under it. No role needs a sequence grant
- * (identity columns), nor anything for LISTEN, NOTIFY or advisory locks.
+ * on an up-to-date schema succeeds under it. Identity columns need no sequence
+ * grant; the sequence floor is read by producers and raised by the pruner (the
+ * relay's background pruner, the operator's `prune`). Nothing is needed for
+ * LISTEN, NOTIFY or advisory locks.
  */
 
 import { OutboxValidationError } from '../errors.js';
@@ -66,10 +68,11 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
   producer: {
     ...SCHEMA_METADATA,
     events:
-      'INSERT (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, schema_version, ' +
+      'INSERT (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type, schema_version, ' +
       'topic, payload, payload_bytes, headers, deliver_after, next_attempt_at), SELECT (event_id, sequence)',
-    aggregate_sequences: 'SELECT, INSERT, UPDATE (last_sequence)',
+    aggregate_sequences: 'SELECT, INSERT, UPDATE (last_sequence, written_at)',
     partitions: 'SELECT (partition, sleeping)',
+    sequence_floor: 'SELECT',
     // src/producer/backpressure-sql.ts (maxPending).
     backlog: 'SELECT',
   },
@@ -90,7 +93,7 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
   consumer: {
     ...SCHEMA_METADATA,
     inbox: 'SELECT, INSERT',
-    inbox_positions: 'SELECT, INSERT, UPDATE (last_sequence, previous_sequence)',
+    inbox_positions: 'SELECT, INSERT, UPDATE (last_sequence, previous_sequence, updated_at)',
     inbox_attempts:
       'SELECT, INSERT, UPDATE (attempts, first_at, last_at, last_reason, gap_after, waited_ms), DELETE',
     inbox_quarantine:
@@ -132,6 +135,20 @@ const FUNCTION_GRANTS: Readonly<Record<RuntimeRole, readonly string[]>> = {
   consumer: [],
   operator: HISTORY_FUNCTIONS,
 };
+// src/ops/prune-sql.ts (tx-outbox prune as the operator, the relay's background pruner as the
+// relay): deletes, the floor's setval, and row locks (FOR UPDATE needs UPDATE on some column).
+const PRUNER: TableGrants = {
+  aggregate_sequences: 'SELECT, UPDATE (written_at), DELETE',
+  aggregate_progress: 'SELECT, UPDATE (blocked_until), DELETE',
+  sequence_floor: 'SELECT, UPDATE',
+  relays: 'SELECT, UPDATE (heartbeat_at), DELETE',
+  audit: 'SELECT, DELETE',
+  inbox: 'SELECT, DELETE',
+  inbox_positions: 'SELECT, UPDATE (updated_at), DELETE',
+  inbox_attempts: 'SELECT, UPDATE (last_at), DELETE',
+  inbox_quarantine: 'SELECT, UPDATE (released_at), DELETE',
+};
+const PRUNING_ROLES: ReadonlySet<RuntimeRole> = new Set(['relay', 'operator']);
 
 // PostgreSQL identifiers are 63 bytes at most; lowercase, so they need no case-folding rules.
 const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -196,6 +213,9 @@ END $$;`,
         ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
       ),
       ...FUNCTION_GRANTS[kind].map((fn) => `GRANT EXECUTE ON FUNCTION ${schema}.${fn} TO ${role};`),
+      ...(PRUNING_ROLES.has(kind) ? Object.entries(PRUNER) : []).map(
+        ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
+      ),
     );
   }
   grants.push('COMMIT;');
