@@ -151,9 +151,17 @@ async function read(tx: SqlExecutor, check: BackpressureCheck): Promise<Measurem
     throw error;
   }
   const row = rows[0];
-  if (row?.fresh && row.pending !== null) return { pending: Number(row.pending), source: 'relay' };
-  // No fresh figure: no relay is running, so the backlog only grows. The live-row count (a
-  // second behind the commits) minus the dead events last published is the estimate.
-  const live = Number(row?.live ?? 0);
-  return { pending: Math.max(0, live - Number(row?.dead ?? 0)), source: 'estimate' };
+  // PostgreSQL's live-row count minus the dead events last published: read on every check, it
+  // bounds the figure from below even while a relay's figure is fresh (a relay that just died, a
+  // relay whose broker is down and whose figure lags the producers). It lags the commits by up to
+  // about 10 s itself (a backend flushes its statistics when it goes idle, at most once a second,
+  // and an idle pooled connection only after 10 s), so the larger of the two is taken.
+  const estimate = Math.max(0, Number(row?.live ?? 0) - Number(row?.dead ?? 0));
+  if (row?.fresh && row.pending !== null) {
+    const published = Number(row.pending);
+    return published >= estimate
+      ? { pending: published, source: 'relay' }
+      : { pending: estimate, source: 'estimate' };
+  }
+  return { pending: estimate, source: 'estimate' };
 }

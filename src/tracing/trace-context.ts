@@ -10,14 +10,28 @@ import type { OtelApi } from './otel-api.js';
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
 const TRACE_HEADERS: readonly string[] = ['traceparent', 'tracestate'];
 
+/**
+ * A header's value by its name in any case: `enqueue` compares header names case-insensitively,
+ * so an event may carry its own trace context as `Traceparent`. The lower-case name wins.
+ */
+function headerValue(
+  headers: Readonly<Record<string, string | undefined>>,
+  name: string,
+): string | undefined {
+  const exact = headers[name];
+  if (exact !== undefined) return exact;
+  for (const key in headers) if (key.toLowerCase() === name) return headers[key];
+  return undefined;
+}
+
 /** The remote span context in `headers`, or undefined when there is none (or it is invalid). */
 export function remoteSpanContext(
   otel: OtelApi,
   headers: Readonly<Record<string, string | undefined>>,
 ): SpanContext | undefined {
-  const match = TRACEPARENT.exec((headers['traceparent'] ?? '').trim());
+  const match = TRACEPARENT.exec((headerValue(headers, 'traceparent') ?? '').trim());
   if (!match || match[1] === 'ff' || (match[1] === '00' && match[5] !== undefined)) return undefined;
-  const state = headers['tracestate'];
+  const state = headerValue(headers, 'tracestate');
   const context: SpanContext = {
     traceId: match[2]!,
     spanId: match[3]!,
@@ -39,8 +53,10 @@ export function withTraceHeaders(
 ): Record<string, string> {
   // Built without the two rather than copied and deleted from (a delete leaves a slow object).
   const out: Record<string, string> = {};
-  for (const name in headers) if (!TRACE_HEADERS.includes(name)) out[name] = headers[name]!;
+  for (const name in headers) if (!TRACE_HEADERS.includes(name.toLowerCase())) out[name] = headers[name]!;
   otel.propagation.inject(context, out);
+  // A trace state the API dropped (invalid, too long) is injected as an empty header: leave it out.
+  if (out['tracestate'] === '') delete out['tracestate'];
   if (out['traceparent'] === undefined) {
     const span = otel.trace.getSpanContext(context);
     if (span && otel.trace.isSpanContextValid(span)) {

@@ -65,6 +65,17 @@ describe('BackpressureGate', () => {
     expect(error).toMatchObject({ pending: 147, source: 'estimate' });
   });
 
+  it('a fresh relay figure below the live-row count does not hide the backlog (a relay that just died)', async () => {
+    const { gate, check } = setup();
+    // The relay last measured 0 pending; since then producers wrote 1,000 rows the statistics see.
+    const db = executor({ pending: '0', fresh: true, live: '1000' });
+    await expect(gate.check(db.tx, check)).rejects.toMatchObject({
+      code: 'TXO_BACKPRESSURE',
+      pending: 1000,
+      source: 'estimate',
+    });
+  });
+
   it("'warn' logs once per interval and never throws", async () => {
     const { gate, check, lines, advance } = setup('warn');
     const db = executor({ pending: '500', fresh: true, live: '0' });

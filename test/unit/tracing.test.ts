@@ -107,6 +107,22 @@ describe('trace context headers', () => {
   });
 });
 
+describe('trace context headers named in another case', () => {
+  it('reads a stored Traceparent and replaces it instead of sending two trace contexts', () => {
+    const stored = { Traceparent: `00-${TRACE}-${SPAN}-01`, TraceState: 'a=1', 'x-a': 'b' };
+    expect(remoteSpanContext(otel, stored)).toMatchObject({ traceId: TRACE, spanId: SPAN });
+    const context = trace.setSpanContext(otel.ROOT_CONTEXT, {
+      traceId: TRACE,
+      spanId: 'aaaaaaaaaaaaaaaa',
+      traceFlags: 1,
+    });
+    expect(withTraceHeaders(otel, stored, context)).toEqual({
+      traceparent: `00-${TRACE}-aaaaaaaaaaaaaaaa-01`,
+      'x-a': 'b',
+    });
+  });
+});
+
 describe('messagingSystem', () => {
   it('is the publisher kind; a router names its publishers’ shared kind', () => {
     expect(messagingSystem('kafka')).toBe('kafka');
