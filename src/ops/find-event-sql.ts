@@ -14,7 +14,7 @@ WITH e AS (
   SELECT * FROM {{schema}}.events WHERE event_id = $1::uuid LIMIT 1
 )
 SELECT e.event_id::text AS event_id, e.partition, e.aggregate_type, e.aggregate_id, e.sequence::text AS sequence,
-       e.event_type, e.topic, e.status, e.created_at, e.deliver_after, e.next_attempt_at, e.attempts,
+       e.sequence_base::text AS sequence_base, e.event_type, e.topic, e.status, e.created_at, e.deliver_after, e.next_attempt_at, e.attempts,
        e.last_error, e.dead_at, now() AS now,
        h.event_id::text AS head_event_id, h.sequence::text AS head_sequence, h.status AS head_status,
        h.attempts AS head_attempts, h.last_error AS head_last_error, h.next_attempt_at AS head_next_attempt_at,

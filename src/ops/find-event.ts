@@ -27,6 +27,11 @@ export interface EventIdentity {
   readonly topic: string | null;
   readonly partition: number;
   readonly createdAt: Date;
+  /**
+   * Where the aggregate's sequences restarted after a prune (docs/schema.md, Bounded tables): its
+   * first event after the prune is `sequenceBase + 1`. Only for events still in the outbox; 0 when never pruned.
+   */
+  readonly sequenceBase?: number;
 }
 
 /** One reason a pending event is not published yet. */
@@ -159,6 +164,7 @@ interface HotRow {
   earlier: number;
   later: number;
   delivered_sequence: string | null;
+  sequence_base: string;
   blocked_until: Date | null;
   blocked_forever: boolean;
   owner: string | null;
@@ -253,7 +259,7 @@ function redacted(text: string | null): string | null {
 }
 
 function fromHotTable(r: HotRow, audit: readonly AuditEntry[]): EventLocation {
-  const event = identity(r);
+  const event = { ...identity(r), sequenceBase: Number(r.sequence_base) };
   if (r.status === 'dead') {
     return {
       state: 'dead',
@@ -294,8 +300,11 @@ function waits(r: HotRow): EventWait[] {
       earlier: r.earlier,
     });
   } else {
+    // The gate starts an aggregate at greatest(delivered, base): a pruned aggregate's new life
+    // begins at base + 1 (src/relay/claim-sql.ts).
     const delivered = Number(r.delivered_sequence ?? 0);
-    if (Number(r.sequence) > delivered + 1) found.push({ kind: 'gap', deliveredSequence: delivered });
+    if (Number(r.sequence) > Math.max(delivered, Number(r.sequence_base)) + 1)
+      found.push({ kind: 'gap', deliveredSequence: delivered });
   }
   if (r.next_attempt_at.getTime() > now) {
     const deferred = r.attempts === 0 && r.deliver_after !== null && r.deliver_after.getTime() > now;

@@ -280,6 +280,16 @@ describe('findEvent', () => {
     expect(b.state === 'pending' && b.waitingFor.map((w) => w.kind)).toEqual(['deliver-after', 'no-owner']);
   });
 
+  it('an aggregate that starts above the sequence floor (after a prune) is not reported as a gap', async () => {
+    await db.pool.query(`SELECT setval('${db.schema}.sequence_floor', 1000)`);
+    const [first, second] = await put([ev('after-prune'), ev('after-prune')]);
+    const a = await findEvent(db.pool, first!, { schema: db.schema });
+    expect(a).toMatchObject({ state: 'pending', event: { sequence: 1001, sequenceBase: 1000 } });
+    expect(a.state === 'pending' && a.waitingFor.map((w) => w.kind)).toEqual(['no-owner']);
+    const b = await findEvent(db.pool, second!, { schema: db.schema });
+    expect(b.state === 'pending' && b.waitingFor.map((w) => w.kind)).toEqual(['behind', 'no-owner']);
+  });
+
   it('held behind a dead event of its aggregate; the dead one says what it holds back; published from the history', async () => {
     const publisher = new RecordingPublisher();
     publisher.verdict = (m) =>
