@@ -9,7 +9,7 @@ import type { Pool, PoolClient } from 'pg';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { redactText } from '../redact.js';
-import type { RelayHealth } from '../relay/health.js';
+import { LOOP_ERRORS_NOT_READY, type RelayHealth } from '../relay/health.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { READINESS_PARTITIONS_SQL, READINESS_PING_SQL } from './readiness-sql.js';
 
@@ -214,9 +214,14 @@ export function judge(database: DatabaseResult, relay: RelayHealth | undefined):
     database: { ok: database.ok, detail: database.detail },
   };
   if (relay !== undefined) {
-    checks.relay = relay.running
-      ? { ok: true, detail: `running as ${relay.relayId}` }
-      : { ok: false, detail: 'not running (not started, or stopped)' };
+    checks.relay = !relay.running
+      ? { ok: false, detail: 'not running (not started, or stopped)' }
+      : relay.loopErrorsInARow >= LOOP_ERRORS_NOT_READY
+        ? {
+            ok: false,
+            detail: `its loop failed ${relay.loopErrorsInARow} times in a row: ${relay.lastError ?? 'unknown error'}`,
+          }
+        : { ok: true, detail: `running as ${relay.relayId}` };
     const since = relay.brokerUnavailableSince;
     checks.broker =
       since === undefined

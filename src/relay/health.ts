@@ -16,4 +16,13 @@ export interface RelayHealth {
   readonly brokerUnavailableSince: Date | undefined;
   /** The last loop error (database or publisher), redacted. */
   readonly lastError: string | undefined;
+  /**
+   * Loop errors in a row (a claim or outcome statement that keeps failing: the database refuses
+   * it, a grant is missing …); 0 once a batch goes through. Readiness fails from
+   * {@link LOOP_ERRORS_NOT_READY} on.
+   */
+  readonly loopErrorsInARow: number;
 }
+
+/** Loop errors in a row from which a relay is not ready: it republishes and records nothing. */
+export const LOOP_ERRORS_NOT_READY = 3;

@@ -186,13 +186,23 @@ export async function maintainHistory(
 
 /** Throws a clear error when the schema predates the history (migration 5). */
 export async function checkHistoryTable(pool: Pool, quotedSchema: string): Promise<void> {
-  const { rows } = await pool.query<{ present: boolean }>('SELECT to_regclass($1) IS NOT NULL AS present', [
-    `${quotedSchema}.deliveries`,
-  ]);
+  const table = `${quotedSchema}.deliveries`;
+  const { rows } = await pool.query<{ present: boolean; insert: boolean | null }>(
+    `SELECT to_regclass($1) IS NOT NULL AS present,
+            CASE WHEN to_regclass($1) IS NOT NULL THEN has_table_privilege(to_regclass($1), 'INSERT') END AS insert`,
+    [table],
+  );
   if (!rows[0]?.present) {
     throw new OutboxError(
       `the outbox schema ${quotedSchema} has no deliveries table (migration 5), which history needs; run migrate first`,
       { code: 'TXO_NO_SCHEMA' },
+    );
+  }
+  // Without it every outcome statement would fail: the batch republished again and again, never recorded.
+  if (!rows[0].insert) {
+    throw new OutboxError(
+      `the relay's database role may not INSERT into ${table}, which history needs; re-run the grants of \`tx-outbox roles --print-sql\` (the relay role gets it) or turn history off`,
+      { code: 'TXO_NO_PRIVILEGE' },
     );
   }
 }

@@ -72,6 +72,8 @@ class PollingRelay implements Relay {
   private stopping: Promise<void> | undefined;
   private readonly pruner: BackgroundPruner | undefined;
   private halt = false;
+  /** Loop errors in a row, for {@link health} (the loop's own count, published). */
+  private loopErrorsInARow = 0;
   private renewTimer: NodeJS.Timeout | undefined;
   private partitionCount: number | undefined;
 
@@ -150,6 +152,7 @@ class PollingRelay implements Relay {
       schema: this.o.schema,
       publisher: this.o.publisher.name,
       running: this.loopDone !== undefined && this.stopping === undefined,
+      loopErrorsInARow: this.loopErrorsInARow,
       partitions: this.leases.size,
       brokerUnavailableSince: since === undefined ? undefined : new Date(since),
       lastError: this.counters.lastError,
@@ -168,8 +171,12 @@ class PollingRelay implements Relay {
       await this.partitions();
       if (this.o.history) await checkHistoryTable(this.o.pool, this.o.quotedSchema);
     } catch (error) {
-      // A missing schema is a setup mistake: say so now. A database that is down is transient: the loop retries.
-      if (error instanceof OutboxError && error.code === 'TXO_NO_SCHEMA') throw error;
+      // A missing schema or grant is a setup mistake: say so now. A database that is down is transient: the loop retries.
+      if (
+        error instanceof OutboxError &&
+        (error.code === 'TXO_NO_SCHEMA' || error.code === 'TXO_NO_PRIVILEGE')
+      )
+        throw error;
       this.o.logger.warn({ err: error, relayId: this.id }, 'database not reachable at start; retrying');
     }
     // Today's history partition before the first outcome (see HistoryMaintainer); never throws.
@@ -297,6 +304,7 @@ class PollingRelay implements Relay {
         const verdict = await this.batches.publish(claimed);
         await pipeline.record(verdict);
         failures = 0;
+        this.loopErrorsInARow = 0;
         const wait = this.outageWait(verdict);
         if (wait !== undefined) {
           await pipeline.drain();
@@ -307,6 +315,7 @@ class PollingRelay implements Relay {
         pipeline.reset();
         if (this.halt) break;
         failures += 1;
+        this.loopErrorsInARow = failures;
         await this.backOff(error, failures);
       }
     }

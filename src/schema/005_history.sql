@@ -101,6 +101,9 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   name text := 'deliveries_p' || to_char(day, 'YYYYMMDD');
 BEGIN
+  IF retention_days IS NULL OR retention_days < 1 THEN
+    RAISE EXCEPTION 'retention_days must be at least 1, not %', retention_days USING ERRCODE = '22023';
+  END IF;
   PERFORM pg_advisory_xact_lock(hashtextextended('tx-outbox:history:' || '{{schema}}', 0));
   IF day >= (now() AT TIME ZONE 'UTC')::date - retention_days THEN
     RETURN false;
@@ -124,6 +127,9 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   purged bigint;
 BEGIN
+  IF retention_days IS NULL OR retention_days < 1 THEN
+    RAISE EXCEPTION 'retention_days must be at least 1, not %', retention_days USING ERRCODE = '22023';
+  END IF;
   PERFORM pg_advisory_xact_lock(hashtextextended('tx-outbox:history:' || '{{schema}}', 0));
   DELETE FROM {{schema}}.deliveries_default
   WHERE published_at < ((now() AT TIME ZONE 'UTC')::date - retention_days)::timestamp AT TIME ZONE 'UTC';

@@ -5,6 +5,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import pg from 'pg';
 import { Registry } from 'prom-client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PublishError } from '../../src/errors.js';
@@ -140,6 +141,29 @@ describe('delivery history', () => {
     }
   });
 
+  it('a relay whose role may not INSERT into deliveries refuses to start, instead of republishing forever', async () => {
+    const role = `txo_nohist_${randomBytes(4).toString('hex')}`;
+    await db.pool.query(`CREATE ROLE ${role} LOGIN`);
+    await db.pool.query(`GRANT USAGE ON SCHEMA "${db.schema}" TO ${role}`);
+    await db.pool.query(`GRANT SELECT ON "${db.schema}".config TO ${role}`);
+    const url = new URL(DATABASE_URL);
+    url.username = role;
+    url.password = '';
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 4 });
+    try {
+      const r = createRelay({ pool, publisher: new RecordingPublisher(), schema: db.schema, history: true });
+      await expect(r.start()).rejects.toMatchObject({
+        code: 'TXO_NO_PRIVILEGE',
+        message: expect.stringContaining('may not INSERT into'),
+      });
+      await r.stop();
+    } finally {
+      await pool.end();
+      await db.pool.query(`DROP OWNED BY ${role}`);
+      await db.pool.query(`DROP ROLE ${role}`);
+    }
+  });
+
   it('keeps payloads only when asked', async () => {
     const publisher = new RecordingPublisher();
     await put([ev('pay')]);
@@ -171,6 +195,12 @@ describe('delivery history', () => {
       `SELECT "${db.schema}".history_drop_partition((now() AT TIME ZONE 'UTC')::date, 7) AS dropped`,
     );
     expect(rows[0].dropped).toBe(false);
+    // …and a retention below a day, which would let a caller drop today's and future partitions.
+    for (const sql of [
+      `SELECT "${db.schema}".history_drop_partition((now() AT TIME ZONE 'UTC')::date, -3)`,
+      `SELECT "${db.schema}".history_purge_default(-3)`,
+    ])
+      await expect(db.pool.query(sql)).rejects.toMatchObject({ code: '22023' });
   });
 
   it('with metrics, tx_outbox_history_partitions says how many partitions the history has', async () => {
@@ -288,6 +318,8 @@ describe('findEvent', () => {
     expect(a.state === 'pending' && a.waitingFor.map((w) => w.kind)).toEqual(['no-owner']);
     const b = await findEvent(db.pool, second!, { schema: db.schema });
     expect(b.state === 'pending' && b.waitingFor.map((w) => w.kind)).toEqual(['behind', 'no-owner']);
+    // The other tests expect aggregates to start at 1.
+    await db.pool.query(`ALTER SEQUENCE "${db.schema}".sequence_floor RESTART`);
   });
 
   it('held behind a dead event of its aggregate; the dead one says what it holds back; published from the history', async () => {

@@ -95,6 +95,7 @@ function standby(publisher = 'recording'): HealthSource {
       partitions: 0,
       brokerUnavailableSince: undefined,
       lastError: undefined,
+      loopErrorsInARow: 0,
     }),
   };
 }

@@ -11,6 +11,7 @@ const healthy: RelayHealth = {
   partitions: 2,
   brokerUnavailableSince: undefined,
   lastError: undefined,
+  loopErrorsInARow: 0,
 };
 const reachable = { ok: true, detail: 'reachable', unowned: 0, total: 8 };
 
@@ -40,6 +41,16 @@ describe('readiness judge', () => {
     expect(report.checks.partitions?.detail).toBe(
       'holds no partition, and whether others own them all is unknown',
     );
+  });
+
+  it('a relay whose loop keeps failing (a statement refused again and again) is not ready', () => {
+    const failing = { ...healthy, loopErrorsInARow: 3, lastError: 'permission denied for table deliveries' };
+    const report = judge(reachable, failing);
+    expect(report.failing).toEqual(['relay']);
+    expect(report.checks.relay?.detail).toBe(
+      'its loop failed 3 times in a row: permission denied for table deliveries',
+    );
+    expect(judge(reachable, { ...failing, loopErrorsInARow: 2 }).ready).toBe(true);
   });
 
   it('a standby is ready only when no partition lacks a live owner', () => {
