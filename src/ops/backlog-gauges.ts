@@ -86,7 +86,7 @@ export function collectBacklog(
   );
   const oldest = sink.gauge(
     'tx_outbox_oldest_pending_age_seconds',
-    'Age of the oldest due pending event (0: none due); a future deliverAfter or a retry backoff is not lag.',
+    'Age of the oldest due pending event (0: none due); a future deliverAfter is not lag, a retry backoff is.',
   );
   const dead = sink.gauge('tx_outbox_dead_events', 'Dead events (exact); each blocks its aggregate.');
   const partitionPending = sink.gauge(

@@ -1,6 +1,7 @@
 /**
  * The backlog in one statement whose cost does not grow with the backlog: a bounded sample at
- * the primary-key head ($1 rows in id order, whatever their status), the exact dead count
+ * the primary-key head ($1 undelivered rows that are not dead, in id order; dead rows before them
+ * are walked past, as many as the dead count reads anyway), the exact dead count
  * through the partial index `events_dead` (migration 008), the live-row count of the
  * statistics system, and the two small tables (partitions, relays). O(sample + dead +
  * partitions + relays); never a scan of the events table.
@@ -11,11 +12,13 @@ WITH sample AS (
          count(*)::int8 AS sampled,
          count(*) FILTER (WHERE h.status = 'pending')::int8 AS pending,
          count(*) FILTER (WHERE h.status = 'pending' AND h.attempts > 0)::int8 AS retrying,
-         min(h.created_at) FILTER (WHERE h.status = 'pending' AND h.next_attempt_at <= now()) AS oldest_due,
+         min(greatest(h.created_at, h.deliver_after))
+           FILTER (WHERE h.status = 'pending' AND (h.deliver_after IS NULL OR h.deliver_after <= now())) AS oldest_due,
          max(h.created_at) AS newest
   FROM (
-    SELECT e.partition, e.status, e.attempts, e.created_at, e.next_attempt_at
+    SELECT e.partition, e.status, e.attempts, e.created_at, e.deliver_after
     FROM {{schema}}.events e
+    WHERE e.status <> 'dead'
     ORDER BY e.id
     LIMIT $1
   ) h
@@ -58,8 +61,9 @@ export const EXACT_BACKLOG_SQL = `
 SELECT e.partition,
        count(*) FILTER (WHERE e.status = 'pending')::int8 AS pending,
        count(*) FILTER (WHERE e.status = 'pending' AND e.attempts > 0)::int8 AS retrying,
-       extract(epoch FROM now() - min(e.created_at)
-         FILTER (WHERE e.status = 'pending' AND e.next_attempt_at <= now()))::float8 AS oldest_due_age
+       extract(epoch FROM now() - min(greatest(e.created_at, e.deliver_after))
+         FILTER (WHERE e.status = 'pending' AND (e.deliver_after IS NULL OR e.deliver_after <= now())))::float8
+         AS oldest_due_age
 FROM {{schema}}.events e
 GROUP BY e.partition`;
 

@@ -30,8 +30,9 @@ export interface PartitionBacklog {
    */
   readonly pending: number;
   /**
-   * Age of the partition's oldest DUE pending event (status pending, `next_attempt_at` reached:
-   * a future `deliverAfter` or a retry backoff is not lag), in seconds; null when none is due.
+   * Age of the partition's oldest DUE pending event (status pending, its `deliverAfter` reached;
+   * measured from the later of `created_at` and `deliverAfter`: a future `deliverAfter` is not lag,
+   * a retry backoff is), in seconds; null when none is due.
    * When estimated, null also for a partition with no due event among the sampled head rows:
    * its oldest due event, if any, is younger than {@link Backlog.sampleHorizonAgeSeconds}.
    */
@@ -86,8 +87,8 @@ export interface ReadBacklogOptions {
   /** Outbox schema. Default `outbox`. */
   readonly schema?: string;
   /**
-   * Head rows sampled, in id order, whatever their status: the read never walks further,
-   * so a long run of dead events at the head hides what is behind it. Default 10,000.
+   * Head rows sampled that are not dead, in id order (dead rows before them are walked past,
+   * as the exact dead count reads them anyway): the read never walks further. Default 10,000.
    */
   readonly sampleSize?: number;
   /**

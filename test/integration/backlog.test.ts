@@ -62,26 +62,27 @@ describe('readBacklog', () => {
   it('is exact below the sample: counts, due-only ages, dead, unowned partitions', async () => {
     await write(12);
     await write(3, { deliverAfter: new Date(Date.now() + 3_600_000), prefix: 'later' });
-    // Make the oldest events old, then: one dead, one backing off (not due).
+    // Make the oldest events old, then: one dead, one backing off after a failure (still lag: it
+    // should have been delivered by now, whatever its retry time).
     await db.pool.query(`UPDATE ${events} SET created_at = now() - interval '1 hour' WHERE id IN
       (SELECT id FROM ${events} ORDER BY id LIMIT 3)`);
     await db.pool.query(`UPDATE ${events} SET status = 'dead', dead_at = now() WHERE id =
       (SELECT min(id) FROM ${events})`);
-    await db.pool.query(`UPDATE ${events} SET attempts = 1, next_attempt_at = now() + interval '1 hour' WHERE id =
-      (SELECT min(id) + 1 FROM ${events})`);
+    await db.pool.query(`UPDATE ${events} SET attempts = 1, next_attempt_at = now() + interval '1 hour',
+      created_at = now() - interval '90 minutes' WHERE id = (SELECT min(id) + 1 FROM ${events})`);
     // A future deliverAfter, hours old: not lag either.
     await db.pool.query(`UPDATE ${events} SET created_at = now() - interval '2 hours'
       WHERE aggregate_id LIKE 'later%'`);
 
     const b = await readBacklog(db.pool, { schema: db.schema });
     expect(b.exact).toBe(true);
-    expect(b.sampled).toBe(15);
+    expect(b.sampled).toBe(14); // the dead one is counted apart, not sampled
     expect(b.pending).toBe(14);
     expect(b.dead).toBe(1);
     expect(b.retrying).toBe(1);
-    // Only the third of the hour-old events is due: about 3600 s, not 7200 s.
-    expect(b.oldestPendingAgeSeconds).toBeGreaterThan(3500);
-    expect(b.oldestPendingAgeSeconds).toBeLessThan(3700);
+    // The backing-off event is the oldest lag: about 5400 s; the deliverAfter ones (7200 s old) are not lag.
+    expect(b.oldestPendingAgeSeconds).toBeGreaterThan(5300);
+    expect(b.oldestPendingAgeSeconds).toBeLessThan(5500);
     expect(b.partitionsUnowned).toBe(4);
     expect(b.relaysLive).toBe(0);
 
@@ -114,17 +115,30 @@ describe('readBacklog', () => {
     expect(status.pending).toBe(190);
   });
 
-  it('never walks past the sample: a long head of dead events hides what is behind, bounded', async () => {
+  it('a long head of dead events does not hide the due events behind it', async () => {
     await write(120);
     await db.pool.query(`UPDATE ${events} SET status = 'dead', dead_at = now() WHERE id IN
       (SELECT id FROM ${events} ORDER BY id LIMIT 100)`);
+    await db.pool.query(
+      `UPDATE ${events} SET created_at = now() - interval '10 minutes' WHERE status = 'pending'`,
+    );
     await statsCaughtUp();
     const b = await readBacklog(db.pool, { schema: db.schema, sampleSize: 50 });
-    expect(b.exact).toBe(false);
     expect(b.dead).toBe(100);
     expect(b.pending).toBe(20);
-    // Nothing due among the 50 sampled rows: the age is unknown, said as null, not invented.
-    expect(b.oldestPendingAgeSeconds).toBeNull();
+    // The sample is of undelivered events that are not dead: all 20 pending ones, exactly.
+    expect(b.exact).toBe(true);
+    expect(b.oldestPendingAgeSeconds).toBeGreaterThan(590);
+    expect(b.partitions.reduce((sum, p) => sum + p.pending, 0)).toBe(20);
+  });
+
+  it('an event whose deliverAfter has passed is lag from that time, not from its creation', async () => {
+    await write(1, { deliverAfter: new Date(Date.now() + 60_000), prefix: 'due' });
+    await db.pool.query(`UPDATE ${events} SET created_at = now() - interval '2 hours',
+      deliver_after = now() - interval '30 seconds', next_attempt_at = now() - interval '30 seconds'`);
+    const b = await readBacklog(db.pool, { schema: db.schema });
+    expect(b.oldestPendingAgeSeconds).toBeGreaterThan(25);
+    expect(b.oldestPendingAgeSeconds).toBeLessThan(60);
   });
 
   it('reads at most the sample from the events heap: no sequential scan, no full count', async () => {
