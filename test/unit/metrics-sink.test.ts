@@ -9,6 +9,8 @@ import {
 import { Registry, register } from 'prom-client';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
+import { silentLogger } from '../../src/logger.js';
+import { CollectHub } from '../../src/metrics/collect-hub.js';
 import { failureCode } from '../../src/metrics/error-code.js';
 import { INBOX_METRICS, NOOP_INBOX_METRICS } from '../../src/metrics/inbox-metrics.js';
 import { NOOP_SINK } from '../../src/metrics/noop-sink.js';
@@ -264,5 +266,33 @@ describe('docs/metrics.md', () => {
     const doc = readFileSync(new URL('../../docs/metrics.md', import.meta.url), 'utf8');
     const names = [...Object.values(RELAY_METRICS), ...Object.values(INBOX_METRICS)].map(([name]) => name);
     for (const name of [...names, 'tx_outbox_scrape_errors_total']) expect(doc).toContain(`\`${name}\``);
+  });
+});
+
+describe('CollectHub', () => {
+  it('a callback that hangs (a database that hangs) does not hang the scrape, and is not piled up', async () => {
+    let failures = 0;
+    let calls = 0;
+    let release: () => void = () => undefined;
+    const hub = new CollectHub(() => {
+      failures += 1;
+    }, 20);
+    hub.add(() => {
+      calls += 1;
+      return new Promise<void>((resolve) => {
+        release = resolve;
+      });
+    }, silentLogger);
+    await hub.run();
+    expect({ calls, failures }).toEqual({ calls: 1, failures: 1 });
+    // Still running: the next scrape does not start it again.
+    await hub.run();
+    expect({ calls, failures }).toEqual({ calls: 1, failures: 2 });
+    release();
+    await new Promise((r) => setTimeout(r, 5));
+    const done = hub.run();
+    release();
+    await done;
+    expect(calls).toBe(2);
   });
 });
