@@ -154,7 +154,10 @@ export class SinkRelayMetrics implements RelayMetrics {
       const outcome = outcomes[i];
       if (outcome === undefined) continue;
       if (outcome.ok) {
-        const seconds = (ackedOnDbClock - batch[i]!.createdAt.getTime()) / 1000;
+        // From when it was due: a deliverAfter in the future is a schedule, not latency.
+        const m = batch[i]!;
+        const due = Math.max(m.createdAt.getTime(), m.deliverAfter?.getTime() ?? 0);
+        const seconds = (ackedOnDbClock - due) / 1000;
         this.commitToPublish.observe(undefined, Math.max(0, seconds));
       } else {
         this.failures.inc(this.failureLabelsOf(failureCode(outcome.error)));

@@ -32,6 +32,8 @@ export interface OutboxMessage {
   /** User headers plus `traceparent`/`tracestate` when the producer had an active span. */
   readonly headers: Readonly<Record<string, string>>;
   readonly createdAt: Date;
+  /** The `deliverAfter` it was enqueued with, when it had one: it was not due before. */
+  readonly deliverAfter?: Date;
   /** Failed attempts so far (0 on the first try). */
   readonly attempts: number;
 }

@@ -25,7 +25,7 @@ WITH mine AS (
   WHERE p.owner = $3 AND p.epoch = o.epoch AND p.lease_until > now()
 ), candidates AS MATERIALIZED (
   SELECT e.id, e.event_id, e.partition, e.aggregate_type, e.aggregate_id, e.sequence, e.event_type,
-         e.schema_version, e.topic, e.payload, e.payload_bytes, e.headers, e.created_at, e.attempts,
+         e.schema_version, e.topic, e.payload, e.payload_bytes, e.headers, e.created_at, e.deliver_after, e.attempts,
          greatest(coalesce(g.delivered_sequence, 0), e.sequence_base) AS delivered, e.sequence_base
   FROM {{schema}}.events e
   LEFT JOIN {{schema}}.aggregate_progress g
@@ -48,7 +48,7 @@ SELECT g.id::text AS id, g.event_id::text AS event_id, g.partition, g.aggregate_
        g.sequence::text AS sequence, g.sequence_base::text AS sequence_base, g.event_type, g.schema_version, g.topic,
        CASE WHEN g.sequence = g.delivered + g.rank THEN g.payload::text END AS payload,
        CASE WHEN g.sequence = g.delivered + g.rank THEN g.payload_bytes END AS payload_bytes,
-       g.headers::text AS headers, g.created_at, g.attempts,
+       g.headers::text AS headers, g.created_at, g.deliver_after, g.attempts,
        g.sequence = g.delivered + g.rank AS passed
 FROM gated g
 ORDER BY g.id`;

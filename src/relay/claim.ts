@@ -21,6 +21,7 @@ export interface ClaimedRow extends HeldRow {
   payload_bytes: Buffer | null;
   headers: string;
   created_at: Date;
+  deliver_after: Date | null;
   attempts: number;
 }
 
@@ -51,6 +52,7 @@ export function toMessage(row: ClaimedRow): OutboxMessage {
     contentType: bytes ? 'application/octet-stream' : 'application/json',
     headers: JSON.parse(row.headers) as Record<string, string>,
     createdAt: row.created_at,
+    ...(row.deliver_after ? { deliverAfter: row.deliver_after } : {}),
     attempts: row.attempts,
   };
 }

@@ -76,6 +76,29 @@ async function sample(
 }
 
 describe('relay metrics on a prom-client registry', () => {
+  it('commit_to_publish counts from when an event was due: a deliverAfter is a schedule, not latency', async () => {
+    const registry = new Registry();
+    await put([
+      {
+        aggregateType: 'o',
+        aggregateId: 'scheduled',
+        type: 't',
+        payload: {},
+        deliverAfter: new Date(Date.now() + 3_600_000),
+      },
+    ]);
+    // Enqueued an hour ago for "now": due since a moment ago.
+    await db.pool.query(
+      `UPDATE "${db.schema}".events SET created_at = now() - interval '1 hour', deliver_after = now(), next_attempt_at = now()`,
+    );
+    const r = relay(new RecordingPublisher(), { metrics: registry });
+    await r.start();
+    await waitFor(() => r.stats().published === 1, { what: 'published' });
+    const own = { schema: db.schema, publisher: 'recording' };
+    expect(await sample(registry, 'tx_outbox_commit_to_publish_seconds_count', own)).toBe(1);
+    expect(await sample(registry, 'tx_outbox_commit_to_publish_seconds_sum', own)).toBeLessThan(60);
+  });
+
   it('counts a drain: published, attempts by broker, batch sizes, step times, latency, leases', async () => {
     const registry = new Registry();
     const publisher = new RecordingPublisher();

@@ -17,6 +17,7 @@ const row = (extra: Partial<ClaimedRow> = {}): ClaimedRow => ({
   payload_bytes: null,
   headers: '{"traceparent":"00-abc-def-01"}',
   created_at: new Date(1_700_000_000_000),
+  deliver_after: null,
   attempts: 1,
   ...extra,
 });
