@@ -36,6 +36,9 @@ export const INBOX_METRICS = {
 const OUTCOMES = ['processed', 'duplicate', 'stale', 'deferred', 'quarantined', 'skipped'] as const;
 
 /** The inbox's metrics on a sink whose constant label is `consumer`. */
+/** Lags beyond a year are not observed (see {@link SinkInboxMetrics.handled}). */
+export const MAX_PLAUSIBLE_LAG_SECONDS = 365 * 86_400;
+
 export class SinkInboxMetrics implements InboxMetrics {
   private readonly messages: CounterMetric;
   private readonly handler: HistogramMetric;
@@ -63,7 +66,12 @@ export class SinkInboxMetrics implements InboxMetrics {
     if (outcome !== 'processed') return;
     const time = message.headers['ce-time'];
     const created = time === undefined ? Number.NaN : Date.parse(time);
-    if (Number.isFinite(created)) this.lag.observe(undefined, Math.max(0, (Date.now() - created) / 1000));
+    if (!Number.isFinite(created)) return;
+    const seconds = (Date.now() - created) / 1000;
+    // A time no real lag explains (a sender's clock at 1970, a forged header) would swamp the
+    // histogram's sum for good: left out. Within a minute ahead is clock skew, counted as 0.
+    if (seconds > MAX_PLAUSIBLE_LAG_SECONDS || seconds < -60) return;
+    this.lag.observe(undefined, Math.max(0, seconds));
   }
 
   private labelsOf(outcome: string): MetricLabels {

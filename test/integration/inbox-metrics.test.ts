@@ -103,6 +103,20 @@ describe('inbox metrics', () => {
     expect(lag).toBeLessThan(60);
   });
 
+  it('a ce-time no lag explains (1970, a forged header) is not observed', async () => {
+    const registry = new Registry();
+    const consumer = 'lag-guard';
+    const inbox = createInbox({ pool: db.pool, schema: db.schema, consumer, metrics: registry });
+    const handler = async () => undefined;
+    await inbox.handle(message('x', 1, { headers: { 'ce-time': '1970-01-01T00:00:00Z' } }), handler);
+    await inbox.handle(
+      message('y', 1, { headers: { 'ce-time': new Date(Date.now() - 2000).toISOString() } }),
+      handler,
+    );
+    expect(await sample(registry, 'tx_outbox_inbox_lag_seconds_count', { consumer })).toBe(1);
+    expect(await sample(registry, 'tx_outbox_inbox_lag_seconds_sum', { consumer })).toBeLessThan(60);
+  });
+
   it('two inboxes on one registry get a series each, no throw; the same through OpenTelemetry', async () => {
     const registry = new Registry();
     const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
