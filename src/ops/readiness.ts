@@ -14,6 +14,9 @@ import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { READINESS_PARTITIONS_SQL, READINESS_PING_SQL } from './readiness-sql.js';
 
 /** The names of the checks, in the order they are reported. */
+/** How often the checks run while not ready, ms. */
+export const NOT_READY_RECHECK_MS = 500;
+
 export const READINESS_CHECKS = ['database', 'relay', 'broker', 'partitions'] as const;
 export type ReadinessCheckName = (typeof READINESS_CHECKS)[number];
 
@@ -102,13 +105,24 @@ export class ReadinessMonitor {
     return this.#running;
   }
 
-  /** Checks now and then every `intervalMs`, until {@link stop}. The timer does not keep the process alive. */
+  /**
+   * Checks now and then every `intervalMs`, until {@link stop}; while not ready, every
+   * {@link NOT_READY_RECHECK_MS} (a relay that just started, or a database back from an outage, is
+   * ready as soon as it is, not an interval later). The timer does not keep the process alive.
+   */
   start(intervalMs: number): void {
     if (this.#timer !== undefined) return;
     void this.check();
-    this.#timer = setInterval(() => {
-      if (this.#running === undefined) void this.check();
-    }, intervalMs);
+    let last = Date.now();
+    this.#timer = setInterval(
+      () => {
+        if (this.#running !== undefined) return;
+        if (this.report.ready && Date.now() - last < intervalMs) return;
+        last = Date.now();
+        void this.check();
+      },
+      Math.min(intervalMs, NOT_READY_RECHECK_MS),
+    );
     this.#timer.unref();
   }
 

@@ -59,6 +59,17 @@ async function status(url: string): Promise<number | undefined> {
 }
 
 describe('tx-outbox relay --metrics-port', () => {
+  it('is ready as soon as the relay started, not one check interval (5 s) later', async () => {
+    const port = await freePort();
+    const r = relay(['--nats', NATS_URL, '--metrics-port', String(port)]);
+    await waitFor(() => /"msg":"tx-outbox relay started"/.test(r.stderr()), { what: 'relay started' });
+    // Well inside the 5 s interval: the answer of a check run after the start.
+    await waitFor(async () => (await status(`http://127.0.0.1:${port}/readyz`)) === 200, {
+      what: '/readyz 200 right after the start',
+      timeoutMs: 2500,
+    });
+  });
+
   it('serves /metrics, /healthz and /readyz, and closes them on SIGTERM', async () => {
     const port = await freePort();
     const base = `http://127.0.0.1:${port}`;
