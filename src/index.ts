@@ -57,20 +57,15 @@ export {
 } from './ops/backlog.js';
 export { type BacklogGaugesOptions, registerBacklogGauges } from './ops/backlog-gauges.js';
 export {
-  type AuditEntry,
   countDead,
   type DeadEvent,
   type DeadFilter,
-  type EventDetails,
   listDead,
   type ReplayOptions,
   replayDead,
-  type ShowResult,
-  type SkipOptions,
-  type SkipResult,
-  showEvent,
-  skipDead,
 } from './ops/dead-letter.js';
+export { type AuditEntry, type EventDetails, type ShowResult, showEvent } from './ops/dead-show.js';
+export { type SkipOptions, type SkipResult, skipDead } from './ops/dead-skip.js';
 export {
   type Delivery,
   type EventIdentity,

@@ -5,17 +5,9 @@
  */
 
 import type { Command } from 'commander';
-import {
-  type AuditEntry,
-  countDead,
-  type DeadEvent,
-  type EventDetails,
-  hasDeadFilter,
-  listDead,
-  replayDead,
-  showEvent,
-  skipDead,
-} from '../ops/dead-letter.js';
+import { countDead, type DeadEvent, hasDeadFilter, listDead, replayDead } from '../ops/dead-letter.js';
+import { type AuditEntry, type EventDetails, showEvent } from '../ops/dead-show.js';
+import { skipDead } from '../ops/dead-skip.js';
 import { type DatabaseCommandOptions, withDatabaseOptions, withPool } from './command.js';
 import { CliError, integerOption, usageError } from './common.js';
 import { type DeadFilterFlags, deadFilterOf } from './dead-filter.js';

@@ -8,7 +8,7 @@ import { OutboxValidationError } from '../errors.js';
 import { redactText } from '../redact.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
-import type { AuditEntry } from './dead-letter.js';
+import type { AuditEntry } from './dead-show.js';
 import {
   FIND_AUDIT_SQL,
   FIND_DELIVERIES_SQL,

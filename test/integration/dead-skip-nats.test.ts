@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeNats } from '../../src/consumers/nats.js';
 import { PublishError } from '../../src/errors.js';
 import { createInbox } from '../../src/inbox/inbox.js';
-import { skipDead } from '../../src/ops/dead-letter.js';
+import { skipDead } from '../../src/ops/dead-skip.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { Publisher } from '../../src/publishers/contract.js';
 import { ensureStream, natsPublisher } from '../../src/publishers/nats/index.js';
