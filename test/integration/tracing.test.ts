@@ -129,6 +129,15 @@ function expectOneTrace(system: string, destination: string, consumer: string): 
   const handler = byName(spans, 'handler');
   const traceId = commandSpan.spanContext().traceId;
   for (const s of [publish, processSpan, handler]) expect(s.spanContext().traceId).toBe(traceId);
+  // TXO_PRINT_TRACE=1 prints the tree (docs/tracing.md shows one).
+  if (process.env['TXO_PRINT_TRACE'] === '1') {
+    const kinds = ['INTERNAL', 'SERVER', 'CLIENT', 'PRODUCER', 'CONSUMER'];
+    const lines = [commandSpan, publish, processSpan, handler].map(
+      (s, depth) =>
+        `${'  '.repeat(depth)}${s.name} [${kinds[s.kind]}] span ${s.spanContext().spanId} parent ${s.parentSpanContext?.spanId ?? '-'} ${JSON.stringify(s.attributes)}`,
+    );
+    console.log(`trace ${traceId}\n${lines.join('\n')}`);
+  }
   expect(publish.parentSpanContext?.spanId).toBe(commandSpan.spanContext().spanId);
   expect(processSpan.parentSpanContext?.spanId).toBe(publish.spanContext().spanId);
   expect(handler.parentSpanContext?.spanId).toBe(processSpan.spanContext().spanId);
