@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createInbox } from '../../src/inbox/inbox.js';
 import type { InboxMessage } from '../../src/inbox/message.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
+import { sample as sampleOf } from '../helpers/metrics.js';
 
 let db: TestDb;
 beforeAll(async () => {
@@ -33,20 +34,9 @@ function message(aggregateId: string, sequence: number, extra: Partial<InboxMess
   };
 }
 
-async function sample(
-  registry: Registry,
-  name: string,
-  labels: Record<string, string> = {},
-): Promise<number> {
-  for (const metric of await registry.getMetricsAsJSON()) {
-    for (const v of metric.values) {
-      const sampleName = (v as { metricName?: string }).metricName ?? metric.name;
-      if (sampleName !== name) continue;
-      if (Object.entries(labels).every(([k, want]) => String(v.labels[k]) === want)) return v.value;
-    }
-  }
-  return Number.NaN;
-}
+/** A series that is not there reads NaN here: an absent series never passes for 0. */
+const sample = (registry: Registry, name: string, labels: Record<string, string> = {}) =>
+  sampleOf(registry, name, labels, Number.NaN);
 
 const applied = async (): Promise<void> => {};
 

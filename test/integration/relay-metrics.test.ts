@@ -14,6 +14,7 @@ import type { RelayOptions } from '../../src/relay/options.js';
 import { createRelay, type Relay } from '../../src/relay/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
+import { sample } from '../helpers/metrics.js';
 import { expectNoUnhandledRejections } from '../helpers/unhandled.js';
 
 expectNoUnhandledRejections();
@@ -58,22 +59,6 @@ const events = (n: number, type = 't', prefix = 'a'): OutboxEvent[] =>
     type,
     payload: { i },
   }));
-
-/** The value of one series: the sample of `name` whose labels include `labels`. */
-async function sample(
-  registry: Registry,
-  name: string,
-  labels: Record<string, string> = {},
-): Promise<number> {
-  for (const metric of await registry.getMetricsAsJSON()) {
-    for (const v of metric.values) {
-      const sampleName = (v as { metricName?: string }).metricName ?? metric.name;
-      if (sampleName !== name) continue;
-      if (Object.entries(labels).every(([k, want]) => String(v.labels[k]) === want)) return v.value;
-    }
-  }
-  return 0;
-}
 
 describe('relay metrics on a prom-client registry', () => {
   it('commit_to_publish counts from when an event was due: a deliverAfter is a schedule, not latency', async () => {
