@@ -198,20 +198,12 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
     if (endpoint !== undefined && registry !== undefined) {
       metrics = await serveRelayMetrics(endpoint, { pool, relay, registry, logger });
     }
-    await serve(
-      relay,
-      logger,
-      signals.first,
-      {
-        schema: options.schema,
-        publisher:
-          source.kind === 'config'
-            ? { config: source.file, publisher: publisher.name }
-            : describe(source.spec),
-        pending: status.pending,
-      },
-      metrics,
-    );
+    await serve(relay, logger, signals.first, {
+      schema: options.schema,
+      publisher:
+        source.kind === 'config' ? { config: source.file, publisher: publisher.name } : describe(source.spec),
+      pending: status.pending,
+    });
   } finally {
     await metrics?.close();
     await publisher
@@ -398,13 +390,10 @@ async function serve(
   logger: PinoLogger,
   signalled: Promise<NodeJS.Signals>,
   context: Record<string, unknown>,
-  metrics: MetricsServer | undefined,
 ): Promise<void> {
   const startedAt = Date.now();
   try {
     await relay.start();
-    // /readyz at once, not after the next check interval (the first check saw the relay not started).
-    void metrics?.recheck();
     logger.info({ relayId: relay.id, ...context }, 'tx-outbox relay started');
     const signal = await signalled;
     await relay.stop({ timeout: STOP_TIMEOUT_MS });

@@ -47,11 +47,6 @@ export interface MetricsServer {
   readonly port: number;
   /** The readiness report `/readyz` answers with now. */
   readiness(): ReadinessReport;
-  /**
-   * Runs the readiness checks now instead of at the next interval, e.g. right after the relay
-   * started (the first check, run when the server started, found it not running yet).
-   */
-  recheck(): Promise<ReadinessReport>;
   /** Stops the checks and the server, dropping idle keep-alive connections; idempotent. */
   close(): Promise<void>;
 }
@@ -115,11 +110,6 @@ export async function serveMetrics(options: ServeMetricsOptions): Promise<Metric
     host,
     port,
     readiness: () => monitor.report,
-    recheck: async () => {
-      // A check under way may have read the state from before the caller's change: one more after it.
-      await monitor.check();
-      return monitor.check();
-    },
     close: () => {
       closing ??= closeServer(server, monitor);
       return closing;
