@@ -11,6 +11,7 @@
  * the driver client Drizzle runs the transaction on (./drizzle-driver.ts), inside its BEGIN.
  */
 import { OutboxValidationError } from '../errors.js';
+import { isUnreachableCode } from '../network-errors.js';
 import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
 import { type DriverClient, driverExecutor, sessionClient } from './drizzle-driver.js';
@@ -156,13 +157,14 @@ export function transactions<Tx extends DrizzleTransactionLike>(
 
 /**
  * Rejects with `abortedTransaction()` when a statement failed inside the transaction and `fn`
- * caught its error: Drizzle would send COMMIT, and PostgreSQL answer it with a silent ROLLBACK.
- * node-postgres knows the state without a round trip; on postgres.js one probe tells (25P02).
+ * caught its error: Drizzle would send COMMIT, and PostgreSQL answer it with a silent ROLLBACK
+ * (Drizzle does not return the COMMIT's command tag, which would tell). One probe tells (25P02);
+ * node-postgres' transaction status can say so sooner, but not reliably later: a failed query
+ * rejects before the server's ReadyForQuery updates it.
  */
 async function refuseAborted(client: DriverClient, executor: SqlExecutor): Promise<void> {
-  if (client.driver === 'node-postgres' && typeof client.client.getTransactionStatus === 'function') {
-    if (client.client.getTransactionStatus() === 'E') throw abortedTransaction();
-    return;
+  if (client.driver === 'node-postgres' && client.client.getTransactionStatus?.() === 'E') {
+    throw abortedTransaction();
   }
   try {
     await executor.query({ text: 'SELECT 1', values: [] });
@@ -172,31 +174,32 @@ async function refuseAborted(client: DriverClient, executor: SqlExecutor): Promi
   }
 }
 
-/**
- * Lost-connection errors that carry no network code of their own: node-postgres' (by message),
- * postgres.js' (`CONNECTION_CLOSED` …), reported as the network code they stand for.
- */
-const LOST_CONNECTION: ReadonlyArray<readonly [RegExp, string]> = [
-  [/^CONNECTION_(CLOSED|ENDED|DESTROYED)$/, 'ECONNRESET'],
-  [/^CONNECT_TIMEOUT$/, 'ETIMEDOUT'],
-];
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+/** postgres.js' own codes for a connection that closed under a query, or could not open. */
+const POSTGRES_JS_LOST = /^(CONNECTION_(CLOSED|ENDED|DESTROYED)|CONNECT_TIMEOUT)$/;
+/** node-postgres' errors of a lost connection, which carry no code. */
 const NODE_PG_LOST =
   /^(Connection terminated|Client has encountered a connection error|Client was closed and is not queryable)/;
 
 /**
- * The SQLSTATE or network code under an error Drizzle threw. drizzle-orm 0.45 wraps a driver's
- * error in `DrizzleQueryError` with the driver's error as `cause`; older versions threw it as it
- * was. Either way the walk finds it.
+ * The SQLSTATE of a server error under an error Drizzle threw (drizzle-orm 0.45 wraps the driver's
+ * error in `DrizzleQueryError`, as `cause`; older versions threw it as it was), or for a lost
+ * connection `08006` (connection_failure) — or the network code, when it is under a Drizzle query's
+ * error. A network code elsewhere (the handler's call to another service) is not the database's:
+ * undefined, as for any other error.
  */
 function errorCode(error: unknown): string | undefined {
-  const found = findErrorCode(error);
-  if (found !== undefined) return found;
-  for (let e: unknown = error, depth = 0; e !== null && typeof e === 'object' && depth < 6; depth++) {
-    const { code, message } = e as { code?: unknown; message?: unknown };
+  let underQuery = false;
+  for (let e: unknown = error, depth = 0; e !== null && typeof e === 'object' && depth < 8; depth++) {
+    const { code, severity, message, query, params } = e as Record<string, unknown>;
     if (typeof code === 'string') {
-      for (const [pattern, network] of LOST_CONNECTION) if (pattern.test(code)) return network;
+      if (SQLSTATE.test(code) && typeof severity === 'string') return code;
+      if (POSTGRES_JS_LOST.test(code)) return '08006';
+      if (underQuery && isUnreachableCode(code)) return code;
     }
-    if (typeof message === 'string' && NODE_PG_LOST.test(message)) return 'ECONNRESET';
+    if (typeof message === 'string' && NODE_PG_LOST.test(message)) return '08006';
+    // DrizzleQueryError, structurally: the failed query's text and parameters.
+    if (typeof query === 'string' && Array.isArray(params)) underQuery = true;
     e = (e as { cause?: unknown }).cause;
   }
   return undefined;

@@ -3,6 +3,8 @@
  * then what is Drizzle's own — nested transactions (savepoints), the same connection as the
  * business writes, the refusals, and postgres.js' parameter binding.
  */
+
+import { type AddressInfo, createServer } from 'node:net';
 import { eq, sql } from 'drizzle-orm';
 import { drizzle as drizzlePg, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { pgSchema, text } from 'drizzle-orm/pg-core';
@@ -246,7 +248,7 @@ describe.each([
     expect(Number(rows[0]?.n)).toBe(42);
   });
 
-  it('errorCode finds the SQLSTATE under DrizzleQueryError, and a lost connection’s network code', async () => {
+  it('errorCode finds the SQLSTATE under DrizzleQueryError and a lost connection, not a handler’s network error', async () => {
     const runner = transactions(db);
     const dup = await db
       .transaction(async (tx) => {
@@ -257,7 +259,7 @@ describe.each([
     const terminate = { text: 'SELECT pg_terminate_backend(pg_backend_pid())', values: [] };
     const lost = await runner.sql.query(terminate).catch((e: unknown) => e);
     expect(lost).toBeInstanceOf(Error);
-    expect(runner.errorCode(lost)).toMatch(/^(ECONNRESET|57P01)$/);
+    expect(runner.errorCode(lost)).toMatch(/^(08006|57P01)$/);
     // In a transaction, Drizzle's ROLLBACK fails too, and its error is what comes out. (postgres.js
     // 3.4.9 throws an uncaught TypeError writing that ROLLBACK to the closed socket: not run there.)
     if (driver === 'node-postgres') {
@@ -265,9 +267,16 @@ describe.each([
         .transaction((_tx, executor) => executor.query(terminate))
         .catch((e: unknown) => e);
       expect(inTx).toBeInstanceOf(Error);
-      expect(runner.errorCode(inTx)).toMatch(/^(ECONNRESET|57P01)$/);
+      expect(runner.errorCode(inTx)).toMatch(/^(08006|57P01)$/);
     }
     expect(runner.errorCode(new Error('plain'))).toBeUndefined();
+    // The handler's own call to a service that is down is its failure, not the database's.
+    const closed = await closedPort();
+    const elsewhere = await runner
+      .transaction(() => fetch(`http://127.0.0.1:${closed}/`))
+      .catch((e: unknown) => e);
+    expect((elsewhere as { cause?: { code?: string } }).cause?.code).toBe('ECONNREFUSED');
+    expect(runner.errorCode(elsewhere)).toBeUndefined();
   });
 });
 
@@ -326,6 +335,15 @@ describe('postgres.js binding', () => {
     }
   });
 });
+
+/** A port nothing listens on: one the system just gave a server that is closed again. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
 
 /** Rows of `tx.execute(…)`: node-postgres answers `{ rows }`, postgres.js an array. */
 async function rowsOf(result: PromiseLike<unknown>): Promise<unknown[]> {
