@@ -195,6 +195,15 @@ describe.each([
     expect(rows.map((r) => r.sequence)).toEqual([1, 2, 3, 4, 5]);
   });
 
+  it('enqueues unprepared (prepared: false, for PgBouncer in transaction mode)', async () => {
+    const id = `unprepared-${driver}`;
+    await db.transaction(async (tx) => {
+      await enqueue(tx, event(id), { ...options, prepared: false });
+      await enqueue(tx, [event(id), event(id)], { ...options, prepared: false });
+    });
+    expect(await count(id)).toBe(3);
+  });
+
   it('refuses the database with the fix (and on node-postgres a transaction that has ended)', async () => {
     const error = await enqueue(
       // @ts-expect-error a Drizzle database is not a transaction: no rollback()
