@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Prisma, PrismaClient } from '../../.tmp/prisma-client/client.js';
 import { enqueue, prismaErrorCode, transactions } from '../../src/adapters/prisma.js';
 import { OutboxValidationError } from '../../src/errors.js';
+import { createInbox } from '../../src/inbox/inbox.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { adapterConformance } from './conformance.js';
@@ -161,5 +162,30 @@ describe('prisma adapter, beyond the conformance suite', () => {
     expect(between).toBeInstanceOf(Error);
     expect(runner.errorCode(between)).toBe('08006');
     expect(await runner.transaction(async (tx) => pidOf(tx))).toBeGreaterThan(0);
+
+    // The inbox redelivers (rejects) rather than charging the handler an attempt.
+    const inbox = createInbox({ transactions: runner, consumer: 'lost', schema: db.schema });
+    const handled = await inbox
+      .handle(
+        {
+          eventId: crypto.randomUUID(),
+          type: 'order.placed',
+          aggregateType: 'order',
+          aggregateId: 'lost',
+          sequence: 1,
+          schemaVersion: 1,
+          contentType: 'application/json',
+          payload: Buffer.from('{}'),
+          headers: {},
+        },
+        async (tx) => {
+          await kill(await pidOf(tx));
+          await new Promise((r) => setTimeout(r, 200));
+          await tx.business.create({ data: { id: 'lost-in-handler' } });
+        },
+      )
+      .catch((e: unknown) => e);
+    expect(handled).toBeInstanceOf(Error);
+    expect(runner.errorCode(handled)).toBe('08006');
   });
 });
