@@ -190,12 +190,20 @@ export function adapterConformance<Tx>(harness: AdapterHarness<Tx>, url: string)
             for (let i = 0; i < 8; i++) {
               await orm.transaction(async (tx) => {
                 await orm.insertBusiness(tx, `${id}-${w}-${i}`);
-                const placed = { aggregateType: 'order', aggregateId: id, type: 'order.placed', payload: { w, i } };
+                const placed = {
+                  aggregateType: 'order',
+                  aggregateId: id,
+                  type: 'order.placed',
+                  payload: { w, i },
+                };
                 if (i % 2 === 0) await harness.enqueue(tx, placed, options);
                 else
                   await harness.enqueue(
                     tx,
-                    [placed, { aggregateType: 'order', aggregateId: id, type: 'order.noted', payload: { w, i } }],
+                    [
+                      placed,
+                      { aggregateType: 'order', aggregateId: id, type: 'order.noted', payload: { w, i } },
+                    ],
                     options,
                   );
               });
