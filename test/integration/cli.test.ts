@@ -550,6 +550,11 @@ describe('tx-outbox CLI', () => {
       expect(expectOneErrorLine(missing)).toMatch(
         /the demo's --orm drizzle needs drizzle-orm, not installed here/,
       );
+      const noPrisma = await run(['demo', '--orm', 'prisma', '--duration', '1'], env);
+      expect(noPrisma.code).toBe(1);
+      expect(expectOneErrorLine(noPrisma)).toMatch(
+        /the demo's --orm prisma needs prisma @prisma\/client @prisma\/adapter-pg, not installed here/,
+      );
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

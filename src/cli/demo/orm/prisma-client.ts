@@ -76,8 +76,8 @@ export async function loadDemoPrismaClient<C>(): Promise<{
   readonly version: string;
 }> {
   const require = createRequire(import.meta.url);
-  const clientPackage = require.resolve('@prisma/client/package.json');
-  const cliPackage = require.resolve('prisma/package.json');
+  const clientPackage = resolvePackage(require, '@prisma/client');
+  const cliPackage = resolvePackage(require, 'prisma');
   const versions = [clientPackage, cliPackage].map((p) => (require(p) as { version: string }).version);
   const hash = createHash('sha256')
     .update([DEMO_PRISMA_SCHEMA, ...versions].join('\0'))
@@ -87,9 +87,26 @@ export async function loadDemoPrismaClient<C>(): Promise<{
   const cache = join(dirname(dirname(dirname(clientPackage))), '.cache', 'tx-outbox');
   const dir = join(cache, `demo-prisma-${hash}`);
   const entry = join(dir, 'client', 'index.js');
-  if (!existsSync(entry)) await generate(cache, dir, join(dirname(cliPackage), 'build', 'index.js'));
+  if (!existsSync(entry)) {
+    process.stderr.write(`tx-outbox: generating the demo's Prisma client into ${dir} (once) ...\n`);
+    await generate(cache, dir, join(dirname(cliPackage), 'build', 'index.js'));
+  }
   const { PrismaClient } = require(entry) as { PrismaClient: PrismaClientConstructor<C> };
   return { PrismaClient, version: versions[0]! };
+}
+
+/** `<name>/package.json`'s path; a one-line error saying what to install when it is missing. */
+function resolvePackage(require: NodeJS.Require, name: string): string {
+  try {
+    return require.resolve(`${name}/package.json`);
+  } catch (error) {
+    throw new CliError(
+      `the demo's --orm prisma needs ${name}, not installed here (npm install --save-dev prisma ` +
+        `@prisma/client @prisma/adapter-pg): ${errorMessage(error).split('\n')[0]}`,
+      1,
+      { cause: error },
+    );
+  }
 }
 
 async function generate(cache: string, dir: string, cli: string): Promise<void> {
