@@ -3,7 +3,8 @@
  * with `$n` parameters short of its `sql` tag (a runtime value of drizzle-orm), so the adapter
  * talks to the client Drizzle itself runs the transaction on: `session.client`, a node-postgres
  * `PoolClient`/`Client` or a postgres.js `TransactionSql` (a `Sql` outside a transaction). Both
- * drivers have kept it there, under that name, from drizzle-orm 0.2x to 0.45.
+ * drivers' sessions have long kept it there under that name (read in 0.45's source, where it is
+ * not in the public types; `_.session` is, hence the fallback).
  *
  * node-postgres' client is a `SqlExecutor` as it is. postgres.js binds parameters its own way,
  * so its executor adapts them (see `postgresJsValue`).
