@@ -174,15 +174,37 @@ export function transactions<Tx extends PrismaTransactionLike>(
   return {
     name: 'prisma',
     async transaction<T>(fn: (tx: Tx, sql: SqlExecutor) => Promise<T>): Promise<T> {
-      return prisma.$transaction(async (tx) => {
-        const result = await fn(tx, executorOn(tx));
-        await assertNotAborted(tx);
-        return result;
-      }, txOptions);
+      try {
+        return await prisma.$transaction(async (tx) => {
+          const result = await fn(tx, executorOn(tx));
+          await assertNotAborted(tx);
+          return result;
+        }, txOptions);
+      } catch (error) {
+        if (isConnectionLoss(error)) lost.add(error);
+        throw error;
+      }
     },
     sql: executorOn(prisma),
-    errorCode: prismaErrorCode,
+    errorCode: (error) => (lost.has(error as object) ? '08006' : prismaErrorCode(error)),
   };
+}
+
+/** Errors `transaction()` rejected with because its connection was lost. */
+const lost = new WeakSet<object>();
+
+/**
+ * pg's own errors for a connection that ended under a statement (the server or the network went
+ * away), which adapter-pg passes through unwrapped and without a code. Only an error of the
+ * runner's transaction is read this way: it is then that transaction's connection that was lost.
+ */
+const PG_CONNECTION_LOSS =
+  /^(Connection terminated( unexpectedly)?|Client has encountered a connection error and is not queryable|Client was closed and is not queryable)$/;
+
+function isConnectionLoss(error: unknown): error is Error {
+  return (
+    error instanceof Error && prismaErrorCode(error) === undefined && PG_CONNECTION_LOSS.test(error.message)
+  );
 }
 
 /**
@@ -219,6 +241,7 @@ const ADAPTER_KINDS: Readonly<Record<string, string>> = {
  * `PrismaClientKnownRequestError` (code `P2010`, `P2002` …) with `meta.driverAdapterError.cause`
  * holding `originalCode`, or the `DriverAdapterError` itself. Prisma 6's engine puts it in
  * `meta.code`. Prisma's `P…` codes have the shape of a SQLSTATE, so they are never returned as one.
+ * Network codes come only from Prisma's connection errors (`P1001`, adapter-pg's kinds).
  */
 export function prismaErrorCode(error: unknown, depth = 0): string | undefined {
   if (error === null || typeof error !== 'object' || depth > 6) return undefined;
@@ -232,8 +255,13 @@ export function prismaErrorCode(error: unknown, depth = 0): string | undefined {
     if (typeof cause.originalCode === 'string') return cause.originalCode;
     if (typeof cause.kind === 'string' && ADAPTER_KINDS[cause.kind]) return ADAPTER_KINDS[cause.kind];
   }
-  if (typeof e.code === 'string' && /^P\d{4}$/.test(e.code)) {
+  if (typeof e.code === 'string' && /^P[1-9]\d{3}$/.test(e.code)) {
     return findErrorCode(e.meta, depth + 1) ?? prismaErrorCode(e.cause, depth + 1) ?? PRISMA_CODES[e.code];
   }
-  return findErrorCode(error, depth);
+  // Not Prisma's: a SQLSTATE only. A network code here is the handler's own call failing (another
+  // service down), its failure, not the database's; Prisma reports its own as P1001 or a kind.
+  const code = findErrorCode(error, depth);
+  return code !== undefined && SQLSTATE.test(code) ? code : undefined;
 }
+
+const SQLSTATE = /^[0-9A-Z]{5}$/;

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Prisma, PrismaClient } from '../../.tmp/prisma-client/client.js';
 import { enqueue, prismaErrorCode, transactions } from '../../src/adapters/prisma.js';
 import { OutboxValidationError } from '../../src/errors.js';
+import { createInbox } from '../../src/inbox/inbox.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { adapterConformance } from './conformance.js';
@@ -129,6 +130,62 @@ describe('prisma adapter, beyond the conformance suite', () => {
     expect(prismaErrorCode({ code: 'P2034', meta: {} })).toBe('40001');
     expect(prismaErrorCode({ code: 'P2010', meta: { code: '40P01', message: 'deadlock' } })).toBe('40P01');
     expect(prismaErrorCode({ code: 'P2025', meta: {} })).toBeUndefined();
-    expect(prismaErrorCode(Object.assign(new Error('reset'), { code: 'ECONNRESET' }))).toBe('ECONNRESET');
+    expect(prismaErrorCode({ code: 'P0001', message: 'raised by PL/pgSQL' })).toBe('P0001');
+    // A handler's own call to a service that is down is its failure, not the database's.
+    expect(prismaErrorCode(Object.assign(new Error('refused'), { code: 'ECONNREFUSED' }))).toBeUndefined();
+  });
+
+  it("reports the loss of the transaction's connection as a database fault", async () => {
+    const runner = transactions(prisma);
+    const kill = (pid: number) => db.pool.query('SELECT pg_terminate_backend($1)', [pid]);
+    const pidOf = async (tx: Tx) =>
+      (await tx.$queryRawUnsafe<{ pid: number }[]>('SELECT pg_backend_pid() AS pid'))[0]!.pid;
+    // Terminated under a statement: the server's 57P01, wrapped by Prisma.
+    const during = await runner
+      .transaction(async (tx) => {
+        const pid = await pidOf(tx);
+        const sleeping = tx.$queryRawUnsafe('SELECT pg_sleep(5)::text');
+        await new Promise((r) => setTimeout(r, 200));
+        await kill(pid);
+        await sleeping;
+      })
+      .catch((e: unknown) => e);
+    expect(runner.errorCode(during)).toBe('57P01');
+    // Terminated between statements: pg's own error, passed through without a code.
+    const between = await runner
+      .transaction(async (tx) => {
+        await kill(await pidOf(tx));
+        await new Promise((r) => setTimeout(r, 200));
+        await tx.business.create({ data: { id: 'after-loss' } });
+      })
+      .catch((e: unknown) => e);
+    expect(between).toBeInstanceOf(Error);
+    expect(runner.errorCode(between)).toBe('08006');
+    expect(await runner.transaction(async (tx) => pidOf(tx))).toBeGreaterThan(0);
+
+    // The inbox redelivers (rejects) rather than charging the handler an attempt.
+    const inbox = createInbox({ transactions: runner, consumer: 'lost', schema: db.schema });
+    const handled = await inbox
+      .handle(
+        {
+          eventId: crypto.randomUUID(),
+          type: 'order.placed',
+          aggregateType: 'order',
+          aggregateId: 'lost',
+          sequence: 1,
+          schemaVersion: 1,
+          contentType: 'application/json',
+          payload: Buffer.from('{}'),
+          headers: {},
+        },
+        async (tx) => {
+          await kill(await pidOf(tx));
+          await new Promise((r) => setTimeout(r, 200));
+          await tx.business.create({ data: { id: 'lost-in-handler' } });
+        },
+      )
+      .catch((e: unknown) => e);
+    expect(handled).toBeInstanceOf(Error);
+    expect(runner.errorCode(handled)).toBe('08006');
   });
 });
