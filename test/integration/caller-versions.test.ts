@@ -28,8 +28,8 @@ const rowsOf = async (id: string) =>
   ).rows;
 const sequenceRows = async (id: string): Promise<number> =>
   Number(
-    (await db.pool.query(`SELECT count(*) AS n FROM ${S}.aggregate_sequences WHERE aggregate_id = $1`, [id])).rows[0]
-      .n,
+    (await db.pool.query(`SELECT count(*) AS n FROM ${S}.aggregate_sequences WHERE aggregate_id = $1`, [id]))
+      .rows[0].n,
   );
 const options = () => ({ schema: db.schema });
 const event = (id: string, sequence?: number) => ({
@@ -44,7 +44,9 @@ describe('caller versions', () => {
   it('the event takes the given version; no sequence row is written', async () => {
     const result = await inTransaction(db.pool, (tx) => enqueue(tx, event('v1', 1), options()));
     expect(result.sequence).toBe(1);
-    const batch = await inTransaction(db.pool, (tx) => enqueue(tx, [event('v1', 2), event('v1', 3)], options()));
+    const batch = await inTransaction(db.pool, (tx) =>
+      enqueue(tx, [event('v1', 2), event('v1', 3)], options()),
+    );
     expect(batch.map((r) => r.sequence)).toEqual([2, 3]);
     expect((await rowsOf('v1')).map((r) => [r.sequence, r.sequence_base])).toEqual([
       [1, 0],
@@ -70,7 +72,9 @@ describe('caller versions', () => {
         })(),
       ),
     );
-    expect((await rowsOf('locked')).map((r) => r.sequence)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
+    expect((await rowsOf('locked')).map((r) => r.sequence)).toEqual(
+      Array.from({ length: 60 }, (_, i) => i + 1),
+    );
   });
 
   it('a rolled-back transaction leaves nothing', async () => {
@@ -107,7 +111,9 @@ describe('caller versions', () => {
     ['a version after none', [event('b'), event('b', 2)], 'events[1].sequence', 'is given, but events[0]'],
     ['none after a version', [event('b', 2), event('x'), event('b')], 'events[2].sequence', 'is missing'],
   ])('refuses %s within one call, writing none of it', async (_what, events, field, text) => {
-    const error = await inTransaction(db.pool, (tx) => enqueue(tx, events, options())).catch((e: unknown) => e);
+    const error = await inTransaction(db.pool, (tx) => enqueue(tx, events, options())).catch(
+      (e: unknown) => e,
+    );
     expect(error).toBeInstanceOf(OutboxValidationError);
     expect((error as OutboxValidationError).field).toBe(field);
     expect((error as Error).message).toContain(text);
@@ -117,7 +123,11 @@ describe('caller versions', () => {
 
   it('one call may hold versioned and sequenced aggregates; results keep the order given', async () => {
     const results = await inTransaction(db.pool, (tx) =>
-      enqueue(tx, [event('m-seq'), event('m-ver', 7), event('m-seq'), event('m-ver', 8), event('m-one', 1)], options()),
+      enqueue(
+        tx,
+        [event('m-seq'), event('m-ver', 7), event('m-seq'), event('m-ver', 8), event('m-one', 1)],
+        options(),
+      ),
     );
     expect(results.map((r) => r.sequence)).toEqual([1, 7, 2, 8, 1]);
     expect((await rowsOf('m-ver')).map((r) => r.sequence)).toEqual([7, 8]);
