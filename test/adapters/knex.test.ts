@@ -6,6 +6,7 @@ import { knexExecutor } from '../../src/adapters/knex-executor.js';
 import { OutboxValidationError } from '../../src/errors.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { type AdapterHarness, adapterConformance } from './conformance.js';
+import { SERIALIZABLE } from './isolation.js';
 
 const harness: AdapterHarness<Knex.Transaction> = {
   name: 'knex',
@@ -119,6 +120,25 @@ describe('knex bindings', () => {
       await db.transaction(async (trx) => {
         expect(() => transactions(trx)).toThrow(/savepoints/);
       });
+    } finally {
+      await db.destroy();
+    }
+  });
+
+  it('runs the inbox’s transactions at READ COMMITTED, whatever the connection’s default', async () => {
+    const db = knex({
+      client: 'pg',
+      connection: { connectionString: DATABASE_URL, options: SERIALIZABLE },
+      pool: { min: 0, max: 1 },
+    });
+    const level = "SELECT current_setting('transaction_isolation') AS level";
+    try {
+      const inside = await transactions(db).transaction((_trx, sql) =>
+        sql.query({ text: level, values: [] }),
+      );
+      expect(inside.rows).toEqual([{ level: 'read committed' }]);
+      const outside = await db.transaction((trx) => trx.raw(level));
+      expect(outside.rows).toEqual([{ level: 'serializable' }]);
     } finally {
       await db.destroy();
     }

@@ -4,13 +4,14 @@ import { enqueue, transactions } from '../../src/adapters/typeorm.js';
 import { OutboxValidationError } from '../../src/errors.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { type AdapterHarness, adapterConformance, type OrmUnderTest } from './conformance.js';
+import { SERIALIZABLE } from './isolation.js';
 
 interface Business {
   id: string;
   note: string | null;
 }
 
-function open(url: string, schema: string) {
+function open(url: string, schema: string, extra: Record<string, unknown> = {}) {
   const BusinessEntity = new EntitySchema<Business>({
     name: 'Business',
     tableName: 'business',
@@ -22,7 +23,7 @@ function open(url: string, schema: string) {
     url,
     entities: [BusinessEntity],
     synchronize: false,
-    extra: { max: 8 },
+    extra: { max: 8, ...extra },
   });
   return { dataSource, BusinessEntity };
 }
@@ -145,6 +146,21 @@ describe('typeorm adapter, beyond the suite', () => {
       expect((await runner.sql.query({ text: 'SELECT $1::text AS s', values: ['x'] })).rows).toEqual([
         { s: 'x' },
       ]);
+    } finally {
+      await dataSource.destroy();
+    }
+  });
+
+  it('runs the inbox’s transactions at READ COMMITTED, whatever the connection’s default', async () => {
+    const { dataSource } = open(DATABASE_URL, 'public', { options: SERIALIZABLE });
+    await dataSource.initialize();
+    const level = "SELECT current_setting('transaction_isolation') AS level";
+    try {
+      const inside = await transactions(dataSource).transaction((_em, sql) =>
+        sql.query({ text: level, values: [] }),
+      );
+      expect(inside.rows).toEqual([{ level: 'read committed' }]);
+      expect(await dataSource.transaction((em) => em.query(level))).toEqual([{ level: 'serializable' }]);
     } finally {
       await dataSource.destroy();
     }
