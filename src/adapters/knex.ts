@@ -9,9 +9,9 @@
 import { OutboxValidationError } from '../errors.js';
 import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
-import { probeAborted } from './aborted.js';
+import { handlerErrors, probeAborted } from './handler-guard.js';
 import { type KnexQueryableLike, knexExecutor } from './knex-executor.js';
-import { findErrorCode, notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
+import { notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
 
 export type { KnexQueryableLike, KnexRawLike } from './knex-executor.js';
 
@@ -92,20 +92,27 @@ export function transactions<Trx extends KnexTransactionLike>(db: KnexLike<Trx>)
       'Pass transactions(knex) with the Knex instance.',
     );
   }
-  const errorCode = (error: unknown) => findErrorCode(error);
+  const errors = handlerErrors();
+  const errorCode = errors.errorCode;
   return {
     name: ORM,
     sql: knexExecutor(db),
     errorCode,
     transaction<T>(fn: (tx: Trx, sql: SqlExecutor) => Promise<T>): Promise<T> {
-      return db.transaction(
-        async (trx) => {
-          const sql = knexExecutor(trx);
-          const result = await fn(trx, sql);
-          await probeAborted(sql, errorCode);
-          return result;
-        },
-        { isolationLevel: 'read committed' },
+      return errors.run((inside) =>
+        db.transaction(
+          (trx) =>
+            inside(async () => {
+              const sql = knexExecutor(trx);
+              const result = await fn(trx, sql).catch(async (error: unknown) => {
+                await errors.screen(error, sql);
+                throw error;
+              });
+              await probeAborted(sql, errorCode);
+              return result;
+            }),
+          { isolationLevel: 'read committed' },
+        ),
       );
     },
   };

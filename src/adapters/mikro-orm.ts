@@ -12,9 +12,9 @@
 import { OutboxError, OutboxValidationError } from '../errors.js';
 import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
-import { probeAborted } from './aborted.js';
+import { handlerErrors, probeAborted } from './handler-guard.js';
 import { type KnexQueryableLike, knexExecutor } from './knex-executor.js';
-import { findErrorCode, notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
+import { notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
 
 /** A MikroORM EntityManager: whether it is inside a transaction, and that transaction. */
 export interface MikroOrmEntityManagerLike {
@@ -114,28 +114,35 @@ export function transactions<Em extends MikroOrmEntityManagerLike>(
       'Pass transactions(orm) or transactions(orm.em).',
     );
   }
-  const errorCode = (error: unknown) => findErrorCode(error);
+  const errors = handlerErrors();
+  const errorCode = errors.errorCode;
   return {
     name: ORM,
     errorCode,
     sql: knexExecutor(root.getKnex() as KnexQueryableLike),
     transaction<T>(fn: (tx: Em, sql: SqlExecutor) => Promise<T>): Promise<T> {
-      return root.fork().transactional(
-        async (em) => {
-          if (!em.isInTransaction()) {
-            throw new OutboxError(
-              'MikroORM ran em.transactional() without a transaction (disableTransactions is set): ' +
-                'the inbox cannot commit the dedup record with the handler’s writes',
-              { code: 'TXO_NO_TRANSACTION' },
-            );
-          }
-          const sql = knexExecutor(transactionOf(em));
-          const result = await fn(em, sql);
-          await probeAborted(sql, errorCode);
-          await em.flush();
-          return result;
-        },
-        { isolationLevel: READ_COMMITTED as never },
+      return errors.run((inside) =>
+        root.fork().transactional(
+          (em) =>
+            inside(async () => {
+              if (!em.isInTransaction()) {
+                throw new OutboxError(
+                  'MikroORM ran em.transactional() without a transaction (disableTransactions is set): ' +
+                    'the inbox cannot commit the dedup record with the handler’s writes',
+                  { code: 'TXO_NO_TRANSACTION' },
+                );
+              }
+              const sql = knexExecutor(transactionOf(em));
+              const result = await fn(em, sql).catch(async (error: unknown) => {
+                await errors.screen(error, sql);
+                throw error;
+              });
+              await probeAborted(sql, errorCode);
+              await em.flush();
+              return result;
+            }),
+          { isolationLevel: READ_COMMITTED as never },
+        ),
       );
     },
   };

@@ -11,8 +11,8 @@
 import { OutboxValidationError } from '../errors.js';
 import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
-import { probeAborted } from './aborted.js';
-import { findErrorCode, notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
+import { handlerErrors, probeAborted } from './handler-guard.js';
+import { notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
 
 /** A TypeORM QueryRunner: one connection, and the transaction on it, if started. */
 export interface TypeOrmQueryRunnerLike {
@@ -139,7 +139,8 @@ export function transactions<Em extends TypeOrmEntityManagerLike>(
       'Pass transactions(dataSource).',
     );
   }
-  const errorCode = (error: unknown) => findErrorCode(error);
+  const errors = handlerErrors();
+  const errorCode = errors.errorCode;
   return {
     name: ORM,
     errorCode,
@@ -154,12 +155,19 @@ export function transactions<Em extends TypeOrmEntityManagerLike>(
       },
     },
     transaction<T>(fn: (tx: Em, sql: SqlExecutor) => Promise<T>): Promise<T> {
-      return dataSource.transaction('READ COMMITTED', async (em) => {
-        const sql = runnerExecutor(transactionRunnerOf(em));
-        const result = await fn(em, sql);
-        await probeAborted(sql, errorCode);
-        return result;
-      });
+      return errors.run((inside) =>
+        dataSource.transaction('READ COMMITTED', (em) =>
+          inside(async () => {
+            const sql = runnerExecutor(transactionRunnerOf(em));
+            const result = await fn(em, sql).catch(async (error: unknown) => {
+              await errors.screen(error, sql);
+              throw error;
+            });
+            await probeAborted(sql, errorCode);
+            return result;
+          }),
+        ),
+      );
     },
   };
 }

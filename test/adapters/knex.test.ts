@@ -7,6 +7,7 @@ import { OutboxValidationError } from '../../src/errors.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { type AdapterHarness, adapterConformance } from './conformance.js';
 import { SERIALIZABLE } from './isolation.js';
+import { runnerFaults } from './runner-faults.js';
 
 const harness: AdapterHarness<Knex.Transaction> = {
   name: 'knex',
@@ -40,6 +41,13 @@ const harness: AdapterHarness<Knex.Transaction> = {
 };
 
 adapterConformance(harness, DATABASE_URL);
+
+describe('knex runner faults', () => {
+  runnerFaults(() => {
+    const db = knex({ client: 'pg', connection: DATABASE_URL, pool: { min: 0, max: 2 } });
+    return { runner: transactions(db), close: () => db.destroy() };
+  });
+});
 
 describe('knex bindings', () => {
   it('renumbers $n by first use: a repeated parameter stays one (one type)', () => {

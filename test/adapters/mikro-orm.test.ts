@@ -7,6 +7,7 @@ import { createTestDb, type TestDb } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { type AdapterHarness, adapterConformance } from './conformance.js';
 import { SERIALIZABLE } from './isolation.js';
+import { runnerFaults } from './runner-faults.js';
 
 interface Business {
   id: string;
@@ -50,6 +51,14 @@ const harness: AdapterHarness<SqlEntityManager> = {
 };
 
 adapterConformance(harness, DATABASE_URL);
+
+describe('mikro-orm runner faults', () => {
+  let orm: MikroORM;
+  beforeAll(async () => {
+    ({ orm } = await open(DATABASE_URL, 'public'));
+  });
+  runnerFaults(() => ({ runner: transactions(orm), close: () => orm.close() }));
+});
 
 describe('mikro-orm adapter, beyond the suite', () => {
   let db: TestDb;

@@ -1,10 +1,11 @@
 import { DataSource, type EntityManager, EntitySchema, type QueryRunner } from 'typeorm';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { enqueue, transactions } from '../../src/adapters/typeorm.js';
 import { OutboxValidationError } from '../../src/errors.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { type AdapterHarness, adapterConformance, type OrmUnderTest } from './conformance.js';
 import { SERIALIZABLE } from './isolation.js';
+import { runnerFaults } from './runner-faults.js';
 
 interface Business {
   id: string;
@@ -111,6 +112,12 @@ const queryRunners: AdapterHarness<QueryRunner> = {
 
 adapterConformance(entityManagers, DATABASE_URL);
 adapterConformance(queryRunners, DATABASE_URL);
+
+describe('typeorm runner faults', () => {
+  const { dataSource } = open(DATABASE_URL, 'public');
+  beforeAll(() => dataSource.initialize());
+  runnerFaults(() => ({ runner: transactions(dataSource), close: () => dataSource.destroy() }));
+});
 
 describe('typeorm adapter, beyond the suite', () => {
   it('names the fix for the DataSource’s own manager', async () => {
