@@ -1,9 +1,8 @@
 /**
  * What an ORM's TransactionRunner does around the inbox's handler, the same for each ORM: find a
- * transaction the handler left aborted, and tell the handler's own network failures from the
- * database's (the pg runner knows the second from its client; an ORM's errors do not say).
+ * transaction the handler left aborted, and tell a lost connection and the handler's own network
+ * failures apart (the pg runner knows from its client; an ORM's errors do not say).
  */
-import { UNREACHABLE_CODES } from '../network-errors.js';
 import { abortedTransaction, findErrorCode, type SqlExecutor } from './transactions.js';
 
 const SQLSTATE = /^[0-9A-Z]{5}$/;
@@ -44,7 +43,11 @@ export interface HandlerErrors {
    * BEGIN or COMMIT is one too.
    */
   run<T>(open: (inside: (work: () => Promise<T>) => Promise<T>) => Promise<T>): Promise<T>;
-  /** Called with what the handler threw, on its transaction, before the ORM rolls back. */
+  /**
+   * Called with what the handler threw, on its transaction, before the ORM rolls back: an error
+   * without a SQLSTATE is a lost connection when the transaction no longer answers `SELECT 1`,
+   * and the handler's own when it does.
+   */
   screen(error: unknown, sql: SqlExecutor): Promise<void>;
 }
 
@@ -86,13 +89,17 @@ export function handlerErrors(): HandlerErrors {
     },
     async screen(error, sql) {
       const code = findErrorCode(error);
-      if (!isObject(error) || code === undefined || !UNREACHABLE_CODES.has(code)) return;
+      // A SQLSTATE says what it is; what says nothing of the database is checked against the
+      // transaction's connection. (An ORM swallows or rethrows the ROLLBACK's failure as it likes.)
+      if (!isObject(error) || (code !== undefined && SQLSTATE.test(code))) return;
       try {
         await sql.query({ text: 'SELECT 1', values: [] });
-        notTheDatabase.add(error);
-      } catch {
-        // The transaction's connection is gone too: the code is the database's.
+      } catch (probe) {
+        // 25P02: a statement failed earlier and the handler went on; the connection is alive.
+        if (findErrorCode(probe) !== '25P02') lost.add(error);
+        return;
       }
+      if (code !== undefined) notTheDatabase.add(error);
     },
   };
 }

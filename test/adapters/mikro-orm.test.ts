@@ -107,7 +107,7 @@ describe('mikro-orm adapter, beyond the suite', () => {
     });
     expect(outcome.status).toBe('deferred');
     expect(await count(`failed-${failed.eventId}`)).toBe(0);
-    expect(orm.em.getUnitOfWork().getIdentityMap().values()).toHaveLength(0);
+    expect(orm.em.getUnitOfWork(false).getIdentityMap().values()).toHaveLength(0);
   });
 
   it('writes a persisted entity and the events in one transaction', async () => {
