@@ -10,6 +10,7 @@ import * as knexAdapter from '../../src/adapters/knex.js';
 import * as mikroOrmAdapter from '../../src/adapters/mikro-orm.js';
 import type { TransactionRunner } from '../../src/adapters/transactions.js';
 import * as typeormAdapter from '../../src/adapters/typeorm.js';
+import { createInbox, type InboxMessage } from '../../src/index.js';
 
 const event = { aggregateType: 'order', aggregateId: '1', type: 'order.placed', payload: {} };
 
@@ -47,4 +48,30 @@ export async function mikroOrmTypes(orm: MikroORM) {
   const runner: TransactionRunner<SqlEntityManager> = mikroOrmAdapter.transactions(orm);
   const fromEm: TransactionRunner<SqlEntityManager> = mikroOrmAdapter.transactions(orm.em);
   return [runner, fromEm];
+}
+
+/** The inbox's handler gets each ORM's own transaction type. */
+export async function inboxHandlers(
+  knex: Knex,
+  dataSource: DataSource,
+  orm: MikroORM,
+  message: InboxMessage,
+) {
+  const viaKnex = createInbox({ transactions: knexAdapter.transactions(knex), consumer: 'k' });
+  await viaKnex.handle(message, async (trx) => {
+    const typed: Knex.Transaction = trx;
+    await typed('business').insert({ id: message.eventId });
+  });
+  const viaTypeorm = createInbox({ transactions: typeormAdapter.transactions(dataSource), consumer: 't' });
+  await viaTypeorm.handle(message, async (em) => {
+    const typed: EntityManager = em;
+    await typed.query('SELECT 1');
+  });
+  const viaMikroOrm = createInbox({ transactions: mikroOrmAdapter.transactions(orm), consumer: 'm' });
+  await viaMikroOrm.handle(message, async (em) => {
+    const typed: SqlEntityManager = em;
+    await typed.flush();
+    // @ts-expect-error the handler gets the ORM's transaction, not a pg client
+    await em.query('SELECT 1');
+  });
 }
