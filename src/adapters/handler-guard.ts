@@ -53,7 +53,12 @@ export interface HandlerErrors {
 
 const isObject = (value: unknown): value is object => typeof value === 'object' && value !== null;
 
-export function handlerErrors(): HandlerErrors {
+/**
+ * `rollbackFailureRejects`: the ORM rejects with the ROLLBACK's error when it failed (Knex), so a
+ * code-less error needs no `SELECT 1` to tell; TypeORM drops that error and MikroORM's Knex
+ * transaction (opened without a callback) does not always see it.
+ */
+export function handlerErrors(options: { rollbackFailureRejects: boolean }): HandlerErrors {
   const notTheDatabase = new WeakSet<object>();
   const lost = new WeakSet<object>();
   return {
@@ -92,6 +97,8 @@ export function handlerErrors(): HandlerErrors {
       // A SQLSTATE says what it is; what says nothing of the database is checked against the
       // transaction's connection. (An ORM swallows or rethrows the ROLLBACK's failure as it likes.)
       if (!isObject(error) || (code !== undefined && SQLSTATE.test(code))) return;
+      // Rejected orderings and most handler failures are code-less: no round trip where run() tells.
+      if (code === undefined && options.rollbackFailureRejects) return;
       try {
         await sql.query({ text: 'SELECT 1', values: [] });
       } catch (probe) {

@@ -92,7 +92,7 @@ export function transactions<Trx extends KnexTransactionLike>(db: KnexLike<Trx>)
       'Pass transactions(knex) with the Knex instance.',
     );
   }
-  const errors = handlerErrors();
+  const errors = handlerErrors({ rollbackFailureRejects: true });
   const errorCode = errors.errorCode;
   return {
     name: ORM,

@@ -114,7 +114,7 @@ export function transactions<Em extends MikroOrmEntityManagerLike>(
       'Pass transactions(orm) or transactions(orm.em).',
     );
   }
-  const errors = handlerErrors();
+  const errors = handlerErrors({ rollbackFailureRejects: false });
   const errorCode = errors.errorCode;
   return {
     name: ORM,

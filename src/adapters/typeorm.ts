@@ -139,7 +139,7 @@ export function transactions<Em extends TypeOrmEntityManagerLike>(
       'Pass transactions(dataSource).',
     );
   }
-  const errors = handlerErrors();
+  const errors = handlerErrors({ rollbackFailureRejects: false });
   const errorCode = errors.errorCode;
   return {
     name: ORM,
