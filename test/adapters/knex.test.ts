@@ -56,6 +56,19 @@ describe('knex bindings', () => {
     expect(bindings).toEqual([5, 'a', 'c']);
   });
 
+  it('keeps a repeated parameter one parameter on the server: its type is inferred from all its uses', async () => {
+    const db = knex({ client: 'pg', connection: DATABASE_URL, pool: { min: 0, max: 1 } });
+    try {
+      const { rows } = await knexExecutor(db).query<{ t: string; n: string }>({
+        text: 'SELECT ($1::bigint + 1)::text AS n, pg_typeof($1)::text AS t',
+        values: ['41'],
+      });
+      expect(rows).toEqual([{ t: 'bigint', n: '42' }]);
+    } finally {
+      await db.destroy();
+    }
+  });
+
   it('escapes a literal ? and leaves strings, quoted names, dollar quotes and comments alone', () => {
     const text = `SELECT j ? 'k', j ?| $1, '$1 ?', "a$1?", $$ $1 ? $$, $t$ it's $2 $t$, E'\\'$1' -- $1 ?
       /* $1 /* ? */ */ $2`;
