@@ -29,6 +29,7 @@ import type { BenchContext, DrainSystem } from './systems/types.js';
 import { type DrainRun, drainRun, simulateHistory } from './workloads/drain.js';
 import { type LatencyResult, latencyRun } from './workloads/latency.js';
 import { PRODUCER_VARIANTS, type ProducerRuns, producerRuns } from './workloads/producer.js';
+import { ORM_PRODUCER_VARIANTS, ormProducerRuns } from './workloads/producer-orm.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -244,7 +245,7 @@ async function w2(): Promise<LatencyResult[]> {
   return all;
 }
 
-async function w3(): Promise<ProducerRuns> {
+async function w3(): Promise<ProducerRuns & { orm: Record<string, number[]> }> {
   out('## W3 — producer overhead');
   out();
   const result = await producerRuns(pool, profile.producer);
@@ -270,7 +271,22 @@ async function w3(): Promise<ProducerRuns> {
     'Targets: business + enqueue ≥ 0.80×, business + enqueue with a caller version ≥ 0.95× business + bare INSERT of the same payload.',
   );
   out();
-  return result;
+  const orm = await ormProducerRuns(pool, profile.producer);
+  out('Through an ORM (both statements in its own transaction API, 8 concurrent transactions):');
+  out();
+  out(
+    "| transaction | TPS | ratio to the same ORM's business + bare INSERT | ratio to business + bare INSERT (node-postgres) |",
+  );
+  out('|---|---|---|---|');
+  for (const v of ORM_PRODUCER_VARIANTS) {
+    const s = summarize(orm[v]);
+    const own = summarize(
+      orm[v.startsWith('Drizzle') ? 'Drizzle: business + bare INSERT' : 'Prisma: business + bare INSERT'],
+    ).median;
+    out(`| ${v} | ${range(s)} | ${(s.median / own).toFixed(2)} | ${(s.median / bare).toFixed(2)} |`);
+  }
+  out();
+  return { ...result, orm };
 }
 
 /** W1 for tx-outbox, `runs` times in one schema (load, drain, load, drain …) after `prepare`. */
