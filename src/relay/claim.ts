@@ -2,12 +2,20 @@ import type { OutboxMessage } from '../publishers/contract.js';
 import type { HeldRow, HoldBack } from './hold-back.js';
 import type { PartitionLeases } from './leases.js';
 import type { RefusedAggregates } from './outage.js';
+import type { SequenceFaults } from './sequence-faults.js';
 import type { RelaySession, Statement } from './session.js';
 import type { Stopwatch } from './stats.js';
 
+/** What the ordering gate said of a claimed row (see {@link CLAIM_SQL}). */
+export type Gate = 'pass' | 'hold' | 'gap' | 'repeat';
+
 /** A row of the claim statement ({@link CLAIM_SQL}); payloads are null unless it passed the gate. */
 export interface ClaimedRow extends HeldRow {
+  gate: Gate;
+  /** `gate = 'pass'`. */
   passed: boolean;
+  /** The aggregate's delivered sequence as the gate saw it: greatest(delivered_sequence, sequence_base). */
+  delivered: string;
   id: string;
   event_id: string;
   partition: number;
@@ -65,13 +73,15 @@ export interface ClaimerParts {
   readonly leases: PartitionLeases;
   readonly holdBack: HoldBack;
   readonly refused: RefusedAggregates;
+  readonly faults: SequenceFaults;
   readonly watch: Stopwatch;
 }
 
 /**
  * The claim step: the next due events of the partitions held, leaving out the ids still in
  * flight and the aggregates held back or refused; the rows that did not pass the gate are
- * handed to the hold-back.
+ * handed to the hold-back, repeated sequences are marked dead, and gaps held past the grace
+ * are probed (and bridged) — see {@link SequenceFaults}.
  */
 export class Claimer {
   constructor(private readonly p: ClaimerParts) {}
@@ -88,11 +98,18 @@ export class Claimer {
     if (rows.length > 0) p.watch.add(performance.now() - started);
     const messages: OutboxMessage[] = [];
     const held: ClaimedRow[] = [];
+    const repeats: ClaimedRow[] = [];
     for (const row of rows) {
-      if (row.passed) messages.push(toMessage(row));
+      if (row.gate === 'pass') messages.push(toMessage(row));
+      else if (row.gate === 'repeat') repeats.push(row);
       else held.push(row);
     }
+    const fence = { partitions, epochs };
+    // A repeat holds nothing back: its aggregate's later events passed in this claim already.
+    await p.faults.repeated(client, repeats, fence);
     if (held.length > 0) p.holdBack.hold(held);
+    p.faults.observe(rows);
+    await p.faults.bridge(client, fence);
     return { messages, partitions, epochs, scanned: rows.length };
   }
 }

@@ -48,6 +48,17 @@ export class HoldBack {
     else this.#inFlight.delete(key);
   }
 
+  /** An event of the aggregate `key` is claimed and its outcome not recorded yet. */
+  inFlight(key: string): boolean {
+    return this.#inFlight.has(key);
+  }
+
+  /** The aggregate `key` is claimable again at once (its gap was bridged). */
+  release(key: string): void {
+    this.#until.delete(key);
+    this.#times.delete(key);
+  }
+
   /** Nothing is in flight any more (the loop dropped its pipeline after an error). */
   forgetInFlight(): void {
     this.#inFlight.clear();
@@ -67,7 +78,7 @@ export class HoldBack {
       if (times === 10 || times % 100 === 0) {
         this.logger.warn(
           { relayId: this.relayId, aggregateType: r.aggregate_type, aggregateId: r.aggregate_id, times },
-          'aggregate held back: its next event is scheduled for later (deliverAfter) or missing (sequence gap)',
+          'aggregate held back: its next event is scheduled for later (deliverAfter) or missing (sequence gap; bridged after gapGraceMs when nothing earlier is left)',
         );
       }
     }
