@@ -7,6 +7,9 @@ export interface GapHead {
   readonly partition: number;
 }
 
+/** Heads per probe at most: the probe filters the partition's rows by their aggregates, one by one. */
+export const MAX_HEADS_PER_PROBE = 100;
+
 interface Watched {
   id: string;
   partition: number;
@@ -102,7 +105,8 @@ export class GapWatch {
 
   /**
    * The heads to probe now, by partition (only of `partitions`, those this relay holds): held
-   * past their probe time, in partitions not probed within `probeEveryMs`. Those partitions
+   * past their probe time, in partitions not probed within `probeEveryMs`, at most
+   * {@link MAX_HEADS_PER_PROBE} per partition (the rest in the next probe). Those partitions
    * count as probed from now.
    */
   due(partitions: readonly number[]): Map<number, GapHead[]> {
@@ -112,11 +116,13 @@ export class GapWatch {
     const mine = new Set(partitions);
     for (const [key, w] of this.#heads) {
       if (w.probeAt > now || !mine.has(w.partition)) continue;
-      if (!result.has(w.partition)) {
+      let heads = result.get(w.partition);
+      if (!heads) {
         if (now - (this.#probed.get(w.partition) ?? Number.NEGATIVE_INFINITY) < this.#probeEveryMs) continue;
-        result.set(w.partition, []);
+        heads = [];
+        result.set(w.partition, heads);
       }
-      result.get(w.partition)!.push({ key, id: w.id, partition: w.partition });
+      if (heads.length < MAX_HEADS_PER_PROBE) heads.push({ key, id: w.id, partition: w.partition });
     }
     for (const partition of result.keys()) this.#probed.set(partition, now);
     return result;

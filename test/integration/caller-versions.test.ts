@@ -182,7 +182,7 @@ describe('caller versions: repeats', () => {
     await insert('dup', [{ sequence: 1 }, { sequence: 3 }, { sequence: 3 }]);
     // Before, the second 3 passed as the "third" event (delivered 0 + rank 3) with 2 missing.
     await relay(publisher, { gapGraceMs: 60_000 }).start();
-    await waitFor(() => sequences(publisher, 'dup').length === 1, { what: 'sequence 1' });
+    await waitFor(() => sequences(publisher, 'dup').length >= 1, { what: 'sequence 1' });
     await sleep(500);
     expect(sequences(publisher, 'dup')).toEqual([1]);
   });
