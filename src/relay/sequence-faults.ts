@@ -8,6 +8,16 @@ import type { Statement } from './session.js';
 import type { RelayCounters } from './stats.js';
 import { MAX_ERROR_CHARS } from './verdicts.js';
 
+/** An event BRIDGE_GAPS_SQL bridged. */
+interface BridgedRow {
+  readonly id: string;
+  readonly event_id: string;
+  readonly aggregate_type: string;
+  readonly aggregate_id: string;
+  readonly sequence: string;
+  readonly delivered: string;
+}
+
 /** The leases a claim ran under: every write of the relay's is fenced by them. */
 export interface Fence {
   readonly partitions: readonly number[];
@@ -101,14 +111,23 @@ export class SequenceFaults {
     const due = p.watch.due(fence.partitions);
     for (const [partition, heads] of due) {
       const epoch = fence.epochs[fence.partitions.indexOf(partition)];
-      const { rows } = await client.query<{
-        id: string;
-        event_id: string;
-        aggregate_type: string;
-        aggregate_id: string;
-        sequence: string;
-        delivered: string;
-      }>({ ...p.bridgeGaps, values: [p.relayId, partition, epoch, heads.map((h) => h.id)] });
+      let rows: BridgedRow[];
+      try {
+        ({ rows } = await client.query<BridgedRow>({
+          ...p.bridgeGaps,
+          values: [p.relayId, partition, epoch, heads.map((h) => h.id)],
+        }));
+      } catch (error) {
+        // A probe that fails (a relay role without the sequence_base grant, a statement
+        // timeout) must not stop delivery: the heads wait for the next probe. A broken
+        // connection fails the next claim, which the loop handles.
+        p.logger.warn(
+          { err: error, relayId: p.relayId, partition, heads: heads.length },
+          'gap probe failed; trying again later',
+        );
+        for (const h of heads) p.watch.missed(h.key);
+        continue;
+      }
       const bridged = new Set<string>();
       for (const r of rows) {
         const key = aggregateKeyOf(r.aggregate_type, r.aggregate_id);
