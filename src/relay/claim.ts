@@ -90,6 +90,7 @@ export class Claimer {
     const p = this.p;
     const { partitions, epochs } = p.leases.snapshot();
     const client = await p.session.get();
+    p.holdBack.claimStarting();
     const started = performance.now();
     const { rows } = await client.query<ClaimedRow>({
       ...p.statement,

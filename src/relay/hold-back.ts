@@ -27,6 +27,8 @@ export class HoldBack {
   readonly #times = new Map<string, number>();
   /** Aggregates with events in flight (claimed, outcome not yet recorded), with how many. */
   readonly #inFlight = new Map<string, number>();
+  /** Aggregates whose outcome was recorded since the current claim started. */
+  readonly #landedSince = new Set<string>();
 
   constructor(
     private readonly holdMs: number,
@@ -43,14 +45,24 @@ export class HoldBack {
 
   /** The outcome of one claimed event of `key` was recorded (or given up on). */
   landed(key: string): void {
+    this.#landedSince.add(key);
     const left = (this.#inFlight.get(key) ?? 1) - 1;
     if (left > 0) this.#inFlight.set(key, left);
     else this.#inFlight.delete(key);
   }
 
-  /** An event of the aggregate `key` is claimed and its outcome not recorded yet. */
-  inFlight(key: string): boolean {
-    return this.#inFlight.has(key);
+  /** A claim starts (claims never overlap: the pipeline prefetches one at a time). */
+  claimStarting(): void {
+    this.#landedSince.clear();
+  }
+
+  /**
+   * An event of the aggregate `key` is claimed and its outcome not recorded yet, or was
+   * recorded while the current claim ran: that claim may have read the aggregate's progress
+   * from before, and seen its next event as not following.
+   */
+  busy(key: string): boolean {
+    return this.#inFlight.has(key) || this.#landedSince.has(key);
   }
 
   /** The aggregate `key` is claimable again at once (its gap was bridged). */

@@ -90,7 +90,8 @@ export class SequenceFaults {
 
   /**
    * Tells the gap watch what the claim found: aggregates it passed an event of, and heads held
-   * at a gap (`gate = 'gap'`) with nothing of their aggregate in flight.
+   * at a gap (`gate = 'gap'`) with nothing of their aggregate in flight or recorded during the
+   * claim (an event in flight holds its successor back legitimately).
    */
   observe(rows: readonly ClaimedRow[]): void {
     const { watch, holdBack } = this.p;
@@ -99,7 +100,7 @@ export class SequenceFaults {
       if (r.gate === 'pass') watch.passed(aggregateKeyOf(r.aggregate_type, r.aggregate_id));
       else if (r.gate === 'gap') {
         const key = aggregateKeyOf(r.aggregate_type, r.aggregate_id);
-        if (!holdBack.inFlight(key)) heads.push({ key, id: r.id, partition: r.partition });
+        if (!holdBack.busy(key)) heads.push({ key, id: r.id, partition: r.partition });
       }
     }
     if (heads.length > 0) watch.held(heads);

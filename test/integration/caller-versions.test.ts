@@ -29,7 +29,11 @@ const statements: string[] = [];
 
 beforeAll(async () => {
   db = await createTestDb('caller_versions');
-  db.pool.on('connect', (client: pg.PoolClient) => {
+  // On every checkout: clients made before this listener (migrate's) are pooled too.
+  const watched = new WeakSet<pg.PoolClient>();
+  db.pool.on('acquire', (client: pg.PoolClient) => {
+    if (watched.has(client)) return;
+    watched.add(client);
     const query = client.query.bind(client) as (...args: unknown[]) => unknown;
     (client as { query: unknown }).query = (...args: unknown[]) => {
       const name = (args[0] as { name?: unknown } | undefined)?.name;

@@ -38,6 +38,19 @@ describe('HoldBack', () => {
     expect(holdBack.excluded([])).toEqual([key('a')]);
   });
 
+  it('an aggregate is busy while in flight and, once landed, until the next claim starts', () => {
+    const { holdBack } = setup();
+    holdBack.claimStarting();
+    expect(holdBack.busy(key('a'))).toBe(false);
+    holdBack.claimed(key('a'));
+    expect(holdBack.busy(key('a'))).toBe(true);
+    holdBack.claimStarting();
+    holdBack.landed(key('a')); // recorded while this claim ran: it may have read old progress
+    expect(holdBack.busy(key('a'))).toBe(true);
+    holdBack.claimStarting();
+    expect(holdBack.busy(key('a'))).toBe(false);
+  });
+
   it('forgets what is in flight after a loop error', () => {
     const { holdBack } = setup();
     holdBack.claimed(key('a'));
