@@ -1,3 +1,4 @@
+import { aggregateKeyOf } from '../aggregate-key.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import type { HeldRow, HoldBack } from './hold-back.js';
 import type { PartitionLeases } from './leases.js';
@@ -101,9 +102,13 @@ export class Claimer {
     const held: ClaimedRow[] = [];
     const repeats: ClaimedRow[] = [];
     for (const row of rows) {
-      if (row.gate === 'pass') messages.push(toMessage(row));
-      else if (row.gate === 'repeat') repeats.push(row);
-      else held.push(row);
+      if (row.gate === 'repeat') repeats.push(row);
+      else if (row.gate !== 'pass') held.push(row);
+      else if (
+        p.holdBack.repeatsInFlight(aggregateKeyOf(row.aggregate_type, row.aggregate_id), Number(row.sequence))
+      )
+        held.push(row);
+      else messages.push(toMessage(row));
     }
     const fence = { partitions, epochs };
     // A repeat holds nothing back: its aggregate's later events passed in this claim already.

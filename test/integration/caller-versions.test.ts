@@ -167,6 +167,23 @@ describe('caller versions: repeats', () => {
     ]);
   });
 
+  it('a repeat is never published while the version it repeats is in flight (one event per batch, pipelined)', async () => {
+    const publisher = new RecordingPublisher();
+    publisher.delayMs = 30; // the next claim runs while the batch is published
+    await insert('flight', [
+      { sequence: 1 },
+      { sequence: 2 },
+      { sequence: 3 },
+      { sequence: 3 },
+      { sequence: 4 },
+    ]);
+    await relay(publisher, { batchSize: 1 }).start();
+    await waitFor(() => sequences(publisher, 'flight').includes(4), { what: 'sequence 4' });
+    await sleep(200);
+    expect(sequences(publisher, 'flight')).toEqual([1, 2, 3, 4]);
+    expect(await rowsOf('flight')).toMatchObject([{ sequence: 3, status: 'dead' }]);
+  });
+
   it('a caller version below what default sequences delivered (the two mixed in one aggregate) goes dead', async () => {
     const publisher = new RecordingPublisher();
     await put(

@@ -51,6 +51,23 @@ describe('HoldBack', () => {
     expect(holdBack.busy(key('a'))).toBe(false);
   });
 
+  it('knows the highest sequence in flight per aggregate: a passed event at or below it repeats one', () => {
+    const { holdBack } = setup();
+    expect(holdBack.repeatsInFlight(key('a'), 3)).toBe(false);
+    holdBack.claimed(key('a'), 2);
+    holdBack.claimed(key('a'), 3);
+    expect(holdBack.repeatsInFlight(key('a'), 3)).toBe(true);
+    expect(holdBack.repeatsInFlight(key('a'), 4)).toBe(false);
+    expect(holdBack.repeatsInFlight(key('b'), 1)).toBe(false);
+    holdBack.landed(key('a'));
+    expect(holdBack.repeatsInFlight(key('a'), 3)).toBe(true); // one still in flight
+    holdBack.landed(key('a'));
+    expect(holdBack.repeatsInFlight(key('a'), 3)).toBe(false);
+    holdBack.claimed(key('a'), 5);
+    holdBack.forgetInFlight();
+    expect(holdBack.repeatsInFlight(key('a'), 5)).toBe(false);
+  });
+
   it('forgets what is in flight after a loop error', () => {
     const { holdBack } = setup();
     holdBack.claimed(key('a'));
