@@ -2,7 +2,9 @@
  * Caller versions (`enqueue({ sequence })`) the producer cannot check across transactions, made
  * safe by the relay (docs/guarantees.md, Caller versions): a repeat goes dead without blocking its
  * aggregate; a gap with nothing earlier left is bridged after the grace (and only then), so that a
- * `strict` inbox accepts the jump. Event rows with chosen sequences are inserted with plain SQL.
+ * `strict` inbox accepts the jump. Event rows are written through `enqueue({ sequence })`, or
+ * with plain SQL where a state is wanted that enqueue does not make (dead, backing off). The
+ * producer's side: test/integration/caller-versions.test.ts.
  */
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
@@ -133,7 +135,11 @@ describe('caller versions: repeats', () => {
     const registry = new Registry();
     const publisher = new RecordingPublisher();
     const { lines, logger } = logRecorder();
-    await insert('42', [{ sequence: 1 }, { sequence: 2 }, { sequence: 3 }, { sequence: 3 }, { sequence: 4 }]);
+    // Through enqueue({ sequence }): version 3 written twice, by two transactions.
+    for (const sequence of [1, 2, 3, 3, 4])
+      await put([
+        { aggregateType: 'order', aggregateId: '42', type: 'order.changed', payload: {}, sequence },
+      ]);
     const r = relay(publisher, { metrics: registry, logger });
     await r.start();
     await waitFor(() => sequences(publisher, '42').length === 4, { what: 'four published' });
@@ -214,7 +220,11 @@ describe('caller versions: gaps', () => {
     const registry = new Registry();
     const publisher = new RecordingPublisher();
     const { lines, logger } = logRecorder();
-    await insert('gap', [{ sequence: 1 }, { sequence: 2 }, { sequence: 4 }]);
+    // Through enqueue({ sequence }), one transaction per version, as a caller that skipped 3.
+    for (const sequence of [1, 2, 4])
+      await put([
+        { aggregateType: 'order', aggregateId: 'gap', type: 'order.changed', payload: {}, sequence },
+      ]);
     const started = Date.now();
     await relay(publisher, { metrics: registry, logger }).start();
     await waitFor(() => sequences(publisher, 'gap').length === 2, { what: '1 and 2' });
