@@ -85,6 +85,8 @@ export interface PruneOptions {
   /**
    * An aggregate last written this long ago, with everything delivered, loses its sequence and
    * progress rows (R_p). Default 7 days, at least 1 minute. Keep it above the longest consumer lag.
+   * An aggregate on caller versions (no sequence row) loses its progress row once the relay last
+   * recorded it this long ago, nothing of it left in events.
    * `false`: leave the aggregates alone.
    */
   readonly aggregateRetentionMs?: number | false;
