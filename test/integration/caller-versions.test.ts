@@ -93,7 +93,8 @@ describe('caller versions', () => {
     [1.5, 'is 1.5'],
     [2 ** 53, `is ${2 ** 53}`],
     [Number.NaN, 'is NaN'],
-    ['7' as unknown as number, 'is 7'],
+    ['7' as unknown as number, 'is a string'],
+    [7n as unknown as number, 'is a bigint'],
   ])('refuses sequence %s at the door', async (sequence, problem) => {
     const error = await inTransaction(db.pool, (tx) => enqueue(tx, event('bad', sequence), options())).catch(
       (e: unknown) => e,
