@@ -101,9 +101,17 @@ const CONFLICT_PG_CODES = new Set(['40001', '40P01']); // serialization_failure,
  * transaction lost a race; a retry may pass. A Node error code (ECONNREFUSED …) is not one.
  */
 export function isTransactionConflict(error: unknown): boolean {
+  return isPgServerError(error) && CONFLICT_PG_CODES.has(error.code);
+}
+
+/**
+ * True for an error the PostgreSQL server sent, as the pg driver reports it: its DatabaseError (or
+ * one of that shape, from another copy of pg), with its SQLSTATE in `code`.
+ */
+export function isPgServerError(error: unknown): error is Error & { code: string } {
   if (!(error instanceof Error)) return false;
   const e = error as { code?: unknown; severity?: unknown; routine?: unknown };
-  if (typeof e.code !== 'string' || !CONFLICT_PG_CODES.has(e.code)) return false;
+  if (typeof e.code !== 'string') return false;
   return (
     error instanceof pg.DatabaseError ||
     (error.name === 'error' && typeof e.severity === 'string' && 'routine' in error)

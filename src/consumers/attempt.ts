@@ -6,9 +6,9 @@ import { type DeferPolicy, deferDelay } from './defer.js';
 import type { KeyedQueue } from './keyed-queue.js';
 
 /** What {@link handleAttempt} needs of an adapter's resolved options. */
-export interface AttemptOptions<T> {
-  readonly inbox: Inbox<T>;
-  readonly handler: InboxHandler<T>;
+export interface AttemptOptions<T, Tx> {
+  readonly inbox: Inbox<T, Tx>;
+  readonly handler: InboxHandler<T, Tx>;
   readonly defer: DeferPolicy;
   readonly logger: Logger;
 }
@@ -20,9 +20,9 @@ export interface AttemptOptions<T> {
  * (database down …: nothing was committed), which is logged with `failure`. For the adapters that
  * retry in process (MQTT, Kafka): a broker without a negative ack, or an offset kept uncommitted.
  */
-export async function handleAttempt<T>(
+export async function handleAttempt<T, Tx>(
   queue: KeyedQueue,
-  o: AttemptOptions<T>,
+  o: AttemptOptions<T, Tx>,
   message: InboxMessage,
   failure: string,
 ): Promise<number | undefined> {

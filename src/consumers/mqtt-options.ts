@@ -1,5 +1,7 @@
 /** Options of {@link consumeMqtt}: the checks and the defaults, resolved once. */
+
 import type { IClientOptions, MqttClient } from 'mqtt';
+import type { PoolClient } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { type DeferPolicy, deferPolicy } from './defer.js';
@@ -16,7 +18,7 @@ export type MqttClientOptions = Omit<
   'protocolVersion' | 'clean' | 'clientId' | 'customHandleAcks'
 >;
 
-export interface MqttConsumerOptions<T = unknown> extends ConsumerOptions<T> {
+export interface MqttConsumerOptions<T = unknown, Tx = PoolClient> extends ConsumerOptions<T, Tx> {
   /** Broker URL, e.g. `mqtt://127.0.0.1:1883`; the adapter owns (and ends) this client. */
   readonly url?: string;
   /**
@@ -40,17 +42,17 @@ export interface MqttConsumerOptions<T = unknown> extends ConsumerOptions<T> {
 
 type Defaulted = 'concurrency' | 'logger' | 'sessionExpirySeconds' | 'deferMs' | 'deferCapMs';
 
-export interface ResolvedMqttConsumerOptions<T = unknown>
-  extends Omit<MqttConsumerOptions<T>, Defaulted>,
-    ResolvedConsumerOptions<T> {
+export interface ResolvedMqttConsumerOptions<T = unknown, Tx = PoolClient>
+  extends Omit<MqttConsumerOptions<T, Tx>, Defaulted>,
+    ResolvedConsumerOptions<T, Tx> {
   readonly sessionExpirySeconds: number;
   readonly defer: DeferPolicy;
 }
 
 /** Checked (errors name the option and the fix), defaults in. */
-export function resolveMqttConsumerOptions<T>(
-  options: MqttConsumerOptions<T>,
-): ResolvedMqttConsumerOptions<T> {
+export function resolveMqttConsumerOptions<T, Tx>(
+  options: MqttConsumerOptions<T, Tx>,
+): ResolvedMqttConsumerOptions<T, Tx> {
   checkInboxAndHandler(options);
   const hasUrl = typeof options.url === 'string' && options.url !== '';
   checkConsumerAddress(options, hasUrl);

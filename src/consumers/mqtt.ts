@@ -22,7 +22,9 @@
  * on the resumed session (the inbox deduplicates them). A message without a tx-outbox envelope
  * cannot be deduplicated nor quarantined: it is acked (dropped) and logged.
  */
+
 import { connect, type IPublishPacket, type MqttClient } from 'mqtt';
+import type { PoolClient } from 'pg';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { sleep } from '../sleep.js';
@@ -51,7 +53,9 @@ type SendPacket = (packet: { cmd: string; messageId?: number }, cb?: (error?: Er
  * // …
  * await consumer.stop();
  */
-export async function consumeMqtt<T = unknown>(options: MqttConsumerOptions<T>): Promise<Consumer> {
+export async function consumeMqtt<T = unknown, Tx = PoolClient>(
+  options: MqttConsumerOptions<T, Tx>,
+): Promise<Consumer> {
   const o = resolveMqttConsumerOptions(options);
   const owned = o.client === undefined;
   const client =
@@ -74,7 +78,7 @@ export async function consumeMqtt<T = unknown>(options: MqttConsumerOptions<T>):
   }
 }
 
-class MqttConsumer<T> implements Consumer {
+class MqttConsumer<T, Tx> implements Consumer {
   readonly #queue: KeyedQueue;
   readonly #life: ConsumerLifecycle;
   /** Deliveries being handled, by packet id: their PUBACK waits for them. */
@@ -92,7 +96,7 @@ class MqttConsumer<T> implements Consumer {
   constructor(
     private readonly client: MqttClient,
     private readonly owned: boolean,
-    private readonly o: ResolvedMqttConsumerOptions<T>,
+    private readonly o: ResolvedMqttConsumerOptions<T, Tx>,
   ) {
     this.#queue = new KeyedQueue(o.concurrency);
     this.#life = new ConsumerLifecycle(o.signal, () => this.#shutdown());

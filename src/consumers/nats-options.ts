@@ -1,5 +1,7 @@
 /** Options of {@link consumeNats}: the vocabulary, the checks, the defaults, resolved once. */
+
 import type { NatsConnection, NodeConnectionOptions } from '@nats-io/transport-node';
+import type { PoolClient } from 'pg';
 import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { renamedOptions } from '../options/renamed.js';
 import { type DeferPolicy, deferPolicy } from './defer.js';
@@ -10,7 +12,7 @@ import {
   type ResolvedConsumerOptions,
 } from './options.js';
 
-export interface NatsConsumerOptions<T = unknown> extends ConsumerOptions<T> {
+export interface NatsConsumerOptions<T = unknown, Tx = PoolClient> extends ConsumerOptions<T, Tx> {
   /** Server URL(s); the adapter owns (and closes) this connection. */
   readonly url?: string | string[];
   /** An existing connection instead of `url`; never closed by the adapter. */
@@ -44,15 +46,17 @@ export const NATS_CONSUMER_RENAMES = {
 
 type Defaulted = 'concurrency' | 'logger' | 'deferMs' | 'deferCapMs' | 'ackWaitMs';
 
-export interface ResolvedNatsConsumerOptions<T = unknown>
-  extends Omit<NatsConsumerOptions<T>, Defaulted | keyof typeof NATS_CONSUMER_RENAMES>,
-    ResolvedConsumerOptions<T> {
+export interface ResolvedNatsConsumerOptions<T = unknown, Tx = PoolClient>
+  extends Omit<NatsConsumerOptions<T, Tx>, Defaulted | keyof typeof NATS_CONSUMER_RENAMES>,
+    ResolvedConsumerOptions<T, Tx> {
   readonly defer: DeferPolicy;
   readonly ackWaitMs: number;
 }
 
 /** Old spellings renamed (warning once), checked (errors name the option and the fix), defaults in. */
-export function resolveNatsConsumerOptions<T>(given: NatsConsumerOptions<T>): ResolvedNatsConsumerOptions<T> {
+export function resolveNatsConsumerOptions<T, Tx>(
+  given: NatsConsumerOptions<T, Tx>,
+): ResolvedNatsConsumerOptions<T, Tx> {
   const options = renamedOptions('consumeNats', given, NATS_CONSUMER_RENAMES);
   checkInboxAndHandler(options);
   checkConsumerAddress(options, options.url !== undefined && options.url.length > 0);

@@ -9,6 +9,7 @@
  * acked. A message without a tx-outbox envelope cannot be deduplicated nor quarantined
  * (it has no event id): it is terminated (`term`) and logged.
  */
+
 import {
   AckPolicy,
   type ConsumerMessages,
@@ -18,6 +19,7 @@ import {
   jetstreamManager,
 } from '@nats-io/jetstream';
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
+import type { PoolClient } from 'pg';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { apiErrorCode } from '../publishers/nats/classify.js';
@@ -45,7 +47,9 @@ const CONSUMER_NOT_FOUND = 10014;
  * // …
  * await consumer.stop();
  */
-export async function consumeNats<T = unknown>(options: NatsConsumerOptions<T>): Promise<Consumer> {
+export async function consumeNats<T = unknown, Tx = PoolClient>(
+  options: NatsConsumerOptions<T, Tx>,
+): Promise<Consumer> {
   const o = resolveNatsConsumerOptions(options);
   const owned = o.client === undefined;
   const nc = o.client ?? (await connect({ ...o.clientOptions, servers: o.url! }));
@@ -62,7 +66,10 @@ export async function consumeNats<T = unknown>(options: NatsConsumerOptions<T>):
   }
 }
 
-async function ensureConsumer(nc: NatsConnection, o: ResolvedNatsConsumerOptions<never>): Promise<void> {
+async function ensureConsumer<T, Tx>(
+  nc: NatsConnection,
+  o: ResolvedNatsConsumerOptions<T, Tx>,
+): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const update = {
     ack_wait: nanos(o.ackWaitMs),
@@ -96,7 +103,7 @@ function headerRecord(msg: JsMsg): Record<string, string> {
   return headers;
 }
 
-class NatsConsumer<T> implements Consumer {
+class NatsConsumer<T, Tx> implements Consumer {
   readonly #queue: KeyedQueue;
   readonly #life: ConsumerLifecycle;
   #loop: Promise<void> | undefined;
@@ -105,7 +112,7 @@ class NatsConsumer<T> implements Consumer {
     private readonly nc: NatsConnection,
     private readonly owned: boolean,
     private readonly messages: ConsumerMessages,
-    private readonly o: ResolvedNatsConsumerOptions<T>,
+    private readonly o: ResolvedNatsConsumerOptions<T, Tx>,
   ) {
     this.#queue = new KeyedQueue(o.concurrency);
     this.#life = new ConsumerLifecycle(o.signal, () => this.#shutdown());

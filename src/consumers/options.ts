@@ -4,14 +4,15 @@
  * `nats-options.ts`, `redis-options.ts`, `rabbitmq-options.ts`, `mqtt-options.ts`,
  * `kafka/options.ts`, `webhook-options.ts`.
  */
+import type { PoolClient } from 'pg';
 import type { Inbox, InboxHandler } from '../inbox/inbox.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { checkExactlyOne } from '../options/checks.js';
 
 /** What every consumer adapter takes. */
-export interface ConsumerOptions<T = unknown> {
-  readonly inbox: Inbox<T>;
-  readonly handler: InboxHandler<T>;
+export interface ConsumerOptions<T = unknown, Tx = PoolClient> {
+  readonly inbox: Inbox<T, Tx>;
+  readonly handler: InboxHandler<T, Tx>;
   /** Deliveries handled at once (across aggregates). Default 16. */
   readonly concurrency?: number;
   /** Aborting it stops the consumer (like `stop()`). */
@@ -20,8 +21,8 @@ export interface ConsumerOptions<T = unknown> {
 }
 
 /** {@link ConsumerOptions} with the defaults filled in. */
-export interface ResolvedConsumerOptions<T = unknown>
-  extends Omit<ConsumerOptions<T>, 'concurrency' | 'logger'> {
+export interface ResolvedConsumerOptions<T = unknown, Tx = PoolClient>
+  extends Omit<ConsumerOptions<T, Tx>, 'concurrency' | 'logger'> {
   readonly concurrency: number;
   readonly logger: Logger;
 }

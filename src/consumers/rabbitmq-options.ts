@@ -1,5 +1,7 @@
 /** Options of {@link consumeRabbitMq}: the vocabulary, the checks, the defaults, resolved once. */
+
 import type { Options, SocketOptions } from 'amqplib';
+import type { PoolClient } from 'pg';
 import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import { renamedOptions } from '../options/renamed.js';
 import type { AmqpConnection } from '../publishers/rabbitmq/index.js';
@@ -10,7 +12,7 @@ import {
   type ResolvedConsumerOptions,
 } from './options.js';
 
-export interface RabbitMqConsumerOptions<T = unknown> extends ConsumerOptions<T> {
+export interface RabbitMqConsumerOptions<T = unknown, Tx = PoolClient> extends ConsumerOptions<T, Tx> {
   /** Broker URL or amqplib connect object; the adapter owns (and closes) this connection. */
   readonly url?: string | Options.Connect;
   /** amqplib socket options of the connections made from `url`. */
@@ -33,17 +35,17 @@ export const RABBITMQ_CONSUMER_RENAMES = { connection: 'client', socketOptions: 
 
 type Defaulted = 'concurrency' | 'logger' | 'prefetch' | 'deferMs';
 
-export interface ResolvedRabbitMqConsumerOptions<T = unknown>
-  extends Omit<RabbitMqConsumerOptions<T>, Defaulted | keyof typeof RABBITMQ_CONSUMER_RENAMES>,
-    ResolvedConsumerOptions<T> {
+export interface ResolvedRabbitMqConsumerOptions<T = unknown, Tx = PoolClient>
+  extends Omit<RabbitMqConsumerOptions<T, Tx>, Defaulted | keyof typeof RABBITMQ_CONSUMER_RENAMES>,
+    ResolvedConsumerOptions<T, Tx> {
   readonly prefetch: number;
   readonly deferMs: number;
 }
 
 /** Old spellings renamed (warning once), checked (errors name the option and the fix), defaults in. */
-export function resolveRabbitMqConsumerOptions<T>(
-  given: RabbitMqConsumerOptions<T>,
-): ResolvedRabbitMqConsumerOptions<T> {
+export function resolveRabbitMqConsumerOptions<T, Tx>(
+  given: RabbitMqConsumerOptions<T, Tx>,
+): ResolvedRabbitMqConsumerOptions<T, Tx> {
   const options = renamedOptions('consumeRabbitMq', given, RABBITMQ_CONSUMER_RENAMES);
   checkInboxAndHandler(options);
   checkConsumerAddress(options, options.url !== undefined && options.url !== '');

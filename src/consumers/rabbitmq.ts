@@ -14,7 +14,9 @@
  * without requeue (dead-lettered when the queue has a dead-letter exchange, dropped otherwise)
  * and logged.
  */
+
 import { type Channel, type ConfirmChannel, type ConsumeMessage, connect } from 'amqplib';
+import type { PoolClient } from 'pg';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import type { AmqpConnection } from '../publishers/rabbitmq/index.js';
@@ -39,7 +41,9 @@ export type { RabbitMqConsumerOptions } from './rabbitmq-options.js';
  * // …
  * await consumer.stop();
  */
-export async function consumeRabbitMq<T = unknown>(options: RabbitMqConsumerOptions<T>): Promise<Consumer> {
+export async function consumeRabbitMq<T = unknown, Tx = PoolClient>(
+  options: RabbitMqConsumerOptions<T, Tx>,
+): Promise<Consumer> {
   const o = resolveRabbitMqConsumerOptions(options);
   const owned = o.client === undefined;
   const connection: AmqpConnection = o.client ?? (await connect(o.url!, o.clientOptions));
@@ -118,7 +122,7 @@ function addMissingId(headers: Record<string, string>, messageId: string): void 
   if (found !== undefined) headers[`${found}id`] = messageId;
 }
 
-class RabbitMqConsumer<T> implements Consumer {
+class RabbitMqConsumer<T, Tx> implements Consumer {
   readonly #queue: KeyedQueue;
   readonly #life: ConsumerLifecycle;
   /** Deferred deliveries waiting for their requeue. */
@@ -132,7 +136,7 @@ class RabbitMqConsumer<T> implements Consumer {
     private readonly connection: AmqpConnection,
     private readonly owned: boolean,
     private readonly channel: Channel,
-    private readonly o: ResolvedRabbitMqConsumerOptions<T>,
+    private readonly o: ResolvedRabbitMqConsumerOptions<T, Tx>,
   ) {
     this.#queue = new KeyedQueue(o.concurrency);
     this.#life = new ConsumerLifecycle(o.signal, () => this.#shutdown());

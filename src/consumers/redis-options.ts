@@ -1,4 +1,5 @@
 /** Options of {@link consumeRedis}: the checks and the defaults, resolved once. */
+import type { PoolClient } from 'pg';
 import type { createClient, RedisClientOptions } from 'redis';
 import { checkInboxAndHandler, checkIntegers, checkNames } from '../options/checks.js';
 import {
@@ -10,7 +11,7 @@ import {
 
 export type RedisClient = ReturnType<typeof createClient>;
 
-export interface RedisConsumerOptions<T = unknown> extends ConsumerOptions<T> {
+export interface RedisConsumerOptions<T = unknown, Tx = PoolClient> extends ConsumerOptions<T, Tx> {
   /** `redis[s]://…`; the adapter owns (and closes) its clients. */
   readonly url?: string;
   /**
@@ -35,9 +36,9 @@ export interface RedisConsumerOptions<T = unknown> extends ConsumerOptions<T> {
 
 type Defaulted = 'concurrency' | 'logger' | 'startId' | 'blockMs' | 'claimIdleMs' | 'claimIntervalMs';
 
-export interface ResolvedRedisConsumerOptions<T = unknown>
-  extends Omit<RedisConsumerOptions<T>, Defaulted>,
-    ResolvedConsumerOptions<T> {
+export interface ResolvedRedisConsumerOptions<T = unknown, Tx = PoolClient>
+  extends Omit<RedisConsumerOptions<T, Tx>, Defaulted>,
+    ResolvedConsumerOptions<T, Tx> {
   readonly startId: string;
   readonly blockMs: number;
   readonly claimIdleMs: number;
@@ -45,9 +46,9 @@ export interface ResolvedRedisConsumerOptions<T = unknown>
 }
 
 /** Checked (errors name the option and the fix), defaults in. */
-export function resolveRedisConsumerOptions<T>(
-  options: RedisConsumerOptions<T>,
-): ResolvedRedisConsumerOptions<T> {
+export function resolveRedisConsumerOptions<T, Tx>(
+  options: RedisConsumerOptions<T, Tx>,
+): ResolvedRedisConsumerOptions<T, Tx> {
   checkInboxAndHandler(options);
   checkConsumerAddress(options, options.url !== undefined && options.url !== '');
   checkNames(options, ['stream', 'group', 'consumerName']);

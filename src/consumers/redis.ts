@@ -11,6 +11,7 @@
  * upgraded read the same. An entry without a tx-outbox envelope cannot be deduplicated nor
  * quarantined (no event id): it is logged and acknowledged.
  */
+import type { PoolClient } from 'pg';
 import { createClient, RESP_TYPES, type RedisArgument } from 'redis';
 import { isEnvelopeName } from '../envelope/read.js';
 import { errorMessage, OutboxValidationError } from '../errors.js';
@@ -47,7 +48,9 @@ const AS_BUFFERS = { typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer } } as cons
  * @example
  * const consumer = await consumeRedis({ inbox, handler, url: 'redis://127.0.0.1:6379', stream: 'orders', group: 'inventory', consumerName: hostname() });
  */
-export async function consumeRedis<T = unknown>(options: RedisConsumerOptions<T>): Promise<Consumer> {
+export async function consumeRedis<T = unknown, Tx = PoolClient>(
+  options: RedisConsumerOptions<T, Tx>,
+): Promise<Consumer> {
   const o = resolveRedisConsumerOptions(options);
   const owned: Client[] = [];
   try {
@@ -80,7 +83,7 @@ export async function consumeRedis<T = unknown>(options: RedisConsumerOptions<T>
 
 const noop = (): void => {};
 
-class RedisConsumer<T> implements Consumer {
+class RedisConsumer<T, Tx> implements Consumer {
   readonly #queue: KeyedQueue;
   readonly #life: ConsumerLifecycle;
   /** Entry ids being handled here: a claim never hands them over twice. */
@@ -93,7 +96,7 @@ class RedisConsumer<T> implements Consumer {
     private readonly main: Client,
     private readonly reader: Client,
     private readonly owned: Client[],
-    private readonly o: ResolvedRedisConsumerOptions<T>,
+    private readonly o: ResolvedRedisConsumerOptions<T, Tx>,
   ) {
     this.#queue = new KeyedQueue(o.concurrency);
     this.#life = new ConsumerLifecycle(o.signal, () => this.#shutdown());

@@ -1,11 +1,13 @@
 /** Options of {@link webhookReceiver} and {@link createWebhookServer}: the checks and the defaults, resolved once. */
+import type { PoolClient } from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { checkInboxAndHandler, checkIntegers } from '../options/checks.js';
 import { decodeSecret, type WebhookSecret } from '../publishers/webhook/signature.js';
 import { type ConsumerOptions, consumerDefaults, type ResolvedConsumerOptions } from './options.js';
 
 /** `concurrency`: requests handled at once (across aggregates), default 16. */
-export interface WebhookReceiverOptions<T = unknown> extends Omit<ConsumerOptions<T>, 'signal'> {
+export interface WebhookReceiverOptions<T = unknown, Tx = PoolClient>
+  extends Omit<ConsumerOptions<T, Tx>, 'signal'> {
   /** The Standard Webhooks secret shared with the publisher. */
   readonly secret: WebhookSecret;
   /** Maximum distance between `webhook-timestamp` and now, in seconds. Default 300. */
@@ -20,9 +22,9 @@ export interface WebhookReceiverOptions<T = unknown> extends Omit<ConsumerOption
 
 type Defaulted = 'toleranceSeconds' | 'retryAfterSeconds' | 'maxBodyBytes' | 'bodyTimeoutMs';
 
-export interface ResolvedWebhookReceiverOptions<T = unknown>
-  extends Omit<WebhookReceiverOptions<T>, Defaulted | 'concurrency' | 'logger'>,
-    Omit<ResolvedConsumerOptions<T>, 'signal'> {
+export interface ResolvedWebhookReceiverOptions<T = unknown, Tx = PoolClient>
+  extends Omit<WebhookReceiverOptions<T, Tx>, Defaulted | 'concurrency' | 'logger'>,
+    Omit<ResolvedConsumerOptions<T, Tx>, 'signal'> {
   readonly toleranceSeconds: number;
   /** The `Retry-After` header value. */
   readonly retryAfter: string;
@@ -30,7 +32,7 @@ export interface ResolvedWebhookReceiverOptions<T = unknown>
   readonly bodyTimeoutMs: number;
 }
 
-export interface WebhookServerOptions<T = unknown> extends WebhookReceiverOptions<T> {
+export interface WebhookServerOptions<T = unknown, Tx = PoolClient> extends WebhookReceiverOptions<T, Tx> {
   /** Port to listen on; 0 picks a free one. Default 0. */
   readonly port?: number;
   /** Default `127.0.0.1`. */
@@ -42,7 +44,9 @@ export interface WebhookServerOptions<T = unknown> extends WebhookReceiverOption
 }
 
 export type ResolvedWebhookServerOptions = Readonly<
-  Required<Pick<WebhookServerOptions<never>, 'port' | 'host' | 'headersTimeoutMs' | 'requestTimeoutMs'>>
+  Required<
+    Pick<WebhookServerOptions<never, never>, 'port' | 'host' | 'headersTimeoutMs' | 'requestTimeoutMs'>
+  >
 >;
 
 const DEFAULT_BODY_TIMEOUT_MS = 10_000;
@@ -50,9 +54,9 @@ const DEFAULT_HEADERS_TIMEOUT_MS = 10_000;
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 /** Checked (errors name the option and the fix; a malformed secret throws here), defaults in. */
-export function resolveWebhookReceiverOptions<T>(
-  options: WebhookReceiverOptions<T>,
-): ResolvedWebhookReceiverOptions<T> {
+export function resolveWebhookReceiverOptions<T, Tx>(
+  options: WebhookReceiverOptions<T, Tx>,
+): ResolvedWebhookReceiverOptions<T, Tx> {
   checkInboxAndHandler(options);
   if (options.secret === undefined || options.secret.length === 0)
     throw new OutboxValidationError('secret', 'is missing', 'Pass the secret shared with the publisher.');
@@ -76,8 +80,8 @@ export function resolveWebhookReceiverOptions<T>(
 }
 
 /** The server's own options (the receiver's are resolved by {@link resolveWebhookReceiverOptions}). */
-export function resolveWebhookServerOptions(
-  options: WebhookServerOptions<never>,
+export function resolveWebhookServerOptions<T, Tx>(
+  options: WebhookServerOptions<T, Tx>,
 ): ResolvedWebhookServerOptions {
   checkIntegers(
     options,

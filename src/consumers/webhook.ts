@@ -19,7 +19,9 @@
  * (408), and `createWebhookServer` also bounds the headers and the whole request. A
  * client that goes away mid-request is logged at debug level only.
  */
+
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { PoolClient } from 'pg';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { verifyWebhookEvent } from '../publishers/webhook/signature.js';
@@ -61,7 +63,9 @@ const MAX_HEADER_BYTES = 32 * 1024;
  *   .createServer({ headersTimeout: 10_000, requestTimeout: 30_000 }, webhookReceiver({ inbox, handler, secret: process.env.WEBHOOK_SECRET! }))
  *   .listen(8080);
  */
-export function webhookReceiver<T = unknown>(options: WebhookReceiverOptions<T>): WebhookRequestListener {
+export function webhookReceiver<T = unknown, Tx = PoolClient>(
+  options: WebhookReceiverOptions<T, Tx>,
+): WebhookRequestListener {
   const o = resolveWebhookReceiverOptions(options);
   const { logger, retryAfter, maxBodyBytes, bodyTimeoutMs } = o;
   const queue = new KeyedQueue(o.concurrency);
@@ -176,8 +180,8 @@ export interface WebhookServer {
 }
 
 /** Starts an HTTP server running {@link webhookReceiver}. */
-export async function createWebhookServer<T = unknown>(
-  options: WebhookServerOptions<T>,
+export async function createWebhookServer<T = unknown, Tx = PoolClient>(
+  options: WebhookServerOptions<T, Tx>,
 ): Promise<WebhookServer> {
   const listener = webhookReceiver(options);
   const { port: wanted, host, headersTimeoutMs, requestTimeoutMs } = resolveWebhookServerOptions(options);

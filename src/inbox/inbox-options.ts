@@ -2,7 +2,9 @@
  * The inbox's options, checked once where it is created (each error names the option and the
  * fix), and its statements in the consumer's schema.
  */
-import type { Pool } from 'pg';
+import type { Pool, PoolClient } from 'pg';
+import { pgTransactions } from '../adapters/pg.js';
+import type { TransactionRunner } from '../adapters/transactions.js';
 import { OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { MetricsOption } from '../metrics/sink.js';
@@ -26,8 +28,22 @@ import {
 } from './inbox-sql.js';
 import { ORDERING_POLICIES, type OrderingPolicy, type StartSequence } from './ordering.js';
 
-export interface InboxOptions<A extends readonly AcceptedEvent[] = readonly AcceptedEvent[]> {
-  readonly pool: Pool;
+/**
+ * The inbox's options. Exactly one of `pool` (node-postgres: the handler gets the PoolClient of the
+ * transaction) and `transactions` (an ORM's runner, e.g. `transactions(db)` of `tx-outbox/drizzle`:
+ * the handler gets the ORM's own transaction object, `Tx`).
+ */
+export interface InboxOptions<
+  A extends readonly AcceptedEvent[] = readonly AcceptedEvent[],
+  Tx = PoolClient,
+> {
+  /** The pg Pool of the consumer database. */
+  readonly pool?: Pool;
+  /**
+   * Transactions through an ORM (src/adapters/transactions.ts), instead of `pool`: the handler's
+   * first argument is the ORM's transaction, and its writes commit with the dedup record.
+   */
+  readonly transactions?: TransactionRunner<Tx>;
   /** This consumer's name: dedup records and positions are per consumer. */
   readonly consumer: string;
   readonly schema?: string;
@@ -88,14 +104,16 @@ export interface Statements {
   readonly doneQuarantine: string;
 }
 
-/** Checks the options (nothing is connected yet); the ordering policy and the statements. */
-export function resolveInboxOptions(options: InboxOptions<readonly AcceptedEvent[]>): {
+/**
+ * Checks the options (nothing is connected yet); the runner every statement goes through, the
+ * ordering policy and the statements.
+ */
+export function resolveInboxOptions<Tx>(options: InboxOptions<readonly AcceptedEvent[], Tx>): {
+  runner: TransactionRunner<Tx>;
   ordering: OrderingPolicy;
   sql: Statements;
 } {
-  if (!options?.pool || typeof options.pool.connect !== 'function') {
-    throw new OutboxValidationError('pool', 'is missing', 'Pass the pg Pool of the consumer database.');
-  }
+  const runner = resolveRunner(options);
   if (typeof options.consumer !== 'string' || options.consumer.trim() === '') {
     throw new OutboxValidationError('consumer', 'is missing', "Name the consumer, e.g. 'inventory'.");
   }
@@ -138,5 +156,42 @@ export function resolveInboxOptions(options: InboxOptions<readonly AcceptedEvent
     releasedMessages: withSchema(RELEASED_MESSAGES_SQL, schema),
     doneQuarantine: withSchema(DONE_QUARANTINE_SQL, schema),
   };
-  return { ordering, sql };
+  return { runner, ordering, sql };
+}
+
+/** `transactions`, or `pgTransactions(pool)`: exactly one of them. */
+function resolveRunner<Tx>(options: InboxOptions<readonly AcceptedEvent[], Tx>): TransactionRunner<Tx> {
+  const { pool, transactions } = options ?? {};
+  if (pool !== undefined && transactions !== undefined) {
+    throw new OutboxValidationError(
+      'transactions',
+      'was given together with `pool`',
+      'Give one of them: `pool` for node-postgres, `transactions` for an ORM.',
+    );
+  }
+  if (transactions !== undefined) {
+    const t = transactions as Partial<TransactionRunner<Tx>> | null;
+    if (
+      t === null ||
+      typeof t.transaction !== 'function' ||
+      typeof t.errorCode !== 'function' ||
+      typeof t.sql?.query !== 'function'
+    ) {
+      throw new OutboxValidationError(
+        'transactions',
+        'is not a transaction runner (transaction, sql, errorCode)',
+        "Pass your ORM's runner, e.g. transactions(db) from 'tx-outbox/drizzle'.",
+      );
+    }
+    return transactions;
+  }
+  if (!pool || typeof pool.connect !== 'function') {
+    throw new OutboxValidationError(
+      'pool',
+      'is missing',
+      "Pass the pg Pool of the consumer database, or `transactions` (your ORM's runner).",
+    );
+  }
+  // Without `transactions`, Tx is PoolClient (its default): the type parameter says so.
+  return pgTransactions(pool) as unknown as TransactionRunner<Tx>;
 }

@@ -6,16 +6,18 @@
  * type or schema version, or that fail validation, are parked in quarantine with
  * the reason — never dropped silently, never retried in a hot loop.
  */
-import type { Pool, PoolClient } from 'pg';
-import { errorMessage, isTransactionConflict } from '../errors.js';
+import type { PoolClient } from 'pg';
+import type { SqlExecutor, TransactionRunner } from '../adapters/transactions.js';
+import { errorMessage } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { type InboxMetrics, NOOP_INBOX_METRICS, SinkInboxMetrics } from '../metrics/inbox-metrics.js';
 import { resolveMetrics } from '../metrics/sink.js';
-import { inTransaction, lostItsConnection } from '../producer/transaction.js';
 import { redactText } from '../redact.js';
+import type { Statement } from '../schema/statement.js';
 import { SKIPPED_EVENT_TYPE } from '../skip-marker.js';
 import { ProcessTracing } from '../tracing/process-span.js';
 import { type AcceptedData, type AcceptedEvent, decode, type InboxEvent } from './decode.js';
+import { databaseFault, isAbortedTransaction } from './faults.js';
 import { type InboxOptions, resolveInboxOptions, type Statements } from './inbox-options.js';
 import type { InboxMessage } from './message.js';
 import {
@@ -27,6 +29,7 @@ import {
   gapExhausted,
   type OrderingPolicy,
 } from './ordering.js';
+import { booleanOf, bytesOf, jsonOf, numberOf, textOf } from './rows.js';
 
 export type { AcceptedData, AcceptedEvent, InboxEvent, SchemaOutput, StandardSchema } from './decode.js';
 export type { InboxOptions } from './inbox-options.js';
@@ -49,27 +52,33 @@ export interface HandleResult {
   readonly attempts?: number;
 }
 
-export type InboxHandler<T = unknown> = (tx: PoolClient, event: InboxEvent<T>) => Promise<unknown>;
+/**
+ * Applies one event. `tx` is the inbox's transaction: the PoolClient with `pool`, the ORM's own
+ * transaction object with `transactions` — write through it, and the writes commit with the
+ * dedup record or roll back with it.
+ */
+export type InboxHandler<T = unknown, Tx = PoolClient> = (tx: Tx, event: InboxEvent<T>) => Promise<unknown>;
 
 /**
- * An inbox whose handlers receive `event.data` of type `T` (from the `accepts` schemas). The
- * methods' type parameter narrows it further, when the caller knows more than the schemas say.
+ * An inbox whose handlers receive `event.data` of type `T` (from the `accepts` schemas) and the
+ * transaction `Tx` (PoolClient, or the ORM's transaction with `transactions`). The methods' type
+ * parameter narrows `T` further, when the caller knows more than the schemas say.
  */
-export interface Inbox<T = unknown> {
+export interface Inbox<T = unknown, Tx = PoolClient> {
   readonly consumer: string;
   /**
    * Handles one delivery; acknowledge the broker unless the result is `deferred`. Rejects, with
    * nothing written, when the database is unreachable or the transaction's connection broke
    * (redeliver later): a transient fault is never counted as a handler failure.
    */
-  handle<D extends T = T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult>;
+  handle<D extends T = T>(message: InboxMessage, handler: InboxHandler<D, Tx>): Promise<HandleResult>;
   /**
    * Hands released quarantined messages (`tx-outbox inbox release`) to the handler again, in
    * aggregate order; a released message skips the accepted-version check (and a gap) once, the
    * messages parked behind it follow it and skip nothing. Returns what happened to each.
    */
   replayReleased<D extends T = T>(
-    handler: InboxHandler<D>,
+    handler: InboxHandler<D, Tx>,
     options?: { limit?: number },
   ): Promise<HandleResult[]>;
   /** What `handle` answered since this inbox was created, per status (duplicates received, stale skipped …). */
@@ -80,8 +89,8 @@ export type InboxStats = Readonly<Record<HandleStatus, number>>;
 
 /** A quarantined event a strict gap waits behind. */
 interface Blocker {
-  readonly event_id: string;
-  readonly sequence: string;
+  readonly eventId: string;
+  readonly sequence: number;
   readonly released: boolean;
 }
 
@@ -100,16 +109,18 @@ class Rejected extends Error {
 
 /**
  * Creates the inbox of one consumer. The handler's `event.data` is typed from the `accepts`
- * schemas (their outputs' union; `unknown` when one has no schema).
+ * schemas (their outputs' union; `unknown` when one has no schema); its transaction from
+ * `transactions` (PoolClient with `pool`).
  */
-export function createInbox<const A extends readonly AcceptedEvent[] = readonly AcceptedEvent[]>(
-  options: InboxOptions<A>,
-): Inbox<AcceptedData<A>> {
-  const { ordering, sql } = resolveInboxOptions(options);
-  return new TransactionalInbox<AcceptedData<A>>(options, ordering, sql);
+export function createInbox<
+  const A extends readonly AcceptedEvent[] = readonly AcceptedEvent[],
+  Tx = PoolClient,
+>(options: InboxOptions<A, Tx>): Inbox<AcceptedData<A>, Tx> {
+  const { runner, ordering, sql } = resolveInboxOptions(options);
+  return new TransactionalInbox<AcceptedData<A>, Tx>(options, runner, ordering, sql);
 }
 
-class TransactionalInbox<T> implements Inbox<T> {
+class TransactionalInbox<T, Tx> implements Inbox<T, Tx> {
   readonly consumer: string;
   private readonly logger: Logger;
   private readonly maxAttempts: number;
@@ -118,7 +129,9 @@ class TransactionalInbox<T> implements Inbox<T> {
   readonly #tracing: ProcessTracing;
 
   constructor(
-    private readonly o: InboxOptions<readonly AcceptedEvent[]>,
+    private readonly o: InboxOptions<readonly AcceptedEvent[], Tx>,
+    /** Every statement goes through it: `fn`'s executor inside a transaction, `sql` outside one. */
+    private readonly runner: TransactionRunner<Tx>,
     private readonly ordering: OrderingPolicy,
     private readonly sql: Statements,
   ) {
@@ -147,82 +160,84 @@ class TransactionalInbox<T> implements Inbox<T> {
     return { ...this.#counts };
   }
 
-  async handle<D extends T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
+  async handle<D extends T>(message: InboxMessage, handler: InboxHandler<D, Tx>): Promise<HandleResult> {
     const result = await this.#tracing.around(message, () => this.#handle(message, handler));
     this.#counts[result.status] += 1;
     this.metrics.handled(result.status, message);
     return result;
   }
 
-  async #handle<D>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
+  async #handle<D>(message: InboxMessage, handler: InboxHandler<D, Tx>): Promise<HandleResult> {
     // A skip marker takes the event's place in its aggregate's order, under every policy, but has
     // nothing to decode and no handler to run: it is recorded as skipped.
     const marker = message.type === SKIPPED_EVENT_TYPE;
     const decoded = marker
       ? undefined
-      : await decode<D>(this.o.accepts, message, () => this.isReleased(this.o.pool, message));
+      : await decode<D>(this.o.accepts, message, () => this.isReleased(this.runner.sql, message));
     if (decoded !== undefined && 'reason' in decoded) return this.park(message, decoded.reason, 0);
     // Only what fails from the handler's call on is charged to it: before, the inbox's own
     // statements ran (a lock or statement timeout behind another instance, a pool timeout).
     let handlerRan = false;
     try {
-      await inTransaction(
-        this.o.pool,
-        async (tx) => {
-          const { rows } = await tx.query<{ last_sequence: string }>({
-            ...(marker ? { text: this.sql.claimAndAdvanceSkipped } : this.sql.claimAndAdvance),
-            values: [
-              this.consumer,
-              message.eventId,
-              message.aggregateType,
-              message.aggregateId,
-              message.sequence,
-            ],
-          });
-          if (rows.length === 0) throw new Rejected('duplicate');
-          const seen = Number(rows[0]!.last_sequence);
-          const last = seen === 0 ? undefined : seen;
-          const start = this.o.startSequence ?? 1;
-          const base = message.sequenceBase ?? 0;
-          const decision = decideOrder(this.ordering, last, message.sequence, start, base);
-          // A gap: behind a quarantined event it waits for that one, released or not; otherwise a
-          // released message skips it once (the operator let the aggregate go past the hole).
-          const blocker = decision === 'gap' ? await this.blocker(tx, message, seen) : undefined;
-          if (decision === 'gap' && (blocker || !(await this.isReleased(tx, message)))) {
-            const reason =
-              last !== undefined || base > 0
-                ? `waiting for sequence ${expectedSequence(last ?? 0, base)} of this aggregate`
-                : `waiting for sequence ${start} of this aggregate, the first this consumer would apply ` +
-                  "(if it joined a stream whose earlier events it will never receive, set startSequence: 'first-seen')";
-            throw new Rejected('deferred', reason, seen, blocker);
-          }
-          if (decision === 'stale')
-            throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
-          if (decoded === undefined) return;
-          handlerRan = true;
-          const started = this.metrics.handlerStarted();
-          try {
-            await handler(tx, decoded.event);
-          } finally {
-            this.metrics.handlerDone(started);
-          }
-        },
-        // The ordering decision reads the position row it just locked: READ COMMITTED sees the
-        // latest committed version (a stricter default isolation would fail instead of waiting).
-        'BEGIN ISOLATION LEVEL READ COMMITTED',
-      );
+      // The runner opens READ COMMITTED: the ordering decision reads the position row it just
+      // locked, and sees its latest committed version (a stricter isolation would fail instead of waiting).
+      await this.runner.transaction(async (tx, sql) => {
+        const { rows } = await sql.query<{ last_sequence: unknown }>({
+          ...(marker ? { text: this.sql.claimAndAdvanceSkipped } : statement(this.sql.claimAndAdvance)),
+          values: [
+            this.consumer,
+            message.eventId,
+            message.aggregateType,
+            message.aggregateId,
+            message.sequence,
+          ],
+        });
+        if (rows.length === 0) throw new Rejected('duplicate');
+        const seen = numberOf(rows[0]!.last_sequence);
+        const last = seen === 0 ? undefined : seen;
+        const start = this.o.startSequence ?? 1;
+        const base = message.sequenceBase ?? 0;
+        const decision = decideOrder(this.ordering, last, message.sequence, start, base);
+        // A gap: behind a quarantined event it waits for that one, released or not; otherwise a
+        // released message skips it once (the operator let the aggregate go past the hole).
+        const blocker = decision === 'gap' ? await this.blocker(sql, message, seen) : undefined;
+        if (decision === 'gap' && (blocker || !(await this.isReleased(sql, message)))) {
+          const reason =
+            last !== undefined || base > 0
+              ? `waiting for sequence ${expectedSequence(last ?? 0, base)} of this aggregate`
+              : `waiting for sequence ${start} of this aggregate, the first this consumer would apply ` +
+                "(if it joined a stream whose earlier events it will never receive, set startSequence: 'first-seen')";
+          throw new Rejected('deferred', reason, seen, blocker);
+        }
+        if (decision === 'stale')
+          throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
+        if (decoded === undefined) return;
+        handlerRan = true;
+        const started = this.metrics.handlerStarted();
+        try {
+          await handler(tx, decoded.event);
+        } finally {
+          this.metrics.handlerDone(started);
+        }
+      });
       return { status: marker ? 'skipped' : 'processed' };
     } catch (error) {
       if (error instanceof Rejected) return this.rejected(message, error);
-      // The database went away under the transaction: nothing was applied and the handler is not to
-      // blame (no attempt charged); rejecting tells the adapter to redeliver.
-      if (lostItsConnection(error) || !handlerRan) throw error;
+      // Before the handler ran, only the inbox's own statements failed (a lock or statement timeout
+      // behind another instance, a pool timeout): nothing charged, the adapter redelivers.
+      if (!handlerRan) throw error;
+      // The handler caught a failed statement's error and returned: its failure, nothing committed.
+      if (isAbortedTransaction(error)) return this.failed(message, error);
+      // The database went away under the transaction, or the transaction lost a race (serialization
+      // failure, deadlock): nothing was applied and the handler is not to blame (no attempt
+      // charged); rejecting tells the adapter to redeliver. Any other error is the handler's.
+      if (databaseFault(this.runner.errorCode(error)) !== undefined) throw error;
       return this.failed(message, error);
     }
   }
 
   async replayReleased<D extends T>(
-    handler: InboxHandler<D>,
+    handler: InboxHandler<D, Tx>,
     options: { limit?: number } = {},
   ): Promise<HandleResult[]> {
     const limit = options.limit ?? 100;
@@ -230,29 +245,30 @@ class TransactionalInbox<T> implements Inbox<T> {
     // Each released message once per call; what a replayed one releases behind it comes next.
     const tried: string[] = [];
     while (results.length < limit) {
-      const { rows } = await this.o.pool.query(this.sql.releasedMessages, [
-        this.consumer,
-        limit - results.length,
-        tried,
-      ]);
+      const { rows } = await this.runner.sql.query<ReleasedRow>({
+        text: this.sql.releasedMessages,
+        values: [this.consumer, limit - results.length, tried],
+      });
       if (rows.length === 0) break;
       for (const r of rows) {
-        tried.push(r.id);
+        const id = textOf(r.id);
+        tried.push(id);
+        const headers = jsonOf<Record<string, string>>(r.headers) ?? {};
         const message: InboxMessage = {
-          eventId: r.event_id,
-          type: r.event_type,
-          aggregateType: r.aggregate_type,
-          aggregateId: r.aggregate_id,
-          sequence: Number(r.sequence),
-          sequenceBase: sequenceBaseHeader(r.headers),
-          schemaVersion: r.schema_version,
-          contentType: r.headers?.['ce-datacontenttype'] ?? 'application/json',
-          headers: r.headers,
-          payload: r.payload,
+          eventId: textOf(r.event_id),
+          type: textOf(r.event_type),
+          aggregateType: textOf(r.aggregate_type),
+          aggregateId: textOf(r.aggregate_id),
+          sequence: numberOf(r.sequence),
+          sequenceBase: sequenceBaseHeader(headers),
+          schemaVersion: numberOf(r.schema_version),
+          contentType: headers['ce-datacontenttype'] ?? 'application/json',
+          headers,
+          payload: bytesOf(r.payload),
         };
         const result = await this.handle(message, handler);
         if (result.status !== 'deferred' && result.status !== 'quarantined') {
-          await this.o.pool.query(this.sql.doneQuarantine, [r.id]);
+          await this.runner.sql.query({ text: this.sql.doneQuarantine, values: [id] });
         }
         results.push(result);
       }
@@ -263,15 +279,17 @@ class TransactionalInbox<T> implements Inbox<T> {
   /** The transaction rolled back; a stale event's dedup record is then kept on its own. */
   private async rejected(message: InboxMessage, r: Rejected): Promise<HandleResult> {
     if (r.status === 'stale') {
-      await inTransaction(this.o.pool, async (tx) => {
-        await tx.query(this.sql.claim, [
+      // One statement, atomic on its own.
+      await this.runner.sql.query({
+        text: this.sql.claim,
+        values: [
           this.consumer,
           message.eventId,
           message.aggregateType,
           message.aggregateId,
           message.sequence,
           'stale',
-        ]);
+        ],
       });
       return { status: 'stale', ...(r.reason ? { reason: r.reason } : {}) };
     }
@@ -293,23 +311,23 @@ class TransactionalInbox<T> implements Inbox<T> {
   ): Promise<HandleResult> {
     if (blocker && !blocker.released) return this.parkOnGap(message, gapAfter, waiting);
     const reason = blocker
-      ? `waiting behind released event ${blocker.event_id} (sequence ${blocker.sequence}), which replayReleased applies first`
+      ? `waiting behind released event ${blocker.eventId} (sequence ${blocker.sequence}), which replayReleased applies first`
       : waiting;
-    const { rows: counted } = await this.o.pool.query<{ attempts: number; waited_ms: string }>(
-      this.sql.countDeferral,
-      [this.consumer, message.eventId, reason, gapAfter, GAP_INTERVAL_CAP_MS],
-    );
-    const attempts = counted[0]!.attempts;
+    const { rows: counted } = await this.runner.sql.query<{ attempts: unknown; waited_ms: unknown }>({
+      text: this.sql.countDeferral,
+      values: [this.consumer, message.eventId, reason, gapAfter, GAP_INTERVAL_CAP_MS],
+    });
+    const attempts = numberOf(counted[0]!.attempts);
     const exhausted = gapExhausted(this.gapBudget, {
-      waitedMs: Number(counted[0]!.waited_ms),
+      waitedMs: numberOf(counted[0]!.waited_ms),
       deliveries: attempts,
     });
     if (exhausted === undefined) return { status: 'deferred', reason, attempts };
     if (!blocker)
       return this.parkOnGap(message, gapAfter, waiting, { reason: `${exhausted}: ${reason}`, attempts });
     return this.park(message, `${exhausted}: ${reason}`, attempts, undefined, {
-      behind: blocker.event_id,
-      released: `behind released event ${blocker.event_id}`,
+      behind: blocker.eventId,
+      released: `behind released event ${blocker.eventId}`,
     });
   }
 
@@ -325,40 +343,38 @@ class TransactionalInbox<T> implements Inbox<T> {
     waiting: string,
     exhausted?: { reason: string; attempts: number },
   ): Promise<HandleResult> {
-    const parked = await inTransaction(this.o.pool, async (tx) => {
-      const { rows } = await tx.query<{ last_sequence: string }>(this.sql.lockPosition, [
-        this.consumer,
-        message.aggregateType,
-        message.aggregateId,
-      ]);
-      if (Number(rows[0]!.last_sequence) !== gapAfter) return undefined;
-      const blocker = await this.blocker(tx, message, gapAfter);
+    const parked = await this.runner.transaction(async (_tx, sql) => {
+      const { rows } = await sql.query<{ last_sequence: unknown }>({
+        text: this.sql.lockPosition,
+        values: [this.consumer, message.aggregateType, message.aggregateId],
+      });
+      if (numberOf(rows[0]!.last_sequence) !== gapAfter) return undefined;
+      const blocker = await this.blocker(sql, message, gapAfter);
       if (blocker?.released) return undefined;
       if (blocker) {
-        const reason = `waiting behind quarantined event ${blocker.event_id} (sequence ${blocker.sequence})`;
-        return this.park(message, reason, 0, undefined, { behind: blocker.event_id }, tx);
+        const reason = `waiting behind quarantined event ${blocker.eventId} (sequence ${blocker.sequence})`;
+        return this.park(message, reason, 0, undefined, { behind: blocker.eventId }, sql);
       }
       return exhausted
-        ? this.park(message, exhausted.reason, exhausted.attempts, undefined, {}, tx)
+        ? this.park(message, exhausted.reason, exhausted.attempts, undefined, {}, sql)
         : undefined;
     });
     return parked ?? { status: 'deferred', reason: waiting };
   }
 
+  /**
+   * Charges the handler's failure: a connection error of its own calls included (ECONNREFUSED from
+   * a service it calls, which the pg runner does not take for the database's).
+   */
   private async failed(message: InboxMessage, error: unknown): Promise<HandleResult> {
-    // The inbox's transaction lost a race (serialization failure, deadlock): not the event's fault
-    // either. Nothing was committed; the adapter redelivers. Any other error is the handler's, a
-    // connection error of its own calls included (ECONNREFUSED from a service it calls): charged.
-    if (isTransactionConflict(error)) throw error;
     const e = error instanceof Error ? error : new Error(String(error));
     // The handler's error may quote an address it called, key and all: not into a row.
     const text = redactText(errorMessage(e));
-    const { rows } = await this.o.pool.query<{ attempts: number }>(this.sql.countAttempt, [
-      this.consumer,
-      message.eventId,
-      `handler failed: ${text}`.slice(0, 2000),
-    ]);
-    const attempts = rows[0]!.attempts;
+    const { rows } = await this.runner.sql.query<{ attempts: unknown }>({
+      text: this.sql.countAttempt,
+      values: [this.consumer, message.eventId, `handler failed: ${text}`.slice(0, 2000)],
+    });
+    const attempts = numberOf(rows[0]!.attempts);
     if (attempts >= this.maxAttempts) {
       return this.park(message, `handler failed ${attempts} times: ${text}`, attempts, e);
     }
@@ -375,23 +391,26 @@ class TransactionalInbox<T> implements Inbox<T> {
     attempts: number,
     error?: Error,
     place: { behind?: string; released?: string } = {},
-    db: Pick<Pool, 'query'> | PoolClient = this.o.pool,
+    db: SqlExecutor = this.runner.sql,
   ): Promise<HandleResult> {
-    await db.query(this.sql.quarantine, [
-      this.consumer,
-      message.eventId,
-      message.aggregateType,
-      message.aggregateId,
-      message.sequence,
-      message.type,
-      message.schemaVersion,
-      JSON.stringify(message.headers),
-      Buffer.from(message.payload),
-      reason,
-      attempts,
-      place.behind ?? null,
-      place.released ?? null,
-    ]);
+    await db.query({
+      text: this.sql.quarantine,
+      values: [
+        this.consumer,
+        message.eventId,
+        message.aggregateType,
+        message.aggregateId,
+        message.sequence,
+        message.type,
+        message.schemaVersion,
+        JSON.stringify(message.headers),
+        Buffer.from(message.payload),
+        reason,
+        attempts,
+        place.behind ?? null,
+        place.released ?? null,
+      ],
+    });
     this.logger.error({ consumer: this.consumer, eventId: message.eventId, reason }, 'message quarantined');
     return { status: 'quarantined', reason, ...(error ? { error } : {}) };
   }
@@ -402,27 +421,50 @@ class TransactionalInbox<T> implements Inbox<T> {
    * stale, it holds nothing back) and the message.
    */
   private async blocker(
-    tx: PoolClient,
+    sql: SqlExecutor,
     message: InboxMessage,
     gapAfter: number,
   ): Promise<Blocker | undefined> {
     const start = this.o.startSequence ?? 1;
     const stands = gapAfter !== 0 || start === 'first-seen' ? gapAfter : start - 1;
-    const { rows } = await tx.query<Blocker>(this.sql.blocker, [
-      this.consumer,
-      message.aggregateType,
-      message.aggregateId,
-      stands,
-      message.sequence,
-    ]);
-    return rows[0];
+    const { rows } = await sql.query<{ event_id: unknown; sequence: unknown; released: unknown }>({
+      text: this.sql.blocker,
+      values: [this.consumer, message.aggregateType, message.aggregateId, stands, message.sequence],
+    });
+    const row = rows[0];
+    return row === undefined
+      ? undefined
+      : {
+          eventId: textOf(row.event_id),
+          sequence: numberOf(row.sequence),
+          released: booleanOf(row.released),
+        };
   }
 
   /** An operator released this message from quarantine: it skips the version check and a gap once. */
-  private async isReleased(db: Pick<Pool, 'query'> | PoolClient, message: InboxMessage): Promise<boolean> {
-    const { rowCount } = await db.query(this.sql.released, [this.consumer, message.eventId]);
-    return (rowCount ?? 0) > 0;
+  private async isReleased(sql: SqlExecutor, message: InboxMessage): Promise<boolean> {
+    // Rows, not rowCount: an ORM's executor returns rows only.
+    const { rows } = await sql.query({ text: this.sql.released, values: [this.consumer, message.eventId] });
+    return rows.length > 0;
   }
+}
+
+/** A released quarantined message, as the driver under the runner returns it. */
+interface ReleasedRow {
+  readonly id: unknown;
+  readonly event_id: unknown;
+  readonly event_type: unknown;
+  readonly aggregate_type: unknown;
+  readonly aggregate_id: unknown;
+  readonly sequence: unknown;
+  readonly schema_version: unknown;
+  readonly headers: unknown;
+  readonly payload: unknown;
+}
+
+/** A named statement as a query: its name only when it has one (prepared). */
+function statement(s: Statement): { text: string; name?: string } {
+  return s.name === undefined ? { text: s.text } : { text: s.text, name: s.name };
 }
 
 /** The sequence base a quarantined message's stored headers carry (`ce-sequencebase`; absent: 0). */

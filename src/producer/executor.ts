@@ -1,4 +1,5 @@
 import { OutboxValidationError } from '../errors.js';
+import { foreignHandle } from './orm-handles.js';
 
 /**
  * The minimal database port the producer needs: one parameterised query on
@@ -25,6 +26,47 @@ interface MaybePg {
  * (each query would run on any connection) or a client known to be idle.
  */
 export function assertInTransaction(tx: unknown): asserts tx is SqlExecutor {
+  const pg = tx as MaybePg | null;
+  // A pg Client or PoolClient (the hot path) is recognised first; only another handle is looked at
+  // more closely.
+  if (
+    typeof pg?.getTransactionStatus !== 'function' ||
+    typeof (tx as { query?: unknown }).query !== 'function'
+  ) {
+    assertOtherHandle(tx);
+    return;
+  }
+  const status = pg.getTransactionStatus();
+  if (status === 'I') {
+    throw new OutboxValidationError(
+      'tx',
+      'is not inside a transaction (status idle)',
+      "Run BEGIN first: the event must commit with the business change, in the caller's transaction.",
+    );
+  }
+  if (status === 'E') {
+    throw new OutboxValidationError(
+      'tx',
+      'is in a failed transaction',
+      'ROLLBACK and retry the transaction.',
+    );
+  }
+}
+
+/**
+ * A handle that is not a pg client: a Pool, or another library's handle (refused, naming the
+ * subpath that takes it — TypeORM's EntityManager has a `query` method, yet must not be called),
+ * or an executor of the caller's own making (accepted).
+ */
+function assertOtherHandle(tx: unknown): asserts tx is SqlExecutor {
+  const foreign = foreignHandle(tx);
+  if (foreign !== undefined) {
+    throw new OutboxValidationError(
+      'tx',
+      `is ${foreign.what}, which the core enqueue (node-postgres) does not take`,
+      `Import { enqueue } from 'tx-outbox/${foreign.subpath}' and call it with the ${foreign.orm} transaction.`,
+    );
+  }
   if (tx === null || typeof tx !== 'object' || typeof (tx as { query?: unknown }).query !== 'function') {
     throw new OutboxValidationError(
       'tx',
@@ -43,22 +85,5 @@ export function assertInTransaction(tx: unknown): asserts tx is SqlExecutor {
       'is a Pool, so the event would not share the business transaction',
       'Call pool.connect(), BEGIN, and pass that client.',
     );
-  }
-  if (typeof pg.getTransactionStatus === 'function') {
-    const status = pg.getTransactionStatus();
-    if (status === 'I') {
-      throw new OutboxValidationError(
-        'tx',
-        'is not inside a transaction (status idle)',
-        "Run BEGIN first: the event must commit with the business change, in the caller's transaction.",
-      );
-    }
-    if (status === 'E') {
-      throw new OutboxValidationError(
-        'tx',
-        'is in a failed transaction',
-        'ROLLBACK and retry the transaction.',
-      );
-    }
   }
 }

@@ -17,10 +17,13 @@ import type { InboxMessage } from '../inbox/message.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import { contractMessage } from './publisher-contract.js';
 
-/** What the suite hands to {@link ConsumerUnderTest.consume}. */
-export interface ConsumerSetup {
-  readonly inbox: Inbox;
-  readonly handler: InboxHandler;
+/**
+ * What the suite hands to {@link ConsumerUnderTest.consume}: an inbox and its handler, whose
+ * transaction is `Tx` (the suite's own inbox runs on node-postgres: PoolClient).
+ */
+export interface ConsumerSetup<Tx = pg.PoolClient> {
+  readonly inbox: Inbox<unknown, Tx>;
+  readonly handler: InboxHandler<unknown, Tx>;
   /** 0, 1 …: instances of one namespace share the broker-side identity (group, durable, queue) where the broker has one. */
   readonly instance: number;
   readonly concurrency: number;

@@ -10,6 +10,7 @@ import type { TransactionRunner } from '../../src/adapters/transactions.js';
 import { OutboxValidationError } from '../../src/errors.js';
 import { createInbox } from '../../src/inbox/inbox.js';
 import type { InboxMessage } from '../../src/inbox/message.js';
+import { releaseQuarantined } from '../../src/inbox/quarantine.js';
 import type { EnqueueOptions, EnqueueResult } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
@@ -73,6 +74,18 @@ export function adapterConformance<Tx>(harness: AdapterHarness<Tx>, url: string)
     beforeAll(async () => {
       db = await createTestDb(`adapter_${harness.name}`);
       await db.pool.query(`CREATE TABLE "${db.schema}".business (id text PRIMARY KEY, note text)`);
+      // A business write whose id starts with `raise-<SQLSTATE>-` fails with that SQLSTATE: how a
+      // handler's ORM statement meets a serialization failure or a deadlock, whatever the ORM.
+      await db.pool.query(`
+        CREATE FUNCTION "${db.schema}".raise_on_id() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.id LIKE 'raise-%' THEN
+            RAISE EXCEPTION 'raised for %', NEW.id USING ERRCODE = split_part(NEW.id, '-', 2);
+          END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER raise_on_id BEFORE INSERT ON "${db.schema}".business
+          FOR EACH ROW EXECUTE FUNCTION "${db.schema}".raise_on_id();`);
       options = { schema: db.schema };
       orm = await harness.open(url, db.schema);
     });
@@ -190,16 +203,22 @@ export function adapterConformance<Tx>(harness: AdapterHarness<Tx>, url: string)
             for (let i = 0; i < 8; i++) {
               await orm.transaction(async (tx) => {
                 await orm.insertBusiness(tx, `${id}-${w}-${i}`);
-                await harness.enqueue(
-                  tx,
-                  i % 2 === 0
-                    ? { aggregateType: 'order', aggregateId: id, type: 'order.placed', payload: { w, i } }
-                    : [
-                        { aggregateType: 'order', aggregateId: id, type: 'order.placed', payload: { w, i } },
-                        { aggregateType: 'order', aggregateId: id, type: 'order.noted', payload: { w, i } },
-                      ],
-                  options,
-                );
+                const placed = {
+                  aggregateType: 'order',
+                  aggregateId: id,
+                  type: 'order.placed',
+                  payload: { w, i },
+                };
+                if (i % 2 === 0) await harness.enqueue(tx, placed, options);
+                else
+                  await harness.enqueue(
+                    tx,
+                    [
+                      placed,
+                      { aggregateType: 'order', aggregateId: id, type: 'order.noted', payload: { w, i } },
+                    ],
+                    options,
+                  );
               });
             }
           })(),
@@ -303,13 +322,158 @@ export function adapterConformance<Tx>(harness: AdapterHarness<Tx>, url: string)
         const result = await inbox.handle(m, async (tx) => {
           await orm.insertBusiness(tx, taken).catch(() => undefined); // duplicate key, swallowed
         });
-        expect(result.status).not.toBe('processed');
+        // The handler's failure: charged and deferred, never processed.
+        expect(result).toMatchObject({ status: 'deferred', attempts: 1 });
+        expect(result.error).toMatchObject({ code: 'TXO_TRANSACTION_ABORTED' });
         expect(
           await count(
             `SELECT count(*) AS n FROM "${db.schema}".inbox WHERE consumer = $1 AND event_id = $2`,
             [`a-${harness.name}`, m.eventId],
           ),
         ).toBe(0);
+      });
+
+      it('redelivers on a serialization failure or deadlock of the handler’s ORM statement, charging nothing', async () => {
+        const consumer = `s-${harness.name}`;
+        const inbox = createInbox({ transactions: orm.transactions(), consumer, schema: db.schema });
+        for (const state of ['40001', '40P01']) {
+          const m = message(db.schema);
+          const error = await inbox
+            .handle(m, (tx) => orm.insertBusiness(tx, `raise-${state}-${m.eventId}`))
+            .then(
+              (result) => result,
+              (e: unknown) => e,
+            );
+          expect(error, `${state}: the inbox rejects (redeliver)`).toBeInstanceOf(Error);
+          expect(orm.transactions().errorCode(error)).toBe(state);
+          expect(
+            await count(`SELECT count(*) AS n FROM "${db.schema}".inbox_attempts WHERE consumer = $1`, [
+              consumer,
+            ]),
+          ).toBe(0);
+          const retried = await inbox.handle(m, (tx) => orm.insertBusiness(tx, `ok-${m.eventId}`));
+          expect(retried.status).toBe('processed');
+        }
+      });
+
+      it('charges a unique violation of the handler’s ORM statement, and quarantines after maxAttempts', async () => {
+        const consumer = `u-${harness.name}`;
+        const inbox = createInbox({
+          transactions: orm.transactions(),
+          consumer,
+          schema: db.schema,
+          maxAttempts: 2,
+        });
+        const m = message(db.schema);
+        const taken = `uniq-${m.eventId}`;
+        await orm.transaction((tx) => orm.insertBusiness(tx, taken));
+        const first = await inbox.handle(m, (tx) => orm.insertBusiness(tx, taken));
+        expect(first).toMatchObject({ status: 'deferred', attempts: 1 });
+        expect(orm.transactions().errorCode(first.error)).toBe('23505');
+        const second = await inbox.handle(m, (tx) => orm.insertBusiness(tx, taken));
+        expect(second.status).toBe('quarantined');
+        expect(
+          await count(
+            `SELECT count(*) AS n FROM "${db.schema}".inbox_quarantine WHERE consumer = $1 AND event_id = $2`,
+            [consumer, m.eventId],
+          ),
+        ).toBe(1);
+      });
+
+      it('rejects, charging nothing, when the transaction’s connection is terminated under the handler', async () => {
+        const consumer = `l-${harness.name}`;
+        const inbox = createInbox({ transactions: orm.transactions(), consumer, schema: db.schema });
+        const m = message(db.schema);
+        const error = await inbox
+          .handle(m, async (tx) => {
+            // The inbox's transaction holds a lock on the positions table: end its backend, as a
+            // database restart would, then write through the dead transaction.
+            await db.pool.query(
+              `SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+               WHERE l.relation = $1::regclass AND l.pid <> pg_backend_pid()`,
+              [`"${db.schema}".inbox_positions`],
+            );
+            await new Promise((resolve) => setTimeout(resolve, 100));
+            await orm.insertBusiness(tx, `lost-${m.eventId}`);
+          })
+          .then(
+            (result) => result,
+            (e: unknown) => e,
+          );
+        expect(error, 'the inbox rejects (redeliver), it does not charge the handler').toBeInstanceOf(Error);
+        expect(
+          await count(`SELECT count(*) AS n FROM "${db.schema}".inbox_attempts WHERE consumer = $1`, [
+            consumer,
+          ]),
+        ).toBe(0);
+        // The ORM goes on with a new connection: the redelivery is applied.
+        const retried = await inbox.handle(m, (tx) => orm.insertBusiness(tx, `lost-${m.eventId}`));
+        expect(retried.status).toBe('processed');
+      });
+
+      it('orders, defers a gap, skips the stale, and replays a released message with its bytes and headers', async () => {
+        const consumer = `o-${harness.name}`;
+        const inbox = createInbox({
+          transactions: orm.transactions(),
+          consumer,
+          schema: db.schema,
+          accepts: [{ type: 'order.placed', schemaVersion: 1 }],
+        });
+        const applied: unknown[] = [];
+        const handler = async (tx: Tx, event: { data: unknown; sequence: number }) => {
+          applied.push(event.data);
+          await orm.insertBusiness(tx, `o-${event.sequence}-${crypto.randomUUID()}`);
+        };
+        const aggregateId = `ord-${harness.name}`;
+        const second = message(db.schema, { aggregateId, sequence: 2 });
+        const early = await inbox.handle(second, handler);
+        expect(early).toMatchObject({ status: 'deferred', attempts: 1 });
+        expect((await inbox.handle(second, handler)).attempts).toBe(2);
+        expect((await inbox.handle(message(db.schema, { aggregateId, sequence: 1 }), handler)).status).toBe(
+          'processed',
+        );
+        expect((await inbox.handle(second, handler)).status).toBe('processed');
+        expect((await inbox.handle(message(db.schema, { aggregateId, sequence: 2 }), handler)).status).toBe(
+          'stale',
+        );
+        // An unknown schema version is quarantined; released, it is replayed through the runner's
+        // own reads (bytea payload, jsonb headers) and applied.
+        const data = { text: 'ü "quoted" \u0000-free', n: [1, 2] };
+        const v2 = message(db.schema, {
+          aggregateId,
+          sequence: 3,
+          schemaVersion: 2,
+          payload: Buffer.from(JSON.stringify(data)),
+          headers: { 'x-tenant': 'acme', 'ce-datacontenttype': 'application/json' },
+        });
+        expect((await inbox.handle(v2, handler)).status).toBe('quarantined');
+        const { rows } = await db.pool.query(
+          `SELECT id::text FROM "${db.schema}".inbox_quarantine WHERE consumer = $1 AND event_id = $2`,
+          [consumer, v2.eventId],
+        );
+        await releaseQuarantined(db.pool, { schema: db.schema, ids: [rows[0].id], reason: 'v2 understood' });
+        let replayed: { headers: Readonly<Record<string, string>>; payload: Uint8Array } | undefined;
+        const results = await inbox.replayReleased(async (tx, event) => {
+          replayed = event;
+          await handler(tx, event);
+        });
+        expect(results.map((r) => r.status)).toEqual(['processed']);
+        expect(applied.at(-1)).toEqual(data);
+        expect(Buffer.from(replayed!.payload)).toEqual(Buffer.from(JSON.stringify(data)));
+        expect(replayed!.headers).toMatchObject({ 'x-tenant': 'acme' });
+        expect(
+          await count(`SELECT count(*) AS n FROM "${db.schema}".inbox_quarantine WHERE consumer = $1`, [
+            consumer,
+          ]),
+        ).toBe(0);
+      });
+
+      it('refuses pool and transactions together, and neither, naming the option', () => {
+        const both = () =>
+          createInbox({ pool: db.pool, transactions: orm.transactions(), consumer: 'x', schema: db.schema });
+        expect(both).toThrow(OutboxValidationError);
+        expect(both).toThrow(/^transactions: was given together with `pool`/);
+        expect(() => createInbox({ consumer: 'x' })).toThrow(/^pool: is missing/);
       });
 
       it('tells a serialization failure and a unique violation by their SQLSTATE', async () => {

@@ -73,10 +73,10 @@ export function losePublishAcks(inner: Publisher, lost: LostAcks): Publisher {
 }
 
 /** The consumer's side: answers `deferred` for some deliveries the inbox committed, so the adapter naks them. */
-export function loseConsumerAcks<T>(inbox: Inbox<T>, lost: LostAcks): Inbox<T> {
+export function loseConsumerAcks<T, Tx>(inbox: Inbox<T, Tx>, lost: LostAcks): Inbox<T, Tx> {
   return {
     consumer: inbox.consumer,
-    async handle<D extends T>(message: InboxMessage, handler: InboxHandler<D>): Promise<HandleResult> {
+    async handle<D extends T>(message: InboxMessage, handler: InboxHandler<D, Tx>): Promise<HandleResult> {
       const result = await inbox.handle(message, handler);
       if (result.status === 'processed' && lost.lose(message.eventId))
         return { status: 'deferred', reason: `${INJECTED}: acknowledgement lost after the inbox commit` };

@@ -24,7 +24,7 @@ const REOPEN_BASE_MS = 500;
 const REOPEN_CAP_MS = 5_000;
 const COMMIT_RETRY_MS = 500;
 
-export class KafkaConsumer<T> implements Consumer {
+export class KafkaConsumer<T, Tx> implements Consumer {
   readonly #queue: KeyedQueue;
   readonly #life: ConsumerLifecycle;
   readonly #book: PartitionBook;
@@ -76,7 +76,7 @@ export class KafkaConsumer<T> implements Consumer {
     private readonly client: KafkaClient<Buffer, Buffer, Buffer, Buffer>,
     stream: KafkaStream,
     private readonly open: () => Promise<KafkaStream>,
-    private readonly o: ResolvedKafkaConsumerOptions<T>,
+    private readonly o: ResolvedKafkaConsumerOptions<T, Tx>,
   ) {
     this.#queue = new KeyedQueue(o.concurrency);
     this.#life = new ConsumerLifecycle(o.signal, () => this.#shutdown());

@@ -22,7 +22,9 @@
  * never move backwards (the client library itself may resend a commit after rejoining the group:
  * at worst a redelivery, which the inbox answers `duplicate`).
  */
+
 import { Consumer as KafkaClient } from '@platformatic/kafka';
+import type { PoolClient } from 'pg';
 import type { Consumer } from '../consumer.js';
 import { KafkaConsumer, type KafkaStream } from './consumer.js';
 import { type KafkaConsumerOptions, resolveKafkaConsumerOptions } from './options.js';
@@ -38,7 +40,9 @@ export type { KafkaConsumerOptions } from './options.js';
  * // …
  * await consumer.stop();
  */
-export async function consumeKafka<T = unknown>(options: KafkaConsumerOptions<T>): Promise<Consumer> {
+export async function consumeKafka<T = unknown, Tx = PoolClient>(
+  options: KafkaConsumerOptions<T, Tx>,
+): Promise<Consumer> {
   const o = resolveKafkaConsumerOptions(options);
   const client = new KafkaClient<Buffer, Buffer, Buffer, Buffer>({
     clientId: o.clientId,

@@ -1,11 +1,12 @@
 /** Options of {@link consumeKafka}: the vocabulary, the checks, the defaults, resolved once. */
+import type { PoolClient } from 'pg';
 import { OutboxValidationError } from '../../errors.js';
 import { checkInboxAndHandler, checkIntegers, checkNames } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import { type DeferPolicy, deferPolicy } from '../defer.js';
 import { type ConsumerOptions, consumerDefaults, type ResolvedConsumerOptions } from '../options.js';
 
-export interface KafkaConsumerOptions<T = unknown> extends ConsumerOptions<T> {
+export interface KafkaConsumerOptions<T = unknown, Tx = PoolClient> extends ConsumerOptions<T, Tx> {
   /** Bootstrap brokers, `host:port` (one, or several). The adapter owns (and closes) its client. */
   readonly url?: string | readonly string[];
   /** @deprecated Use `url`. */
@@ -53,9 +54,9 @@ type Defaulted =
   | 'heartbeatIntervalMs'
   | 'rebalanceTimeoutMs';
 
-export interface ResolvedKafkaConsumerOptions<T = unknown>
-  extends Omit<KafkaConsumerOptions<T>, Defaulted | keyof typeof KAFKA_CONSUMER_RENAMES>,
-    ResolvedConsumerOptions<T> {
+export interface ResolvedKafkaConsumerOptions<T = unknown, Tx = PoolClient>
+  extends Omit<KafkaConsumerOptions<T, Tx>, Defaulted | keyof typeof KAFKA_CONSUMER_RENAMES>,
+    ResolvedConsumerOptions<T, Tx> {
   readonly url: readonly string[];
   readonly group: string;
   readonly clientId: string;
@@ -67,9 +68,9 @@ export interface ResolvedKafkaConsumerOptions<T = unknown>
 }
 
 /** Old spellings renamed (warning once), checked (errors name the option and the fix), defaults in. */
-export function resolveKafkaConsumerOptions<T>(
-  given: KafkaConsumerOptions<T>,
-): ResolvedKafkaConsumerOptions<T> {
+export function resolveKafkaConsumerOptions<T, Tx>(
+  given: KafkaConsumerOptions<T, Tx>,
+): ResolvedKafkaConsumerOptions<T, Tx> {
   const options = renamedOptions('consumeKafka', given, KAFKA_CONSUMER_RENAMES);
   checkInboxAndHandler(options);
   const url = typeof options.url === 'string' && options.url !== '' ? [options.url] : options.url;
