@@ -11,6 +11,7 @@
 import { OutboxValidationError } from '../errors.js';
 import { type EnqueueOptions, type EnqueueResult, enqueue as enqueueOn } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
+import { type ConnectionState, guarded } from './postgres-js-guard.js';
 import { textParameter } from './text-parameters.js';
 import {
   abortedTransaction,
@@ -92,7 +93,8 @@ export async function enqueue(
  *
  * postgres.js refuses to commit after a statement failed, even one whose error was caught, and
  * rejects with that statement's error; one `SELECT 1` after the handler tells this case apart, and
- * the runner rejects with `abortedTransaction()` instead, as the port asks.
+ * the runner rejects with `abortedTransaction()` instead, as the port asks. The handler's `tx` is
+ * guarded against a lost connection (see postgres-js-guard.ts): it is a proxy of postgres.js's own.
  */
 export function transactions<S extends PostgresJsSql>(sql: S): TransactionRunner<TransactionOf<S>> {
   assertRoot(sql);
@@ -101,15 +103,44 @@ export function transactions<S extends PostgresJsSql>(sql: S): TransactionRunner
     sql: executorOn(sql),
     errorCode,
     async transaction<T>(fn: (tx: TransactionOf<S>, sql: SqlExecutor) => Promise<T>): Promise<T> {
-      const result = await sql.begin('isolation level read committed', async (tx) => {
+      const state: ConnectionState = { lost: undefined, isLoss: lostConnection };
+      const begun = sql.begin('isolation level read committed', async (raw) => {
+        const tx = guarded(raw, state);
         const executor = executorOn(tx);
-        const value = await fn(tx as unknown as TransactionOf<S>, executor);
-        await assertNotAborted(executor);
-        return value;
+        let value: T;
+        try {
+          value = await fn(tx as unknown as TransactionOf<S>, executor);
+          await assertNotAborted(executor);
+        } catch (error) {
+          if (lostConnection(error)) state.lost ??= error;
+          if (state.lost !== undefined) return never();
+          throw error;
+        }
+        // The COMMIT postgres.js sends next must not go to a lost connection (postgres-js-guard.ts).
+        return state.lost === undefined ? value : never();
       });
-      return result as T;
+      // sql.begin rejects as soon as the connection closes, while the handler may still run.
+      begun.then(undefined, (error: unknown) => {
+        if (lostConnection(error)) state.lost ??= error;
+      });
+      return (await begun) as T;
     },
   };
+}
+
+/** What the callback returns once its connection is lost: postgres.js then sends nothing more. */
+function never(): Promise<never> {
+  return new Promise<never>(() => undefined);
+}
+
+/**
+ * The socket is gone: a network error, or postgres.js's own CONNECTION_CLOSED … (PostgreSQL ending
+ * the session under a statement comes as CONNECTION_CLOSED too). Not a 57P01 itself: postgres.js
+ * 3.4.9 also hands a stale one to the first statement on the connection that replaced the lost one.
+ */
+function lostConnection(error: unknown): boolean {
+  const code = errorCode(error);
+  return code !== undefined && /^E[A-Z]+$/.test(code);
 }
 
 function executorOn(handle: PostgresJsQueryable): SqlExecutor {

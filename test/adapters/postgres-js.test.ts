@@ -217,6 +217,52 @@ describe('postgres.js specifics', () => {
     ).toBe(0);
   });
 
+  it('survives a connection lost under the handler: the runner rejects, nothing else is sent', async () => {
+    // postgres.js 3.4.9 throws an uncaught TypeError for a statement sent on a closed connection
+    // (vitest fails the file on it), and its sql.end() then never returns.
+    const own = postgres(DATABASE_URL, { max: 2, onnotice: () => undefined });
+    const runner = transactions(own);
+    const terminate = (pid: number) => db.pool.query('SELECT pg_terminate_backend($1)', [pid]);
+    const pidOf = async (tx: postgres.TransactionSql) =>
+      (await tx<{ pid: number }[]>`SELECT pg_backend_pid() AS pid`)[0]!.pid;
+    try {
+      // Under a running statement, the handler going on after its error.
+      const running = await runner
+        .transaction(async (tx) => {
+          const pid = await pidOf(tx);
+          const sleeping = tx`SELECT pg_sleep(5)`.then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          await terminate(pid);
+          await sleeping;
+          await tx`SELECT 1`;
+        })
+        .catch((e: unknown) => e);
+      expect(['57P01', 'ECONNRESET']).toContain(runner.errorCode(running));
+      // Idle, inside a savepoint.
+      const idle = await runner
+        .transaction(async (tx) =>
+          tx.savepoint(async (sp) => {
+            await terminate(await pidOf(sp as postgres.TransactionSql));
+            await new Promise((resolve) => setTimeout(resolve, 200));
+            await sp`SELECT 1`;
+          }),
+        )
+        .catch((e: unknown) => e);
+      expect(runner.errorCode(idle)).toBe('ECONNRESET');
+      // postgres.js 3.4.9 fails the first statement on the connection that replaced the one ended
+      // under a statement with that statement's stale 57P01: the inbox redelivers on it.
+      const seven = () => runner.transaction(async (tx) => (await tx`SELECT 7 AS n`)[0]!['n']);
+      expect(await seven().catch((e: unknown) => (runner.errorCode(e) === '57P01' ? seven() : e))).toBe(7);
+      expect(await seven()).toBe(7);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    } finally {
+      await own.end({ timeout: 5 });
+    }
+  });
+
   it('errorCode reads SQLSTATEs, and postgres.js connection codes as Node network codes', async () => {
     const runner = transactions(sql);
     const conflict = await runner
