@@ -75,6 +75,13 @@ describe('Kysely specifics', () => {
     expect(results.map((r) => r.sequence)).toEqual([1, 2, 3]);
   });
 
+  it('takes a ControlledTransaction (db.startTransaction())', async () => {
+    const trx = await kdb.startTransaction().execute();
+    const result = await enqueue(trx, event('controlled'), { schema: db.schema });
+    await trx.commit().execute();
+    expect(result.sequence).toBe(1);
+  });
+
   it('binds bytea[] with a Buffer first and nulls, jsonb[] and timestamptz[] exactly', async () => {
     const at = new Date('2031-02-03T04:05:06.789Z');
     const blob = Buffer.from([0x5c, 0x22, 0x00, 0xff]);

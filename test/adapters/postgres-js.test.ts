@@ -199,6 +199,14 @@ describe('postgres.js specifics', () => {
     expect(rows.map((r) => r.id)).toEqual(['rc-1', 'rc-2']);
   });
 
+  it("enqueues on the runner's tx, the guarded proxy a handler gets, and in its savepoint", async () => {
+    const results = await transactions(sql).transaction(async (tx) => [
+      await enqueue(tx, event('guarded'), { schema: db.schema }),
+      await tx.savepoint((sp) => enqueue(sp, event('guarded'), { schema: db.schema })),
+    ]);
+    expect(results.map((r) => r.sequence)).toEqual([1, 2]);
+  });
+
   it('rejects with abortedTransaction() when fn swallowed a failed statement, committing nothing', async () => {
     const runner = transactions(sql);
     const error = await runner
