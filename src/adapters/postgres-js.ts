@@ -220,7 +220,7 @@ function assertRoot(sql: unknown): void {
 const CONNECTION_CODES: Readonly<Record<string, string>> = {
   CONNECTION_CLOSED: 'ECONNRESET',
   CONNECTION_DESTROYED: 'ECONNRESET',
-  CONNECTION_ENDED: 'ECONNABORTED',
+  CONNECTION_ENDED: 'ECONNRESET', // sql.end() under a statement: not the event's fault either
   CONNECT_TIMEOUT: 'ETIMEDOUT',
 };
 

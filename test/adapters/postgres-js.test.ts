@@ -296,7 +296,7 @@ describe('postgres.js specifics', () => {
     const ended = postgres(DATABASE_URL, { max: 1 });
     await ended.end();
     const after = await ended`SELECT 1`.catch((e: unknown) => e);
-    expect(transactions(ended).errorCode(after)).toBe('ECONNABORTED');
+    expect(transactions(ended).errorCode(after)).toBe('ECONNRESET');
     expect(runner.errorCode(new Error('plain'))).toBeUndefined();
   });
 });
