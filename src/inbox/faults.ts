@@ -25,6 +25,9 @@ export function databaseFault(code: string | undefined): DatabaseFault | undefin
  * True for the runners' TXO_TRANSACTION_ABORTED: the handler caught a failed statement's error and
  * returned, so nothing was committed — the handler's failure, never `processed`.
  */
-export function isAbortedTransaction(error: unknown): boolean {
-  return error instanceof Error && (error as { code?: unknown }).code === 'TXO_TRANSACTION_ABORTED';
+export function isAbortedTransaction(error: unknown, depth = 0): boolean {
+  if (error === null || typeof error !== 'object' || depth > 4) return false;
+  // Under the runner's own error, if it wrapped it.
+  const e = error as { code?: unknown; cause?: unknown };
+  return e.code === 'TXO_TRANSACTION_ABORTED' || isAbortedTransaction(e.cause, depth + 1);
 }

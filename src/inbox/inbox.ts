@@ -178,6 +178,13 @@ class TransactionalInbox<T, Tx> implements Inbox<T, Tx> {
     // Only what fails from the handler's call on is charged to it: before, the inbox's own
     // statements ran (a lock or statement timeout behind another instance, a pool timeout).
     let handlerRan = false;
+    // What the ordering refused, kept here rather than recognised in what the runner rejects with:
+    // a runner may wrap the error `fn` threw in its own.
+    let refused: Rejected | undefined;
+    const refuse = (r: Rejected): never => {
+      refused = r;
+      throw r;
+    };
     try {
       // The runner opens READ COMMITTED: the ordering decision reads the position row it just
       // locked, and sees its latest committed version (a stricter isolation would fail instead of waiting).
@@ -192,7 +199,7 @@ class TransactionalInbox<T, Tx> implements Inbox<T, Tx> {
             message.sequence,
           ],
         });
-        if (rows.length === 0) throw new Rejected('duplicate');
+        if (rows.length === 0) refuse(new Rejected('duplicate'));
         const seen = numberOf(rows[0]!.last_sequence);
         const last = seen === 0 ? undefined : seen;
         const start = this.o.startSequence ?? 1;
@@ -207,10 +214,10 @@ class TransactionalInbox<T, Tx> implements Inbox<T, Tx> {
               ? `waiting for sequence ${expectedSequence(last ?? 0, base)} of this aggregate`
               : `waiting for sequence ${start} of this aggregate, the first this consumer would apply ` +
                 "(if it joined a stream whose earlier events it will never receive, set startSequence: 'first-seen')";
-          throw new Rejected('deferred', reason, seen, blocker);
+          refuse(new Rejected('deferred', reason, seen, blocker));
         }
         if (decision === 'stale')
-          throw new Rejected('stale', `sequence ${message.sequence} is not after ${last}`);
+          refuse(new Rejected('stale', `sequence ${message.sequence} is not after ${last}`));
         if (decoded === undefined) return;
         handlerRan = true;
         const started = this.metrics.handlerStarted();
@@ -222,7 +229,7 @@ class TransactionalInbox<T, Tx> implements Inbox<T, Tx> {
       });
       return { status: marker ? 'skipped' : 'processed' };
     } catch (error) {
-      if (error instanceof Rejected) return this.rejected(message, error);
+      if (refused !== undefined) return this.rejected(message, refused);
       // Before the handler ran, only the inbox's own statements failed (a lock or statement timeout
       // behind another instance, a pool timeout): nothing charged, the adapter redelivers.
       if (!handlerRan) throw error;

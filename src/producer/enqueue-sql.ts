@@ -1,50 +1,56 @@
 /**
- * The producer's statements: one round trip per call. Each hands out the
- * per-aggregate sequence, derives the partition from a stable hash of the
- * aggregate key, inserts the event rows, and optionally wakes listening relays.
+ * The producer's statements: one round trip per call. Each hands out the per-aggregate sequence
+ * (or takes the caller's), derives the partition from a stable hash of the aggregate key
+ * (`partition_of`, 009_producer.sql), inserts the event rows, and optionally wakes listening
+ * relays.
  *
- * Sequences: update first. An aggregate that has a row gets `last_sequence + 1`
- * from an UPDATE, whose row lock orders concurrent writers of one aggregate.
- * Only an aggregate without a row (new, or pruned: docs/schema.md, Bounded
- * tables) is inserted, starting at the sequence floor: `sequence_base` = the
- * floor, its first event `base + 1`. The floor is read once per statement (one
- * scalar subquery, so base and sequences agree even while the pruner raises
- * it), in the target list of a subquery (`OFFSET 0`: never flattened) over the
- * rows that passed NOT EXISTS against the UPDATE's: after the UPDATE has waited
- * on (and not found) a row the pruner held; and from a SEQUENCE, whose value no snapshot hides: the pruner raises it before
- * its delete commits, so a re-created aggregate never reuses a sequence.
- * `ON CONFLICT DO UPDATE` covers two producers creating one aggregate at once.
+ * Sequences: update first. An aggregate that has a row gets `last_sequence + 1` from an UPDATE,
+ * whose row lock orders concurrent writers of one aggregate. Only an aggregate without a row (new,
+ * or pruned: docs/schema.md, Bounded tables) is inserted, starting at the sequence floor:
+ * `sequence_base` = the floor, its first event `base + 1`. The floor is read once per statement
+ * after the UPDATE has waited on (and not found) a row the pruner held, and from a SEQUENCE, whose
+ * value no snapshot hides: the pruner raises it before its delete commits, so a re-created
+ * aggregate never reuses a sequence. `ON CONFLICT DO UPDATE` covers two producers creating one
+ * aggregate at once. One event: the function `enqueue_one` (009_producer.sql) runs exactly those
+ * steps. A batch: one statement of CTEs (below), whose cost is shared by its events.
+ *
+ * Caller versions (`sequence` given, e.g. the business row's version under the caller's own row
+ * lock): the event row only — no sequence row is read or written, `sequence_base` 0.
  */
 
-const FLOOR = '(SELECT last_value FROM {{schema}}.sequence_floor)';
+/** One event with the next gap-free sequence of its aggregate. */
+const INSERT_ONE = `SELECT {{schema}}.enqueue_one($1::uuid, $2::text, $3::text, $4::text, $5::int, $6::text,
+  $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz, {{channel}})::text AS sequence`;
 
-const PARTITION_OF = `((hashtextextended({{type}} || chr(31) || {{id}}, 0) & 9223372036854775807)
-         % (SELECT partitions FROM {{schema}}.config))::smallint`;
-
-/** One event, scalar parameters: the common case, kept as lean as the statement can be. */
-const INSERT_ONE = `
+/** One event with the caller's sequence ($11). */
+const INSERT_ONE_VERSIONED = `
 WITH part AS (
-  SELECT ${PARTITION_OF.replace('{{type}}', '$2::text').replace('{{id}}', '$3::text')} AS p
-), bumped AS (
-  UPDATE {{schema}}.aggregate_sequences s SET last_sequence = s.last_sequence + 1, written_at = now()
-  WHERE s.aggregate_type = $2::text AND s.aggregate_id = $3::text
-  RETURNING s.last_sequence, s.sequence_base
-), created AS (
-  INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base)
-  SELECT $2::text, $3::text, f.floor + 1, f.floor
-  FROM (SELECT ${FLOOR} AS floor WHERE NOT EXISTS (SELECT 1 FROM bumped) OFFSET 0) f
-  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence + 1, written_at = now()
-  RETURNING s.last_sequence, s.sequence_base
-), seq AS (
-  SELECT last_sequence, sequence_base FROM bumped UNION ALL SELECT last_sequence, sequence_base FROM created
+  SELECT {{schema}}.partition_of($2::text, $3::text) AS p
 ){{wake}}
 INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
-SELECT $1::uuid, part.p,
-       $2, $3, seq.last_sequence, seq.sequence_base, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz,
-       greatest(now(), coalesce($10::timestamptz, now()))
-FROM seq CROSS JOIN part{{join}}
+SELECT $1::uuid, part.p, $2, $3, $11::bigint, 0, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb,
+       $10::timestamptz, greatest(now(), coalesce($10::timestamptz, now()))
+FROM part{{join}}
 RETURNING sequence::text AS sequence`;
+
+/** A batch with the callers' sequences ($11): arrays in, the event rows only. */
+const INSERT_MANY_VERSIONED = `
+WITH parted AS (
+  SELECT i.*, {{schema}}.partition_of(i.aggregate_type, i.aggregate_id) AS p
+  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[],
+              $7::jsonb[], $8::bytea[], $9::jsonb[], $10::timestamptz[], $11::bigint[])
+    WITH ORDINALITY AS i(event_id, aggregate_type, aggregate_id, event_type, schema_version, topic,
+                         payload, payload_bytes, headers, deliver_after, sequence, ord)
+){{wake}}
+INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
+  event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
+SELECT i.event_id, i.p, i.aggregate_type, i.aggregate_id, i.sequence, 0,
+       i.event_type, i.schema_version, i.topic, i.payload, i.payload_bytes, i.headers, i.deliver_after,
+       greatest(now(), coalesce(i.deliver_after, now()))
+FROM parted i{{join}}
+ORDER BY i.ord
+RETURNING event_id::text AS event_id, sequence::text AS sequence`;
 
 /** A batch: arrays in, per-aggregate counts reserved in one update and one insert (in key order, against deadlocks). */
 const INSERT_MANY = `
@@ -54,7 +60,7 @@ WITH input AS (
     WITH ORDINALITY AS i(event_id, aggregate_type, aggregate_id, event_type, schema_version, topic,
                          payload, payload_bytes, headers, deliver_after, ord)
 ), parted AS (
-  SELECT i.*, ${PARTITION_OF.replace('{{type}}', 'i.aggregate_type').replace('{{id}}', 'i.aggregate_id')} AS p
+  SELECT i.*, {{schema}}.partition_of(i.aggregate_type, i.aggregate_id) AS p
   FROM input i
 ), counts AS (
   SELECT aggregate_type, aggregate_id, count(*)::bigint AS n FROM input GROUP BY aggregate_type, aggregate_id
@@ -73,7 +79,7 @@ WITH input AS (
   INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base)
   SELECT f.aggregate_type, f.aggregate_id, f.floor + f.n, f.floor
   FROM (
-    SELECT c.aggregate_type, c.aggregate_id, c.n, ${FLOOR} AS floor
+    SELECT c.aggregate_type, c.aggregate_id, c.n, (SELECT last_value FROM {{schema}}.sequence_floor) AS floor
     FROM counts c
     WHERE NOT EXISTS (SELECT 1 FROM bumped b WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id)
     OFFSET 0
@@ -103,6 +109,8 @@ RETURNING event_id::text AS event_id, sequence::text AS sequence`;
 export interface EnqueueStatements {
   readonly one: string;
   readonly many: string;
+  readonly oneVersioned: string;
+  readonly manyVersioned: string;
 }
 
 /**
@@ -127,8 +135,17 @@ export function enqueueStatements(quotedSchema: string, channel: string | null):
 )`;
   const join = channel === null ? '' : ' LEFT JOIN wake ON true';
   const fill = (sql: string, wake: string) =>
-    sql.replaceAll('{{wake}}', wake).replaceAll('{{join}}', join).replaceAll('{{schema}}', quotedSchema);
-  return { one: fill(INSERT_ONE, wakeOne), many: fill(INSERT_MANY, wakeMany) };
+    sql
+      .replaceAll('{{wake}}', wake)
+      .replaceAll('{{join}}', join)
+      .replaceAll('{{channel}}', channel === null ? 'NULL' : `'${channel}'`)
+      .replaceAll('{{schema}}', quotedSchema);
+  return {
+    one: fill(INSERT_ONE, ''),
+    many: fill(INSERT_MANY, wakeMany),
+    oneVersioned: fill(INSERT_ONE_VERSIONED, wakeOne),
+    manyVersioned: fill(INSERT_MANY_VERSIONED, wakeMany),
+  };
 }
 
 /** The LISTEN/NOTIFY channel of a schema (schema names are validated identifiers). */

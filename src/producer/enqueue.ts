@@ -1,4 +1,3 @@
-import { v7 as uuidv7 } from 'uuid';
 import { OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { quoteSchema } from '../schema/identifiers.js';
@@ -7,8 +6,9 @@ import { namedStatement, type Statement } from '../schema/statement.js';
 import { type BackpressureMode, backpressureGate } from './backpressure.js';
 import { enqueueStatements, wakeChannel } from './enqueue-sql.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, type OutboxEvent, type PreparedEvent, prepareEvent } from './event.js';
-import { assertInTransaction } from './executor.js';
-import { activeTraceHeaders } from './trace.js';
+import { newEventId } from './event-id.js';
+import { assertInTransaction, type SqlExecutor } from './executor.js';
+import { activeTraceHeaders, activeTraceHeadersNow } from './trace.js';
 
 export interface EnqueueOptions {
   /** Outbox schema. Default `outbox`. */
@@ -45,20 +45,30 @@ export interface EnqueueResult {
 interface Statements {
   readonly one: Statement;
   readonly many: Statement;
+  readonly oneVersioned: Statement;
+  readonly manyVersioned: Statement;
 }
 
-const statements = new Map<string, Statements>();
+/** Per schema, then per (notify, prepared): four variants each, looked up without building a key. */
+const statements = new Map<string, Statements[]>();
 
 function statementsFor(schema: string, notify: boolean, prepared: boolean): Statements {
-  const key = `${schema}\u0000${notify}\u0000${prepared}`;
-  let found = statements.get(key);
+  let variants = statements.get(schema);
+  if (!variants) {
+    variants = [];
+    statements.set(schema, variants);
+  }
+  const slot = (notify ? 2 : 0) + (prepared ? 1 : 0);
+  let found = variants[slot];
   if (!found) {
     const sql = enqueueStatements(quoteSchema(schema), notify ? wakeChannel(schema) : null);
     found = {
       one: namedStatement('txo_enqueue', sql.one, prepared),
       many: namedStatement('txo_enqueue', sql.many, prepared),
+      oneVersioned: namedStatement('txo_enqueue', sql.oneVersioned, prepared),
+      manyVersioned: namedStatement('txo_enqueue', sql.manyVersioned, prepared),
     };
-    statements.set(key, found);
+    variants[slot] = found;
   }
   return found;
 }
@@ -129,20 +139,32 @@ export async function enqueue(
   assertInTransaction(tx);
   if (events.length === 0) return [];
 
-  const traceHeaders = await activeTraceHeaders();
+  const traceHeaders = activeTraceHeadersNow() ?? (await activeTraceHeaders());
+  if (single) {
+    const p = prepareEvent(input as OutboxEvent, 'event', { maxPayloadBytes, newEventId, traceHeaders });
+    if (p.bytes > maxBatchBytes) {
+      throw new OutboxValidationError(
+        'event',
+        `takes ${p.bytes} bytes of payload and headers, over maxBatchBytes (${maxBatchBytes})`,
+        'Split the batch into smaller enqueue calls, or raise maxBatchBytes.',
+      );
+    }
+    if (maxPending !== undefined)
+      await checkBackpressure(tx, schema, maxPending, onBackpressure, prepareStatements, options);
+    return insertOne(tx, sql, p);
+  }
   const prepared: PreparedEvent[] = [];
   const seen = new Set<string>();
+  const versions = new VersionRun();
   let bytes = 0;
   for (let i = 0; i < events.length; i++) {
-    const field = single ? 'event' : `events[${i}]`;
-    const p = prepareEvent(events[i]!, field, { maxPayloadBytes, newEventId: uuidv7, traceHeaders });
+    const field = `events[${i}]`;
+    const p = prepareEvent(events[i]!, field, { maxPayloadBytes, newEventId, traceHeaders });
     bytes += p.bytes;
     if (bytes > maxBatchBytes) {
       throw new OutboxValidationError(
-        single ? 'event' : 'events',
-        single
-          ? `takes ${bytes} bytes of payload and headers, over maxBatchBytes (${maxBatchBytes})`
-          : `total ${bytes} bytes of payloads and headers by ${field}, over maxBatchBytes (${maxBatchBytes})`,
+        'events',
+        `total ${bytes} bytes of payloads and headers by ${field}, over maxBatchBytes (${maxBatchBytes})`,
         'Split the batch into smaller enqueue calls, or raise maxBatchBytes.',
       );
     }
@@ -154,30 +176,105 @@ export async function enqueue(
       );
     }
     seen.add(p.eventId);
+    versions.check(p, field);
     prepared.push(p);
   }
-  if (maxPending !== undefined) {
-    await backpressureGate.check(tx, {
-      schema,
-      maxPending,
-      mode: onBackpressure,
-      prepared: prepareStatements,
-      logger: options.logger,
-    });
-  }
+  if (maxPending !== undefined)
+    await checkBackpressure(tx, schema, maxPending, onBackpressure, prepareStatements, options);
 
-  if (prepared.length === 1) {
-    const p = prepared[0]!;
-    const { rows } = await tx.query<{ sequence: string }>({ ...sql.one, values: scalars(p) });
-    const result = { eventId: p.eventId, sequence: Number(rows[0]?.sequence ?? 0) };
-    return single ? result : [result];
+  const assigned = versions.any ? prepared.filter((p) => p.sequence === null) : prepared;
+  const versioned = versions.any ? prepared.filter((p) => p.sequence !== null) : [];
+  const sequences = new Map<string, number>();
+  if (assigned.length === 1) {
+    const r = await insertOne(tx, sql, assigned[0]!);
+    sequences.set(r.eventId, r.sequence);
+  } else if (assigned.length > 1) {
+    await insertMany(tx, sql.many, columns(assigned), sequences);
   }
-  const { rows } = await tx.query<{ event_id: string; sequence: string }>({
-    ...sql.many,
-    values: columns(prepared),
-  });
-  const sequences = new Map(rows.map((r) => [r.event_id, Number(r.sequence)]));
+  if (versioned.length === 1) {
+    const r = await insertOne(tx, sql, versioned[0]!);
+    sequences.set(r.eventId, r.sequence);
+  } else if (versioned.length > 1) {
+    const values = columns(versioned);
+    values.push(versioned.map((e) => e.sequence));
+    await insertMany(tx, sql.manyVersioned, values, sequences);
+  }
   return prepared.map((p) => ({ eventId: p.eventId, sequence: sequences.get(p.eventId) ?? 0 }));
+}
+
+function checkBackpressure(
+  tx: SqlExecutor,
+  schema: string,
+  maxPending: number,
+  mode: BackpressureMode,
+  prepared: boolean,
+  options: EnqueueOptions,
+): Promise<void> {
+  return backpressureGate.check(tx, { schema, maxPending, mode, prepared, logger: options.logger });
+}
+
+async function insertOne(tx: SqlExecutor, sql: Statements, p: PreparedEvent): Promise<EnqueueResult> {
+  const values = scalars(p);
+  let statement = sql.one;
+  if (p.sequence !== null) {
+    values.push(p.sequence);
+    statement = sql.oneVersioned;
+  }
+  const { rows } = await tx.query<{ sequence: string }>({
+    text: statement.text,
+    name: statement.name,
+    values,
+  });
+  return { eventId: p.eventId, sequence: Number(rows[0]?.sequence ?? 0) };
+}
+
+async function insertMany(
+  tx: SqlExecutor,
+  statement: Statement,
+  values: unknown[],
+  into: Map<string, number>,
+): Promise<void> {
+  const { rows } = await tx.query<{ event_id: string; sequence: string }>({
+    text: statement.text,
+    name: statement.name,
+    values,
+  });
+  for (const r of rows) into.set(r.event_id, Number(r.sequence));
+}
+
+/**
+ * Caller versions within one call: every event of an aggregate carries one or none does, and
+ * those that do rise by exactly one, in the order given. (Across calls nothing is read: the relay
+ * makes a repeat or a gap safe and visible, docs/guarantees.md.)
+ */
+class VersionRun {
+  any = false;
+  readonly #last = new Map<string, { sequence: number | null; field: string }>();
+
+  check(p: PreparedEvent, field: string): void {
+    if (p.sequence !== null) this.any = true;
+    const key = `${p.aggregateType}\u001f${p.aggregateId}`;
+    const before = this.#last.get(key);
+    this.#last.set(key, { sequence: p.sequence, field });
+    if (!before) return;
+    const aggregate = `aggregate ${p.aggregateType}/${p.aggregateId}`;
+    if ((before.sequence === null) !== (p.sequence === null)) {
+      throw new OutboxValidationError(
+        `${field}.sequence`,
+        p.sequence === null
+          ? `is missing, but ${before.field} of ${aggregate} carries one`
+          : `is given, but ${before.field} of ${aggregate} has none`,
+        "Give every event of an aggregate its version, or none (one aggregate can't mix caller versions and assigned sequences).",
+      );
+    }
+    if (p.sequence !== null && p.sequence !== before.sequence! + 1) {
+      throw new OutboxValidationError(
+        `${field}.sequence`,
+        `is ${p.sequence} after ${before.sequence} (${before.field}) of ${aggregate}`,
+        `Caller versions rise by exactly one per event: pass ${before.sequence! + 1}.`,
+      );
+    }
+  }
 }
 
 function scalars(e: PreparedEvent): unknown[] {

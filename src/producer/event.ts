@@ -41,6 +41,14 @@ export interface OutboxEvent {
   readonly deliverAfter?: Date;
   /** Stable event id; default a fresh UUID v7. */
   readonly eventId?: string;
+  /**
+   * The aggregate's version, when the caller keeps one — e.g. the business row's `version`,
+   * bumped by the UPDATE that locks the row in this transaction. The event then takes it as its
+   * sequence, and no sequence row is written (the cheaper path). The versions of one aggregate
+   * must rise by exactly one per event, starting at 1, and every event of that aggregate must carry
+   * one (docs/guarantees.md, Caller versions). Default: the next gap-free sequence, assigned here.
+   */
+  readonly sequence?: number;
 }
 
 /** An event after validation, in the shape the insert statement takes. */
@@ -55,6 +63,8 @@ export interface PreparedEvent {
   readonly payloadBytes: Buffer | null;
   readonly headers: string;
   readonly deliverAfter: Date | null;
+  /** The caller's version (`OutboxEvent.sequence`), or null for the next gap-free sequence. */
+  readonly sequence: number | null;
   /** Payload and headers, in bytes: what counts towards `maxBatchBytes`. */
   readonly bytes: number;
 }
@@ -119,6 +129,17 @@ export function prepareEvent(
     );
   }
   const headers = headersJsonOf(event.headers, `${field}.headers`, options.traceHeaders);
+  let sequence: number | null = null;
+  if (event.sequence !== undefined && event.sequence !== null) {
+    if (!Number.isSafeInteger(event.sequence) || event.sequence < 1) {
+      throw new OutboxValidationError(
+        `${field}.sequence`,
+        `is ${String(event.sequence)}`,
+        "Pass the aggregate's version, a positive integer (the first event of an aggregate is 1), or omit it.",
+      );
+    }
+    sequence = event.sequence;
+  }
 
   let payloadJson: string | null = null;
   let payloadBytes: Buffer | null = null;
@@ -148,6 +169,7 @@ export function prepareEvent(
     payloadBytes,
     headers,
     deliverAfter,
+    sequence,
     bytes: size + headers.length,
   };
 }

@@ -495,6 +495,70 @@ describe('tx-outbox CLI', () => {
     expect(inventory.effects).toBe(summary.committed);
     expect(inventory.committedEvents).toBe(summary.committed);
   });
+
+  it.each([
+    ['drizzle', /^orm: Drizzle ORM \d+\.\d+\.\d+ \(drizzle-orm\/node-postgres\)/m],
+    ['prisma', /^orm: Prisma \d+\.\d+\.\d+ \(the demo's generated client, @prisma\/adapter-pg\)/m],
+  ])(
+    "demo --orm %s: the ORM's transactions carry the guarantee, each committed event applied once",
+    async (orm, intro) => {
+      const result = await run(['demo', '--orm', orm, '--duration', '2', '--rate', '50']);
+      expect(result.stdout).toMatch(intro);
+      expect(result.stdout).toMatch(/RESULT: OK/);
+      expect(result.code).toBe(0);
+      const summary = demoSummary(result.stdout);
+      expect(summary.committed).toBeGreaterThan(0);
+      expect(result.stdout).toMatch(/order per aggregate held: yes/);
+      expect(result.stdout).toMatch(/\n {2}rolled back {2}\d+ = delivered 0 of them\n/);
+      const { inventory } = summary;
+      expect(inventory.processed).toBe(summary.committed);
+      expect(inventory.duplicates).toBe(summary.lostPublishAcks);
+      expect(inventory.effects).toBe(summary.committed);
+      expect(inventory.committedEvents).toBe(summary.committed);
+      expect(result.stdout).toMatch(/; 0 quarantined\n/);
+    },
+  );
+
+  it('demo --orm: an unknown name is refused naming the choices; drizzle and prisma load only when chosen', async () => {
+    const unknown = await run(['demo', '--orm', 'sequelize']);
+    expect(unknown.code).toBe(2);
+    expect(expectOneErrorLine(unknown)).toMatch(
+      /'--orm <name>' argument 'sequelize' is invalid\. Allowed choices are pg, drizzle, prisma/,
+    );
+    // A resolve hook that hides the ORMs, as on a machine where they are not installed.
+    const dir = mkdtempSync(join(tmpdir(), 'txo-no-orm-'));
+    try {
+      writeFileSync(
+        join(dir, 'hooks.mjs'),
+        `export async function resolve(specifier, context, next) {
+  if (/^(drizzle-orm|prisma|@prisma\\/)/.test(specifier)) {
+    throw Object.assign(new Error(\`Cannot find package '\${specifier}'\`), { code: 'ERR_MODULE_NOT_FOUND' });
+  }
+  return next(specifier, context);
+}\n`,
+      );
+      writeFileSync(
+        join(dir, 'register.mjs'),
+        "import { register } from 'node:module';\nregister('./hooks.mjs', import.meta.url);\n",
+      );
+      const env = cliEnv({ NODE_OPTIONS: `--import ${join(dir, 'register.mjs')}` });
+      const help = await run(['demo', '--help'], env);
+      expect(help.code, help.stderr).toBe(0);
+      expect(help.stdout).toMatch(/--orm <name>/);
+      const missing = await run(['demo', '--orm', 'drizzle', '--duration', '1'], env);
+      expect(missing.code).toBe(1);
+      expect(expectOneErrorLine(missing)).toMatch(
+        /the demo's --orm drizzle needs drizzle-orm, not installed here/,
+      );
+      const noPrisma = await run(['demo', '--orm', 'prisma', '--duration', '1'], env);
+      expect(noPrisma.code).toBe(1);
+      expect(expectOneErrorLine(noPrisma)).toMatch(
+        /the demo's --orm prisma needs prisma @prisma\/client @prisma\/adapter-pg, not installed here/,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 interface DemoSummary {

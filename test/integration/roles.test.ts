@@ -195,12 +195,12 @@ describe('least-privilege roles', () => {
     );
   });
 
-  it('without the column grant RETURNING needs, enqueue fails with a permission error and writes nothing', async () => {
+  it('without the column grant a batch RETURNING needs, enqueue fails with a permission error and writes nothing', async () => {
     await as('migrator').query(`REVOKE SELECT (sequence) ON "${SCHEMA}".events FROM "${roles.producer}"`);
     try {
       const before = await hotEvents();
       await expect(
-        inTransaction(as('producer'), (tx) => enqueue(tx, event('p9'), { schema: SCHEMA })),
+        inTransaction(as('producer'), (tx) => enqueue(tx, [event('p9'), event('p9b')], { schema: SCHEMA })),
       ).rejects.toMatchObject({ code: '42501' });
       expect(await hotEvents()).toBe(before);
     } finally {

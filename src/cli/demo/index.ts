@@ -13,7 +13,7 @@
  * scenario.ts, each part in a module named after what it does.
  */
 
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
 import {
   addDatabaseOptions,
   addLogLevelOption,
@@ -22,6 +22,7 @@ import {
   integerOption,
 } from '../common.js';
 import { Cleanup, watchInterrupts } from './lifecycle.js';
+import { ORM_NAMES } from './orm/index.js';
 import { type DemoCliOptions, demo } from './scenario.js';
 import { StatusLine } from './status-line.js';
 
@@ -42,6 +43,15 @@ export function registerDemo(program: Command): void {
       'share of acknowledgements lost on purpose after delivery, so those events are delivered again',
       integerOption(0, 50),
       5,
+    )
+    .addOption(
+      new Option(
+        '--orm <name>',
+        'write the orders and the inventory through this ORM: its transactions, its enqueue (tx-outbox/<name>), ' +
+          "the inbox's transactions through it",
+      )
+        .choices(ORM_NAMES)
+        .default('pg'),
     );
   addDatabaseOptions(command, { schema: false });
   addLogLevelOption(command, 'warn');

@@ -3,7 +3,8 @@
  * the ordered quantity — one `inventory_reservations` row and the SKU's `on_hand` lowered —
  * in the inbox transaction that also records the event id, so a duplicate delivery has no
  * effect. The reservations table deliberately has no unique key on the event id: an effect
- * applied twice would show in the audit.
+ * applied twice would show in the audit. The inbox runs its transactions, and the handler
+ * writes, through the `--orm` variant (orm/*.ts); the audit reads the tables with plain SQL.
  */
 
 import type { Pool } from 'pg';
@@ -12,6 +13,7 @@ import { createInbox, type Inbox, type InboxHandler, type InboxStats } from '../
 import type { Logger } from '../../logger.js';
 import { withSchemaName } from './database.js';
 import { type OrderPlaced, SKUS } from './order-service.js';
+import type { InventoryWriter } from './orm/variant.js';
 
 export const INVENTORY_CONSUMER = 'inventory';
 /** Deliveries the inventory handles at once (across aggregates). */
@@ -33,13 +35,6 @@ CREATE TABLE {{schema}}.inventory_reservations (
   reserved_at timestamptz NOT NULL DEFAULT now()
 )`;
 const STOCK_SQL = 'INSERT INTO {{schema}}.inventory (sku, on_hand) SELECT unnest($1::text[]), $2';
-/** The business effect, one round trip: lower the SKU's stock and record the reservation. */
-const RESERVE_SQL = `
-WITH stock AS (
-  UPDATE {{schema}}.inventory SET on_hand = on_hand - $4::integer WHERE sku = $3 RETURNING sku
-)
-INSERT INTO {{schema}}.inventory_reservations (event_id, order_id, sku, quantity)
-SELECT $1::uuid, $2::bigint, sku, $4::integer FROM stock`;
 const EFFECTS_PER_EVENT_SQL = `
 SELECT event_id::text AS event_id, count(*)::int AS effects
 FROM {{schema}}.inventory_reservations GROUP BY event_id`;
@@ -79,10 +74,13 @@ export interface InventoryAudit {
 export class Inventory {
   /** Event ids whose effect the inbox committed. */
   readonly applied = new Set<string>();
-  /** The inventory's inbox, noting what it applied; hand it to a consumer adapter. */
-  readonly inbox: Inbox<OrderPlaced>;
-  /** Applies one `order.placed` on the inbox transaction. */
-  readonly handler: InboxHandler<OrderPlaced>;
+  /**
+   * The inventory's inbox, noting what it applied; hand it to a consumer adapter. Its transaction
+   * object is the variant's (`unknown` here: only the variant's `reserve` looks into it).
+   */
+  readonly inbox: Inbox<OrderPlaced, unknown>;
+  /** Applies one `order.placed` on the inbox transaction, through the variant. */
+  readonly handler: InboxHandler<OrderPlaced, unknown>;
 
   /** What the inbox answered so far, per status. */
   get tally(): InboxStats {
@@ -92,10 +90,11 @@ export class Inventory {
   private constructor(
     private readonly pool: Pool,
     private readonly schema: string,
+    writer: InventoryWriter<unknown>,
     logger: Logger,
   ) {
     const inbox = createInbox({
-      pool,
+      ...writer.inboxTransactions,
       consumer: INVENTORY_CONSUMER,
       schema,
       ordering: 'strict',
@@ -112,24 +111,28 @@ export class Inventory {
       replayReleased: (handler, options) => inbox.replayReleased(handler, options),
       stats: () => inbox.stats(),
     };
-    const reserve = withSchemaName(RESERVE_SQL, schema);
     this.handler = async (tx, event) => {
       const { sku, quantity, orderId } = event.data;
-      const { rowCount } = await tx.query(reserve, [event.eventId, orderId, sku, quantity]);
+      const reserved = await writer.reserve(tx, { eventId: event.eventId, orderId, sku, quantity });
       // An unknown SKU fails the handler: retried, then quarantined with the reason.
-      if (rowCount !== 1) throw new Error(`unknown SKU ${sku}`);
+      if (!reserved) throw new Error(`unknown SKU ${sku}`);
     };
   }
 
   /**
    * Creates the inventory tables in `schema` (next to the inbox tables of `migrate`) with
-   * every SKU in stock; `pool` is the inventory's own.
+   * every SKU in stock; `pool` is the inventory's own (the variant's `writer` opened on it).
    */
-  static async create(pool: Pool, schema: string, logger: Logger): Promise<Inventory> {
+  static async create(
+    pool: Pool,
+    schema: string,
+    writer: InventoryWriter<unknown>,
+    logger: Logger,
+  ): Promise<Inventory> {
     await pool.query(withSchemaName(CREATE_INVENTORY_SQL, schema));
     await pool.query(withSchemaName(CREATE_RESERVATIONS_SQL, schema));
     await pool.query(withSchemaName(STOCK_SQL, schema), [SKUS, INITIAL_ON_HAND]);
-    return new Inventory(pool, schema, logger);
+    return new Inventory(pool, schema, writer, logger);
   }
 
   /** Reads the effects back: how many per event, the stock, the quarantine. */

@@ -1,18 +1,18 @@
 /**
  * The order service (producer): writes an `orders` row (a customer buys a quantity of
- * one SKU) and enqueues `order.placed` in the same transaction, at a steady rate from a few concurrent writers; about one in ten
- * transactions is rolled back on purpose after the enqueue. The ledger records which
+ * one SKU) and enqueues `order.placed` in the same transaction, at a steady rate from a few
+ * concurrent writers; about one in ten transactions is rolled back on purpose after the enqueue.
+ * The transaction itself goes through the `--orm` variant (orm/*.ts). The ledger records which
  * event ids committed and which rolled back.
  */
 
-import type { Pool, PoolClient } from 'pg';
+import type { Pool } from 'pg';
 import type { Logger as PinoLogger } from 'pino';
 import { errorMessage } from '../../errors.js';
-import { enqueue } from '../../producer/enqueue.js';
 import type { Relay } from '../../relay/relay.js';
-import { Checkout } from '../../schema/checkout.js';
 import { sleep } from '../common.js';
 import { withSchemaName } from './database.js';
+import type { OrderWriter } from './orm/variant.js';
 
 export const WRITERS = 4;
 export const AGGREGATES = 50;
@@ -42,10 +42,6 @@ CREATE TABLE {{schema}}.orders (
   quantity    integer NOT NULL,
   created_at  timestamptz NOT NULL DEFAULT now()
 )`;
-const INSERT_ORDER_SQL = `
-INSERT INTO {{schema}}.orders (customer_id, amount, sku, quantity) VALUES ($1, $2, $3, $4)
-RETURNING id::text AS id`;
-
 /** Creates the service's `orders` table in the demo schema. */
 export async function createOrdersTable(pool: Pool, schema: string): Promise<void> {
   await pool.query(withSchemaName(CREATE_ORDERS_SQL, schema));
@@ -60,18 +56,14 @@ export class Ledger {
 }
 
 export class OrderService {
-  private readonly insertOrder: string;
-
   constructor(
-    private readonly pool: Pool,
+    private readonly writer: OrderWriter,
     private readonly schema: string,
     private readonly topic: string | undefined,
     private readonly relay: Relay,
     private readonly ledger: Ledger,
     private readonly logger: PinoLogger,
-  ) {
-    this.insertOrder = withSchemaName(INSERT_ORDER_SQL, schema);
-  }
+  ) {}
 
   /** `rate` transactions per second, spread over WRITERS concurrent writers, for `durationMs`. */
   async run(rate: number, durationMs: number, signal: AbortSignal): Promise<void> {
@@ -93,53 +85,36 @@ export class OrderService {
 
   /** One business transaction: the order row and its event commit (or roll back) together. */
   private async placeOrder(): Promise<void> {
-    const customer = `customer-${String(Math.floor(Math.random() * AGGREGATES)).padStart(2, '0')}`;
+    const customerId = `customer-${String(Math.floor(Math.random() * AGGREGATES)).padStart(2, '0')}`;
     const rollBack = Math.random() < ROLLBACK_RATIO;
-    const lease = await Checkout.of(this.pool).catch((error: unknown) => this.failed(error));
-    if (!lease) return;
-    const { client } = lease;
+    const order = {
+      customerId,
+      amount: (Math.random() * 500 + 5).toFixed(2),
+      sku: SKUS[Math.floor(Math.random() * SKUS.length)]!,
+      quantity: 1 + Math.floor(Math.random() * MAX_QUANTITY),
+    };
     try {
-      await client.query('BEGIN');
-      const amount = (Math.random() * 500 + 5).toFixed(2);
-      const sku = SKUS[Math.floor(Math.random() * SKUS.length)]!;
-      const quantity = 1 + Math.floor(Math.random() * MAX_QUANTITY);
-      const order = await client.query<{ id: string }>(this.insertOrder, [customer, amount, sku, quantity]);
-      const payload: OrderPlaced = {
-        orderId: order.rows[0]!.id,
-        customerId: customer,
-        amount,
-        sku,
-        quantity,
-      };
-      const { eventId } = await enqueue(
-        client,
-        {
+      const eventId = await this.writer.placeOrder(
+        order,
+        (orderId) => ({
           aggregateType: 'customer',
-          aggregateId: customer,
+          aggregateId: customerId,
           type: 'order.placed',
           topic: this.topic,
-          payload,
-        },
+          payload: { orderId, ...order } satisfies OrderPlaced,
+        }),
         { schema: this.schema, notify: false },
+        rollBack,
       );
-      await this.finish(client, eventId, rollBack);
-      lease.release();
+      if (rollBack) {
+        this.ledger.rolledBack.add(eventId);
+        return;
+      }
+      this.ledger.committed.add(eventId);
+      this.relay.wake();
     } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      lease.release(error ?? true);
       this.failed(error);
     }
-  }
-
-  private async finish(client: PoolClient, eventId: string, rollBack: boolean): Promise<void> {
-    if (rollBack) {
-      await client.query('ROLLBACK');
-      this.ledger.rolledBack.add(eventId);
-      return;
-    }
-    await client.query('COMMIT');
-    this.ledger.committed.add(eventId);
-    this.relay.wake();
   }
 
   private failed(error: unknown): undefined {

@@ -22,6 +22,8 @@ import {
   SKUS,
   WRITERS,
 } from './order-service.js';
+import { loadOrm } from './orm/index.js';
+import type { DemoOrm, OrmName } from './orm/variant.js';
 import { openSink, type Sink } from './sinks.js';
 import { printSummary } from './summary.js';
 import { missing, Verifier } from './verifier.js';
@@ -35,10 +37,13 @@ export interface DemoCliOptions extends LogLevelOptions {
   readonly duration: number;
   readonly rate: number;
   readonly lostAcks: number;
+  /** How the order service and the inventory write: node-postgres, Drizzle or Prisma. */
+  readonly orm: OrmName;
 }
 
 interface Parts {
   readonly database: Database;
+  readonly orm: DemoOrm<unknown>;
   readonly sink: Sink;
   readonly relay: Relay;
   readonly verifier: Verifier;
@@ -50,7 +55,7 @@ interface Parts {
 /** Runs the demo; true when every check held. */
 export async function demo(options: DemoCliOptions, context: DemoContext): Promise<boolean> {
   const parts = await setUp(options, context);
-  const { database, sink, relay, verifier, inventory } = parts;
+  const { database, orm, sink, relay, verifier, inventory } = parts;
   printIntro(options, parts);
   const { pool, schema } = database;
   const { signal } = context;
@@ -58,7 +63,7 @@ export async function demo(options: DemoCliOptions, context: DemoContext): Promi
   const monitor = new Monitor(pool, schema, ledger, verifier, inventory, context.line);
   context.cleanup.add('stop the status line', async () => monitor.stop());
   monitor.start();
-  const service = new OrderService(pool, schema, sink.topic, relay, ledger, context.logger);
+  const service = new OrderService(orm.orders, schema, sink.topic, relay, ledger, context.logger);
   await service.run(options.rate, options.duration * 1000, signal);
   throwIfInterrupted(signal);
   monitor.phase = 'draining';
@@ -83,11 +88,13 @@ export async function demo(options: DemoCliOptions, context: DemoContext): Promi
 }
 
 /**
- * Database (migrated, with the orders and inventory tables), inventory consumer, verifier,
- * publisher and a running relay.
+ * Database (migrated, with the orders and inventory tables), the ORM variant, inventory consumer,
+ * verifier, publisher and a running relay.
  */
 async function setUp(options: DemoCliOptions, context: DemoContext): Promise<Parts> {
   const { logger, cleanup, signal } = context;
+  // First: a variant that cannot load (its ORM not installed) fails before anything is started.
+  const openOrm = await loadOrm(options.orm);
   const database = await openDatabase(options, WRITERS + 6, logger, cleanup, signal);
   const { pool, schema } = database;
   await migrate(pool, { schema });
@@ -96,8 +103,11 @@ async function setUp(options: DemoCliOptions, context: DemoContext): Promise<Par
   // The inventory is another service: a pool of its own (here on the same database and schema).
   const inventoryPool = createPool(database.url, logger, INVENTORY_CONCURRENCY + 2);
   cleanup.add('close the inventory pool', () => inventoryPool.end());
+  const orm = await openOrm({ orders: pool, inventory: inventoryPool }, schema);
+  cleanup.add(`close ${orm.name}`, () => orm.close());
+  throwIfInterrupted(signal);
   const inventoryLogger = logger.child({ component: 'inventory' });
-  const inventory = await Inventory.create(inventoryPool, schema, inventoryLogger);
+  const inventory = await Inventory.create(inventoryPool, schema, orm.inventory, inventoryLogger);
   const verifier = new Verifier();
   const publishAcks = new LostAcks(options.lostAcks);
   // A webhook receiver cannot lose an ack on its own: its 503 would tell the relay the receiver is down.
@@ -125,7 +135,7 @@ async function setUp(options: DemoCliOptions, context: DemoContext): Promise<Par
   });
   cleanup.add('stop the relay', () => relay.stop({ timeout: RELAY_STOP_TIMEOUT_MS }));
   await relay.start();
-  return { database, sink, relay, verifier, inventory, publishAcks, consumerAcks };
+  return { database, orm, sink, relay, verifier, inventory, publishAcks, consumerAcks };
 }
 
 /**
@@ -145,11 +155,15 @@ async function drain(ledger: Ledger, parts: Parts, signal: AbortSignal): Promise
   }
 }
 
-function printIntro(options: DemoCliOptions, { database, sink, publishAcks, consumerAcks }: Parts): void {
+function printIntro(
+  options: DemoCliOptions,
+  { database, orm, sink, publishAcks, consumerAcks }: Parts,
+): void {
   const out = process.stdout;
   out.write(
     `tx-outbox demo: ${database.label}, schema "${database.schema}"; relay publishes to ${sink.label}\n`,
   );
+  out.write(`orm: ${orm.label}, for the order service's transactions and the inventory's inbox\n`);
   out.write(
     `order service: ${options.rate} tx/s for ${options.duration} s from ${WRITERS} writers over ` +
       `${AGGREGATES} customers, ~${ROLLBACK_RATIO * 100}% rolled back on purpose after enqueue\n`,
