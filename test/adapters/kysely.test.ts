@@ -82,6 +82,20 @@ describe('Kysely specifics', () => {
     expect(result.sequence).toBe(1);
   });
 
+  it('binds caller versions, one and a batch (bigint[])', async () => {
+    const results = await kdb
+      .transaction()
+      .execute(async (trx) => [
+        await enqueue(trx, event('versioned-1', { sequence: 7 }), { schema: db.schema }),
+        ...(await enqueue(
+          trx,
+          [event('versioned-2', { sequence: 2 ** 53 - 2 }), event('versioned-2', { sequence: 2 ** 53 - 1 })],
+          { schema: db.schema },
+        )),
+      ]);
+    expect(results.map((r) => r.sequence)).toEqual([7, 2 ** 53 - 2, 2 ** 53 - 1]);
+  });
+
   it('binds bytea[] with a Buffer first and nulls, jsonb[] and timestamptz[] exactly', async () => {
     const at = new Date('2031-02-03T04:05:06.789Z');
     const blob = Buffer.from([0x5c, 0x22, 0x00, 0xff]);

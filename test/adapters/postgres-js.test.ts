@@ -60,6 +60,18 @@ describe('postgres.js specifics', () => {
     await db?.close();
   });
 
+  it('binds caller versions, one and a batch (bigint[])', async () => {
+    const results = await sql.begin(async (tx) => [
+      await enqueue(tx, event('versioned-1', { sequence: 7 }), { schema: db.schema }),
+      ...(await enqueue(
+        tx,
+        [event('versioned-2', { sequence: 2 ** 53 - 2 }), event('versioned-2', { sequence: 2 ** 53 - 1 })],
+        { schema: db.schema },
+      )),
+    ]);
+    expect(results.map((r) => r.sequence)).toEqual([7, 2 ** 53 - 2, 2 ** 53 - 1]);
+  });
+
   it('binds bytea[] with a Buffer first and nulls, jsonb[] and timestamptz[] exactly', async () => {
     const at = new Date('2031-02-03T04:05:06.789Z');
     const blob = Buffer.from([0x5c, 0x22, 0x00, 0xff]); // a backslash and a quote, raw
@@ -110,7 +122,7 @@ describe('postgres.js specifics', () => {
     const preparedCount = (tx: postgres.TransactionSql) =>
       tx
         .unsafe(`SELECT count(*)::int AS n FROM pg_prepared_statements
-          WHERE statement LIKE '%aggregate_sequences%' AND statement NOT LIKE '%pg_prepared_statements%'`)
+          WHERE (statement LIKE '%.enqueue_one(%' OR statement LIKE '%.events (event_id%') AND statement NOT LIKE '%pg_prepared_statements%'`)
         .then((r) => Number(r[0]!['n']));
     const unprepared = postgres(DATABASE_URL, { max: 1, prepare: false, onnotice: () => undefined });
     const fresh = postgres(DATABASE_URL, { max: 1, onnotice: () => undefined });
