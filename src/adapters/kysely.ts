@@ -12,9 +12,9 @@
 import { OutboxValidationError } from '../errors.js';
 import { type EnqueueOptions, type EnqueueResult, enqueue as enqueueOn } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
+import { handlerErrors, probeAborted } from './handler-guard.js';
 import {
   abortedTransaction,
-  findErrorCode,
   notInTransaction,
   type SqlExecutor,
   type TransactionRunner,
@@ -103,27 +103,39 @@ export async function enqueue(
  * PostgreSQL answers COMMIT after a failed statement with a ROLLBACK and no error; Kysely 0.28
  * throws its AbortedTransactionError then, older versions report success. One `SELECT 1` after the
  * handler catches the case on every version, and the runner rejects with `abortedTransaction()`.
+ * A lost connection is told from the handler's own network failure as for Knex (handler-guard.ts):
+ * Kysely rejects with the ROLLBACK's error when the ROLLBACK failed.
  */
 export function transactions<K extends KyselyDatabase>(
   db: K & (K extends { readonly isTransaction: true } ? never : unknown),
 ): TransactionRunner<TransactionOf<K>> {
   assertDatabase(db);
+  // Kysely rejects with the ROLLBACK's error when it failed: what tells a lost connection.
+  const errors = handlerErrors({ rollbackFailureRejects: true });
   return {
     name: 'kysely',
     sql: executorOn(db),
-    errorCode,
+    errorCode: errors.errorCode,
     async transaction<T>(fn: (trx: TransactionOf<K>, sql: SqlExecutor) => Promise<T>): Promise<T> {
       try {
-        const result = await db
-          .transaction()
-          .setIsolationLevel('read committed')
-          .execute(async (trx) => {
-            const executor = executorOn(trx);
-            const value = await fn(trx as unknown as TransactionOf<K>, executor);
-            await assertNotAborted(executor);
-            return value;
-          });
-        return result as T;
+        return await errors.run((inside) =>
+          db
+            .transaction()
+            .setIsolationLevel('read committed')
+            .execute((trx) =>
+              inside(async () => {
+                const executor = executorOn(trx);
+                const value = await fn(trx as unknown as TransactionOf<K>, executor).catch(
+                  async (error: unknown) => {
+                    await errors.screen(error, executor);
+                    throw error;
+                  },
+                );
+                await probeAborted(executor, errors.errorCode);
+                return value;
+              }),
+            ),
+        );
       } catch (error) {
         if ((error as { name?: unknown } | null)?.name === 'AbortedTransactionError')
           throw abortedTransaction();
@@ -160,16 +172,6 @@ function executorOn(handle: KyselyQueryable): SqlExecutor {
   };
 }
 
-/** Throws `abortedTransaction()` when a statement failed in the transaction, its error caught. */
-async function assertNotAborted(executor: SqlExecutor): Promise<void> {
-  try {
-    await executor.query({ text: 'SELECT 1', values: [] });
-  } catch (error) {
-    if (errorCode(error) === '25P02') throw abortedTransaction();
-    throw error;
-  }
-}
-
 function isQueryable(handle: unknown): handle is KyselyQueryable {
   const h = handle as Partial<Record<'executeQuery' | 'withoutPlugins' | 'isTransaction', unknown>> | null;
   return (
@@ -202,14 +204,4 @@ function assertDatabase(db: unknown): void {
       'Pass the instance new Kysely({ dialect }) returned, not a transaction.',
     );
   }
-}
-
-/** node-postgres' errors for a lost connection, which carry no code. */
-const CONNECTION_LOST =
-  /^(Connection terminated|Client has encountered a connection error|Client was closed)/;
-
-function errorCode(error: unknown): string | undefined {
-  const found = findErrorCode(error);
-  if (found !== undefined) return found;
-  return error instanceof Error && CONNECTION_LOST.test(error.message) ? 'ECONNRESET' : undefined;
 }

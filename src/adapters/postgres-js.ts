@@ -98,12 +98,16 @@ export async function enqueue(
  */
 export function transactions<S extends PostgresJsSql>(sql: S): TransactionRunner<TransactionOf<S>> {
   assertRoot(sql);
+  // What the handler threw with a network code while its transaction's connection was fine: a
+  // service of its own being down, charged to the handler, not the database gone.
+  const handlersOwn = new WeakSet<object>();
   return {
     name: 'postgres-js',
     sql: executorOn(sql),
-    errorCode,
+    errorCode: (error) => (isObject(error) && handlersOwn.has(error) ? undefined : errorCode(error)),
     async transaction<T>(fn: (tx: TransactionOf<S>, sql: SqlExecutor) => Promise<T>): Promise<T> {
       const state: ConnectionState = { lost: undefined, isLoss: lostConnection };
+      let thrown: { error: unknown } | undefined;
       const begun = sql.begin('isolation level read committed', async (raw) => {
         const tx = guarded(raw, state);
         const executor = executorOn(tx);
@@ -112,21 +116,34 @@ export function transactions<S extends PostgresJsSql>(sql: S): TransactionRunner
           value = await fn(tx as unknown as TransactionOf<S>, executor);
           await assertNotAborted(executor);
         } catch (error) {
-          if (lostConnection(error)) state.lost ??= error;
+          // The ROLLBACK postgres.js sends next must not go to a lost connection (postgres-js-guard.ts).
           if (state.lost !== undefined) return never();
+          thrown = { error };
           throw error;
         }
-        // The COMMIT postgres.js sends next must not go to a lost connection (postgres-js-guard.ts).
+        // Nor the COMMIT.
         return state.lost === undefined ? value : never();
       });
       // sql.begin rejects as soon as the connection closes, while the handler may still run.
       begun.then(undefined, (error: unknown) => {
-        if (lostConnection(error)) state.lost ??= error;
+        if (state.lost === undefined && error !== thrown?.error && lostConnection(error)) state.lost = error;
       });
-      return (await begun) as T;
+      try {
+        return (await begun) as T;
+      } catch (error) {
+        if (thrown?.error === error && state.lost === undefined && isObject(error)) {
+          const code = errorCode(error);
+          if (code !== undefined && !SQLSTATE.test(code)) handlersOwn.add(error);
+        }
+        throw error;
+      }
     },
   };
 }
+
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+
+const isObject = (value: unknown): value is object => typeof value === 'object' && value !== null;
 
 /** What the callback returns once its connection is lost: postgres.js then sends nothing more. */
 function never(): Promise<never> {
@@ -134,13 +151,14 @@ function never(): Promise<never> {
 }
 
 /**
- * The socket is gone: a network error, or postgres.js's own CONNECTION_CLOSED … (PostgreSQL ending
- * the session under a statement comes as CONNECTION_CLOSED too). Not a 57P01 itself: postgres.js
- * 3.4.9 also hands a stale one to the first statement on the connection that replaced the lost one.
+ * The socket is gone, as postgres.js reports it on a statement or on `sql.begin`: its own
+ * CONNECTION_CLOSED … (PostgreSQL ending the session under a statement comes as CONNECTION_CLOSED
+ * too), or the socket's error. Not a 57P01 itself: postgres.js 3.4.9 also hands a stale one to the
+ * first statement on the connection that replaced the lost one.
  */
 function lostConnection(error: unknown): boolean {
-  const code = errorCode(error);
-  return code !== undefined && /^E[A-Z]+$/.test(code);
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (code in CONNECTION_CODES || /^E[A-Z]+$/.test(code));
 }
 
 function executorOn(handle: PostgresJsQueryable): SqlExecutor {

@@ -185,6 +185,25 @@ describe('Kysely specifics', () => {
     ).toBe(0);
   });
 
+  it("charges the handler's own network failure: its connection was fine", async () => {
+    const runner = transactions(kdb);
+    const refused = Object.assign(new Error('connect ECONNREFUSED 10.0.0.1:443'), { code: 'ECONNREFUSED' });
+    const error = await runner
+      .transaction(async (trx) => {
+        await trx.withSchema(db.schema).insertInto('business').values({ id: 'own-1', note: null }).execute();
+        throw refused;
+      })
+      .catch((e: unknown) => e);
+    expect(error).toBe(refused);
+    expect(runner.errorCode(error)).toBeUndefined();
+    expect(
+      Number(
+        (await db.pool.query(`SELECT count(*) AS n FROM "${db.schema}".business WHERE id = 'own-1'`)).rows[0]
+          .n,
+      ),
+    ).toBe(0);
+  });
+
   it('errorCode reads SQLSTATEs and a lost connection', async () => {
     const runner = transactions(kdb);
     const conflict = await runner
@@ -204,7 +223,7 @@ describe('Kysely specifics', () => {
         await exec.query({ text: 'SELECT 1', values: [] });
       })
       .catch((e: unknown) => e);
-    expect(['57P01', 'ECONNRESET']).toContain(runner.errorCode(killed));
+    expect(['57P01', '08006']).toContain(runner.errorCode(killed));
     expect(runner.errorCode(new Error('plain'))).toBeUndefined();
   });
 });

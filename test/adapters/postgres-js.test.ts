@@ -283,6 +283,25 @@ describe('postgres.js specifics', () => {
     }
   });
 
+  it("charges the handler's own network failure: its connection was fine, and is rolled back", async () => {
+    const runner = transactions(sql);
+    const refused = Object.assign(new Error('connect ECONNREFUSED 10.0.0.1:443'), { code: 'ECONNREFUSED' });
+    const error = await runner
+      .transaction(async (tx) => {
+        await tx`INSERT INTO ${tx(db.schema)}.business (id) VALUES ('own-1')`;
+        throw refused;
+      })
+      .catch((e: unknown) => e);
+    expect(error).toBe(refused);
+    expect(runner.errorCode(error)).toBeUndefined();
+    expect(
+      Number(
+        (await db.pool.query(`SELECT count(*) AS n FROM "${db.schema}".business WHERE id = 'own-1'`)).rows[0]
+          .n,
+      ),
+    ).toBe(0);
+  });
+
   it('errorCode reads SQLSTATEs, and postgres.js connection codes as Node network codes', async () => {
     const runner = transactions(sql);
     const conflict = await runner
