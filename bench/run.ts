@@ -28,7 +28,8 @@ import { txOutboxSystem } from './systems/tx-outbox.js';
 import type { BenchContext, DrainSystem } from './systems/types.js';
 import { type DrainRun, drainRun, simulateHistory } from './workloads/drain.js';
 import { type LatencyResult, latencyRun } from './workloads/latency.js';
-import { PRODUCER_VARIANTS, producerRuns } from './workloads/producer.js';
+import { PRODUCER_VARIANTS, type ProducerRuns, producerRuns } from './workloads/producer.js';
+import { ORM_PRODUCER_VARIANTS, ormProducerRuns } from './workloads/producer-orm.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -244,25 +245,48 @@ async function w2(): Promise<LatencyResult[]> {
   return all;
 }
 
-async function w3(): Promise<Record<string, number[]>> {
+async function w3(): Promise<ProducerRuns & { orm: Record<string, number[]> }> {
   out('## W3 — producer overhead');
   out();
   const result = await producerRuns(pool, profile.producer);
-  const bare = summarize(result['business + bare INSERT']).median;
+  const bare = summarize(result.tps['business + bare INSERT']).median;
   out(
-    `8 connections, ${profile.producer.rounds} interleaved rounds of ${profile.producer.seconds} s, a relay running throughout.`,
+    `8 connections, ${profile.producer.rounds} interleaved rounds of ${profile.producer.seconds} s; the relay stopped except where it drains.`,
   );
   out();
-  out('| transaction | TPS | ratio to business + bare INSERT |');
-  out('|---|---|---|');
+  out(
+    '| transaction | TPS | ratio to business + bare INSERT | CPU µs/tx: PostgreSQL backends | CPU µs/tx: this process |',
+  );
+  out('|---|---|---|---|---|');
   for (const v of PRODUCER_VARIANTS) {
-    const s = summarize(result[v]);
-    out(`| ${v} | ${range(s)} | ${(s.median / bare).toFixed(2)} |`);
+    const s = summarize(result.tps[v]);
+    const database = summarize(result.databaseCpuUs[v]).median;
+    const client = summarize(result.clientCpuUs[v]).median;
+    out(
+      `| ${v} | ${range(s)} | ${(s.median / bare).toFixed(2)} | ${database.toFixed(0)} | ${client.toFixed(0)} |`,
+    );
   }
   out();
-  out('Target: business + enqueue ≥ 0.95× business + bare INSERT of the same payload.');
+  out(
+    'Targets: business + enqueue ≥ 0.80×, business + enqueue with a caller version ≥ 0.95× business + bare INSERT of the same payload.',
+  );
   out();
-  return result;
+  const orm = await ormProducerRuns(pool, profile.producer);
+  out('Through an ORM (both statements in its own transaction API, 8 concurrent transactions):');
+  out();
+  out(
+    "| transaction | TPS | ratio to the same ORM's business + bare INSERT | ratio to business + bare INSERT (node-postgres) |",
+  );
+  out('|---|---|---|---|');
+  for (const v of ORM_PRODUCER_VARIANTS) {
+    const s = summarize(orm[v]);
+    const own = summarize(
+      orm[v.startsWith('Drizzle') ? 'Drizzle: business + bare INSERT' : 'Prisma: business + bare INSERT'],
+    ).median;
+    out(`| ${v} | ${range(s)} | ${(s.median / own).toFixed(2)} | ${(s.median / bare).toFixed(2)} |`);
+  }
+  out();
+  return { ...result, orm };
 }
 
 /** W1 for tx-outbox, `runs` times in one schema (load, drain, load, drain …) after `prepare`. */

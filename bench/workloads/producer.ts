@@ -6,8 +6,11 @@
  * producer's own cost is compared with the bare INSERT's (whose rows nobody
  * drains either); (c) repeats (b) with the relay draining at the same time, the
  * whole system's cost on this 2-core machine. (b) again with `maxPending` set: the backpressure
- * check's cost (one cached read of the published backlog a second per process).
+ * check's cost (one cached read of the published backlog a second per process). (b) with caller
+ * versions (`sequence` given: each connection's aggregates count their own versions, as a
+ * business row's version column would): no sequence row.
  */
+import { readFileSync } from 'node:fs';
 import type pg from 'pg';
 import { enqueue, migrate } from '../../src/index.js';
 import { benchContext } from '../lib.js';
@@ -17,15 +20,32 @@ export const PRODUCER_VARIANTS = [
   'business only',
   'business + bare INSERT',
   'business + enqueue',
+  'business + enqueue, caller version',
   'business + enqueue with maxPending',
   'business + enqueue, relay draining meanwhile',
 ] as const;
 export type ProducerVariant = (typeof PRODUCER_VARIANTS)[number];
 
+/** TPS per round, and CPU per transaction (µs) of the database backends and of this process. */
+export interface ProducerRuns {
+  readonly tps: Record<ProducerVariant, number[]>;
+  readonly databaseCpuUs: Record<ProducerVariant, number[]>;
+  readonly clientCpuUs: Record<ProducerVariant, number[]>;
+}
+
+/** Time a backend has spent on a CPU, in µs (Linux schedstat: any load, ns resolution). */
+function backendCpuUs(pid: number): number {
+  try {
+    return Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]) / 1000;
+  } catch {
+    return Number.NaN; // another machine: the database is elsewhere
+  }
+}
+
 export async function producerRuns(
   pool: pg.Pool,
   options: { seconds: number; rounds: number; connections?: number },
-): Promise<Record<ProducerVariant, number[]>> {
+): Promise<ProducerRuns> {
   const connections = options.connections ?? 8;
   const ctx = await benchContext(pool);
   const s = `"${ctx.schema}"`;
@@ -47,11 +67,23 @@ export async function producerRuns(
     const json = JSON.stringify(payload);
     const topic = `${ctx.subjectPrefix}.order.placed`;
 
+    const perVariant = () =>
+      Object.fromEntries(PRODUCER_VARIANTS.map((v) => [v, [] as number[]])) as unknown as Record<
+        ProducerVariant,
+        number[]
+      >;
+    const databaseCpuUs = perVariant();
+    const clientCpuUs = perVariant();
     async function round(variant: ProducerVariant): Promise<number> {
+      const clients = await Promise.all(Array.from({ length: connections }, () => pool.connect()));
+      const pids = await Promise.all(
+        clients.map(async (c) => Number((await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid)),
+      );
+      const databaseBefore = pids.map(backendCpuUs);
+      const clientBefore = process.cpuUsage();
       const until = performance.now() + options.seconds * 1000;
       const counts = await Promise.all(
-        Array.from({ length: connections }, async (_, c) => {
-          const client = await pool.connect();
+        clients.map(async (client, c) => {
           let n = 0;
           try {
             while (performance.now() < until) {
@@ -67,6 +99,19 @@ export async function producerRuns(
                   text: `INSERT INTO ${s}.bare (payload) VALUES ($1)`,
                   values: [json],
                 });
+              } else if (variant === 'business + enqueue, caller version') {
+                await enqueue(
+                  client,
+                  {
+                    aggregateType: 'order',
+                    aggregateId: `c${c}-${n % 500}`,
+                    type: 'order.placed',
+                    topic,
+                    payload,
+                    sequence: Math.floor(n / 500) + 1, // each round's events are deleted before the next
+                  },
+                  { schema: ctx.schema },
+                );
               } else if (variant !== 'business only') {
                 await enqueue(
                   client,
@@ -91,13 +136,15 @@ export async function producerRuns(
           return n;
         }),
       );
-      return counts.reduce((a, b) => a + b, 0) / options.seconds;
+      const transactions = counts.reduce((a, b) => a + b, 0);
+      const clientCpu = process.cpuUsage(clientBefore);
+      const databaseCpu = pids.reduce((sum, pid, i) => sum + backendCpuUs(pid) - databaseBefore[i]!, 0);
+      databaseCpuUs[variant].push(databaseCpu / transactions);
+      clientCpuUs[variant].push((clientCpu.user + clientCpu.system) / transactions);
+      return transactions / options.seconds;
     }
 
-    const result = Object.fromEntries(PRODUCER_VARIANTS.map((v) => [v, [] as number[]])) as unknown as Record<
-      ProducerVariant,
-      number[]
-    >;
+    const result = perVariant();
     for (let r = 0; r < options.rounds; r++) {
       for (const v of PRODUCER_VARIANTS) {
         const draining = v === 'business + enqueue, relay draining meanwhile';
@@ -116,7 +163,7 @@ export async function producerRuns(
         }
       }
     }
-    return result;
+    return { tps: result, databaseCpuUs, clientCpuUs };
   } finally {
     if (relay) await stopRelay(relay);
     await ctx.close();

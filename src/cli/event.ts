@@ -122,7 +122,7 @@ function describeWait(w: EventWait, e: { aggregateType: string; aggregateId: str
         ? `its aggregate ${aggregate} is blocked by a dead event`
         : `its aggregate ${aggregate} is blocked until ${at(w.until)}`;
     case 'gap':
-      return `sequences ${w.deliveredSequence + 1}… of ${aggregate} are neither delivered nor in the outbox (delivered up to ${w.deliveredSequence})`;
+      return `sequences ${w.deliveredSequence + 1}… of ${aggregate} are neither delivered nor in the outbox (delivered up to ${w.deliveredSequence}); the relay publishes across the gap once it has waited gapGraceMs`;
     case 'no-owner':
       return `its partition ${w.partition} has no owner: no relay holds it under a live lease (is a relay running?)`;
     case 'due':

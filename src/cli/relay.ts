@@ -58,6 +58,7 @@ interface RelayCliOptions extends DatabaseCommandOptions, MetricsFlags {
   readonly pollInterval?: number;
   readonly lease?: number;
   readonly maxAttempts?: number;
+  readonly gapGrace?: number;
   readonly relayId?: string;
   readonly listen: boolean;
   readonly history?: boolean;
@@ -111,6 +112,11 @@ export function registerRelay(program: Command): void {
     )
     .option('--lease <ms>', 'partition lease length, renewed every third (default 15000)', integerOption(300))
     .option('--max-attempts <n>', 'attempts before an event is dead (default 10)', integerOption(1))
+    .option(
+      '--gap-grace <ms>',
+      'how long an aggregate waits behind a missing sequence before the relay publishes across it, if nothing earlier is left (default 10000)',
+      integerOption(1),
+    )
     .option(
       '--relay-id <id>',
       'unique id of this relay instance (default <host>-<pid>-<random>)',
@@ -188,6 +194,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       pollIntervalMs: options.pollInterval,
       leaseMs: options.lease,
       maxAttempts: options.maxAttempts,
+      gapGraceMs: options.gapGrace,
       relayId: options.relayId,
       listen: options.listen,
       history: historyOption(options, source),

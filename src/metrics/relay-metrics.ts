@@ -4,7 +4,7 @@ import { failureCode } from './error-code.js';
 import type { CounterMetric, GaugeMetric, HistogramMetric, MetricLabels, MetricsSink } from './sink.js';
 
 const RETRIED_REASONS = ['retryable', 'throttled', 'publisher_error'] as const;
-const DEAD_REASONS = ['permanent', 'max_attempts'] as const;
+const DEAD_REASONS = ['permanent', 'max_attempts', 'sequence_repeat'] as const;
 const LEASE_CHANGES = ['acquired', 'lost', 'released'] as const;
 
 /** `reason` of `tx_outbox_events_retried_total`. */
@@ -39,6 +39,8 @@ export interface RelayMetrics {
   leases(change: LeaseChange, partitions: number): void;
   /** One reading of database clock minus relay clock, ms, from a round trip of `rttMs` (the lease heartbeat). */
   clockOffset(ms: number, rttMs: number): void;
+  /** Gaps in caller versions bridged (docs/guarantees.md, Caller versions). */
+  gapsBridged(count: number): void;
 }
 
 const nothing = (): void => {};
@@ -53,6 +55,7 @@ export const NOOP_RELAY_METRICS: RelayMetrics = Object.freeze({
   recorded: nothing,
   leases: nothing,
   clockOffset: nothing,
+  gapsBridged: nothing,
 });
 
 /** The relay's metric names and help texts (the shared contract). */
@@ -66,7 +69,14 @@ export const RELAY_METRICS = {
     'tx_outbox_events_unavailable_total',
     'Publishes refused because the broker was unreachable (no attempt charged; the event waits).',
   ],
-  dead: ['tx_outbox_events_dead_total', 'Events that went dead (they block their aggregate), by reason.'],
+  dead: [
+    'tx_outbox_events_dead_total',
+    'Events that went dead, by reason (all block their aggregate but sequence_repeat).',
+  ],
+  gapsBridged: [
+    'tx_outbox_events_gap_bridged_total',
+    'Aggregates whose next sequence was missing with nothing earlier left, published across the gap.',
+  ],
   attempts: ['tx_outbox_publish_attempts_total', 'Events handed to the publisher, by broker kind.'],
   failures: ['tx_outbox_publish_failures_total', 'Failed publish outcomes, by broker kind and error code.'],
   batchSize: ['tx_outbox_batch_size_events', 'Events per claimed batch.'],
@@ -99,6 +109,7 @@ export class SinkRelayMetrics implements RelayMetrics {
   private readonly commitToPublish: HistogramMetric;
   private readonly held: GaugeMetric;
   private readonly leaseChanges: CounterMetric;
+  private readonly bridged: CounterMetric;
   private readonly brokerLabels: MetricLabels;
   /** Failure labels by code: a handful of values, built once each. */
   private readonly failureLabels = new Map<string, MetricLabels>();
@@ -119,12 +130,14 @@ export class SinkRelayMetrics implements RelayMetrics {
     this.commitToPublish = sink.histogram(...m.commitToPublish, [], LATENCY_SECONDS);
     this.held = sink.gauge(...m.held);
     this.leaseChanges = sink.counter(...m.leaseChanges, ['change']);
+    this.bridged = sink.counter(...m.gapsBridged);
     this.brokerLabels = { broker };
     // Series that exist from the start: a rate() over them works before the first event.
     this.published.inc(undefined, 0);
     this.unavailableCount.inc(undefined, 0);
     this.attempts.inc(this.brokerLabels, 0);
     this.held.add(undefined, 0);
+    this.bridged.inc(undefined, 0);
     for (const reason of RETRIED_REASONS) this.retried.inc(REASON_LABELS[reason], 0);
     for (const reason of DEAD_REASONS) this.dead.inc(REASON_LABELS[reason], 0);
     for (const change of LEASE_CHANGES) this.leaseChanges.inc(CHANGE_LABELS[change], 0);
@@ -187,6 +200,10 @@ export class SinkRelayMetrics implements RelayMetrics {
     this.offset.add(ms, rttMs);
   }
 
+  gapsBridged(count: number): void {
+    if (count > 0) this.bridged.inc(undefined, count);
+  }
+
   private failureLabelsOf(code: string): MetricLabels {
     let labels = this.failureLabels.get(code);
     if (!labels) {
@@ -203,6 +220,7 @@ const REASON_LABELS: Record<FailureReason, MetricLabels> = {
   publisher_error: { reason: 'publisher_error' },
   permanent: { reason: 'permanent' },
   max_attempts: { reason: 'max_attempts' },
+  sequence_repeat: { reason: 'sequence_repeat' },
 };
 
 const CHANGE_LABELS: Record<LeaseChange, MetricLabels> = {

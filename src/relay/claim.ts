@@ -1,13 +1,22 @@
+import { aggregateKeyOf } from '../aggregate-key.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import type { HeldRow, HoldBack } from './hold-back.js';
 import type { PartitionLeases } from './leases.js';
 import type { RefusedAggregates } from './outage.js';
+import type { SequenceFaults } from './sequence-faults.js';
 import type { RelaySession, Statement } from './session.js';
 import type { Stopwatch } from './stats.js';
 
+/** What the ordering gate said of a claimed row (see {@link CLAIM_SQL}). */
+export type Gate = 'pass' | 'hold' | 'gap' | 'repeat';
+
 /** A row of the claim statement ({@link CLAIM_SQL}); payloads are null unless it passed the gate. */
 export interface ClaimedRow extends HeldRow {
+  gate: Gate;
+  /** `gate = 'pass'`. */
   passed: boolean;
+  /** The aggregate's delivered sequence as the gate saw it: greatest(delivered_sequence, sequence_base). */
+  delivered: string;
   id: string;
   event_id: string;
   partition: number;
@@ -65,13 +74,15 @@ export interface ClaimerParts {
   readonly leases: PartitionLeases;
   readonly holdBack: HoldBack;
   readonly refused: RefusedAggregates;
+  readonly faults: SequenceFaults;
   readonly watch: Stopwatch;
 }
 
 /**
  * The claim step: the next due events of the partitions held, leaving out the ids still in
  * flight and the aggregates held back or refused; the rows that did not pass the gate are
- * handed to the hold-back.
+ * handed to the hold-back, repeated sequences are marked dead, and gaps held past the grace
+ * are probed (and bridged) — see {@link SequenceFaults}.
  */
 export class Claimer {
   constructor(private readonly p: ClaimerParts) {}
@@ -80,6 +91,7 @@ export class Claimer {
     const p = this.p;
     const { partitions, epochs } = p.leases.snapshot();
     const client = await p.session.get();
+    p.holdBack.claimStarting();
     const started = performance.now();
     const { rows } = await client.query<ClaimedRow>({
       ...p.statement,
@@ -88,11 +100,22 @@ export class Claimer {
     if (rows.length > 0) p.watch.add(performance.now() - started);
     const messages: OutboxMessage[] = [];
     const held: ClaimedRow[] = [];
+    const repeats: ClaimedRow[] = [];
     for (const row of rows) {
-      if (row.passed) messages.push(toMessage(row));
-      else held.push(row);
+      if (row.gate === 'repeat') repeats.push(row);
+      else if (row.gate !== 'pass') held.push(row);
+      else if (
+        p.holdBack.repeatsInFlight(aggregateKeyOf(row.aggregate_type, row.aggregate_id), Number(row.sequence))
+      )
+        held.push(row);
+      else messages.push(toMessage(row));
     }
+    const fence = { partitions, epochs };
+    // A repeat holds nothing back: its aggregate's later events passed in this claim already.
+    await p.faults.repeated(client, repeats, fence);
     if (held.length > 0) p.holdBack.hold(held);
+    p.faults.observe(rows);
+    await p.faults.bridge(client, fence);
     return { messages, partitions, epochs, scanned: rows.length };
   }
 }

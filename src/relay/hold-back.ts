@@ -27,6 +27,10 @@ export class HoldBack {
   readonly #times = new Map<string, number>();
   /** Aggregates with events in flight (claimed, outcome not yet recorded), with how many. */
   readonly #inFlight = new Map<string, number>();
+  /** The highest sequence in flight of each aggregate in {@link #inFlight}. */
+  readonly #inFlightTop = new Map<string, number>();
+  /** Aggregates whose outcome was recorded since the current claim started. */
+  readonly #landedSince = new Set<string>();
 
   constructor(
     private readonly holdMs: number,
@@ -35,22 +39,58 @@ export class HoldBack {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** An event of the aggregate `key` was claimed: in flight until {@link landed}. */
-  claimed(key: string): void {
+  /** An event (`sequence`) of the aggregate `key` was claimed: in flight until {@link landed}. */
+  claimed(key: string, sequence = 0): void {
     this.#inFlight.set(key, (this.#inFlight.get(key) ?? 0) + 1);
+    this.#inFlightTop.set(key, Math.max(this.#inFlightTop.get(key) ?? 0, sequence));
     this.#times.delete(key);
   }
 
   /** The outcome of one claimed event of `key` was recorded (or given up on). */
   landed(key: string): void {
+    this.#landedSince.add(key);
     const left = (this.#inFlight.get(key) ?? 1) - 1;
     if (left > 0) this.#inFlight.set(key, left);
-    else this.#inFlight.delete(key);
+    else {
+      this.#inFlight.delete(key);
+      this.#inFlightTop.delete(key);
+    }
+  }
+
+  /**
+   * An event of `key` at or above `sequence` is in flight: an event passed at `sequence` repeats
+   * it (a caller version written twice; the claim did not see the one in flight, its progress
+   * not yet recorded). It must wait: once that outcome is recorded, it is a repeat.
+   */
+  repeatsInFlight(key: string, sequence: number): boolean {
+    const top = this.#inFlightTop.get(key);
+    return top !== undefined && top >= sequence;
+  }
+
+  /** A claim starts (claims never overlap: the pipeline prefetches one at a time). */
+  claimStarting(): void {
+    this.#landedSince.clear();
+  }
+
+  /**
+   * An event of the aggregate `key` is claimed and its outcome not recorded yet, or was
+   * recorded while the current claim ran: that claim may have read the aggregate's progress
+   * from before, and seen its next event as not following.
+   */
+  busy(key: string): boolean {
+    return this.#inFlight.has(key) || this.#landedSince.has(key);
+  }
+
+  /** The aggregate `key` is claimable again at once (its gap was bridged). */
+  release(key: string): void {
+    this.#until.delete(key);
+    this.#times.delete(key);
   }
 
   /** Nothing is in flight any more (the loop dropped its pipeline after an error). */
   forgetInFlight(): void {
     this.#inFlight.clear();
+    this.#inFlightTop.clear();
   }
 
   /** Holds back the aggregates of one claim's rows that did not pass the gate. */
@@ -67,7 +107,7 @@ export class HoldBack {
       if (times === 10 || times % 100 === 0) {
         this.logger.warn(
           { relayId: this.relayId, aggregateType: r.aggregate_type, aggregateId: r.aggregate_id, times },
-          'aggregate held back: its next event is scheduled for later (deliverAfter) or missing (sequence gap)',
+          'aggregate held back: its next event is scheduled for later (deliverAfter) or missing (sequence gap; bridged after gapGraceMs when nothing earlier is left)',
         );
       }
     }

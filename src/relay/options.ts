@@ -36,6 +36,13 @@ export interface RelayOptions {
   readonly leaseMs?: number;
   /** Attempts before an event is dead. Default 10. */
   readonly maxAttempts?: number;
+  /**
+   * How long an aggregate's next event may wait behind a missing sequence before the relay looks
+   * for an earlier event of it and, finding none, publishes across the gap, ms. Gaps come from
+   * caller versions (`enqueue({ sequence })`) that skip one, an aggregate adopted at a later
+   * version, a row deleted by hand (docs/guarantees.md, Caller versions). Default 10000.
+   */
+  readonly gapGraceMs?: number;
   /** Retry delays: exponential with full jitter. Default { baseMs: 1000, capMs: 300000 }. */
   readonly backoff?: Partial<BackoffPolicy>;
   /** A publish call not finished by then is aborted (its events retried). Default 60000. */
@@ -92,6 +99,7 @@ export interface ResolvedRelayOptions {
   readonly pollIntervalMs: number;
   readonly leaseMs: number;
   readonly maxAttempts: number;
+  readonly gapGraceMs: number;
   readonly backoff: BackoffPolicy;
   readonly publishTimeoutMs: number;
   readonly outageReminderMs: number;
@@ -194,6 +202,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     pollIntervalMs: positiveInt(options.pollIntervalMs, 1000, 'pollIntervalMs'),
     leaseMs,
     maxAttempts: positiveInt(options.maxAttempts, 10, 'maxAttempts'),
+    gapGraceMs: positiveInt(options.gapGraceMs, 10_000, 'gapGraceMs'),
     backoff: Object.freeze({ baseMs, capMs: Math.max(capMs, baseMs) }),
     publishTimeoutMs: positiveInt(options.publishTimeoutMs, 60_000, 'publishTimeoutMs'),
     outageReminderMs: positiveInt(options.outageReminderMs, 30_000, 'outageReminderMs'),

@@ -44,7 +44,7 @@ export class Pipeline {
   track(claimed: Claimed): void {
     for (const message of claimed.messages) {
       this.#inFlight.add(message.id);
-      this.holdBack.claimed(aggregateKey(message));
+      this.holdBack.claimed(aggregateKey(message), message.sequence);
     }
   }
 

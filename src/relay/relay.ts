@@ -6,6 +6,7 @@ import { BacklogTask } from './backlog-task.js';
 import { loopErrorDelay, outageDelay } from './backoff.js';
 import { type Claimed, Claimer } from './claim.js';
 import { CLAIM_SQL } from './claim-sql.js';
+import { GapWatch } from './gap-watch.js';
 import type { RelayHealth } from './health.js';
 import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from './history.js';
 import { HoldBack } from './hold-back.js';
@@ -19,6 +20,8 @@ import { Pipeline } from './pipeline.js';
 import { BackgroundPruner } from './pruner.js';
 import { BatchPublisher } from './publish-batch.js';
 import { Recorder } from './record.js';
+import { SequenceFaults } from './sequence-faults.js';
+import { BRIDGE_GAPS_SQL, REPEAT_DEAD_SQL } from './sequence-faults-sql.js';
 import { RelaySession, relaySessionSettings, relayStatement } from './session.js';
 import { RelayCounters, type RelayStats } from './stats.js';
 import type { Verdict } from './verdicts.js';
@@ -100,6 +103,17 @@ class PollingRelay implements Relay {
     this.schedule = new LeaseSchedule(o.leaseMs);
     this.idle = new IdleCadence(this.doorbell, this.leases, o.listen, o.pollIntervalMs);
     const holdBack = new HoldBack(o.pollIntervalMs, o.logger, o.relayId);
+    const faults = new SequenceFaults({
+      relayId: o.relayId,
+      logger: o.logger,
+      counters: this.counters,
+      // Held heads are seen again every poll interval (the hold-back's length): forget one
+      // only when several intervals passed without it.
+      watch: new GapWatch({ graceMs: o.gapGraceMs, forgetMs: Math.max(60_000, 5 * o.pollIntervalMs) }),
+      holdBack,
+      repeatDead: relayStatement('repeat_dead', REPEAT_DEAD_SQL, o.schema, o.quotedSchema),
+      bridgeGaps: relayStatement('bridge_gaps', BRIDGE_GAPS_SQL, o.schema, o.quotedSchema),
+    });
     const claimer = new Claimer({
       session: this.claimSession,
       statement: relayStatement('claim', CLAIM_SQL, o.schema, o.quotedSchema),
@@ -108,6 +122,7 @@ class PollingRelay implements Relay {
       leases: this.leases,
       holdBack,
       refused: this.refused,
+      faults,
       watch: this.counters.watches.claim,
     });
     const recorder = new Recorder(

@@ -67,8 +67,11 @@ export function relayStatement(family: string, sql: string, schema: string, quot
 /**
  * The relay's session settings. The claim must walk the primary key in id order whatever the
  * (churning) statistics say: a bitmap or sequential scan plus sort would cost time in
- * proportion to the backlog.
+ * proportion to the backlog. No JIT: the relay's statements are short, and the gap probe
+ * (BRIDGE_GAPS_SQL), whose only plan is a sequential scan, is priced by `enable_seqscan = off`
+ * far above `jit_above_cost` (PostgreSQL 17 and older add 10^10): it would be compiled on every
+ * run, for nothing.
  */
 export function relaySessionSettings(synchronousCommit: 'on' | 'off'): string {
-  return `SET synchronous_commit = ${synchronousCommit}; SET enable_seqscan = off; SET enable_bitmapscan = off`;
+  return `SET synchronous_commit = ${synchronousCommit}; SET enable_seqscan = off; SET enable_bitmapscan = off; SET jit = off`;
 }

@@ -5,8 +5,10 @@ export interface RelayStats {
   published: number;
   /** Failed attempts rescheduled with backoff. */
   retried: number;
-  /** Events that went dead (max attempts or permanent error). */
+  /** Events that went dead (max attempts, permanent error, or a repeated sequence). */
   dead: number;
+  /** Aggregates published across a gap in their sequences (docs/guarantees.md, Caller versions). */
+  gapsBridged: number;
   /** Publishes refused because the broker was unreachable (no attempt charged). */
   unavailable: number;
   batches: number;
@@ -22,6 +24,8 @@ export interface Timing {
   mean: number;
   max: number;
 }
+
+const REPEAT_DEAD: FailureOutcome = Object.freeze({ status: 'dead', reason: 'sequence_repeat' });
 
 /** Mean and max of the times added; each time also goes to `observe` (a histogram). */
 export class Stopwatch {
@@ -46,7 +50,7 @@ export class Stopwatch {
 /** What a relay counts while it runs; {@link snapshot} is its `stats()`. */
 export class RelayCounters {
   /** The counts, as they go into `stats()` and the "relay stopped" log line. */
-  readonly counts = { published: 0, retried: 0, dead: 0, unavailable: 0, batches: 0 };
+  readonly counts = { published: 0, retried: 0, dead: 0, gapsBridged: 0, unavailable: 0, batches: 0 };
   /** Time per batch in each step: the claim statement, the publish calls, the outcome statement. */
   readonly watches: { readonly claim: Stopwatch; readonly publish: Stopwatch; readonly record: Stopwatch };
   /** The last loop error (database or publisher), redacted. */
@@ -71,6 +75,22 @@ export class RelayCounters {
       if (f.status === 'dead') counts.dead += 1;
       else counts.retried += 1;
     }
+  }
+
+  /** Events marked dead because their sequence repeats one already delivered (no batch recorded). */
+  repeatsDead(count: number): void {
+    if (count === 0) return;
+    this.metrics.recorded(
+      0,
+      Array.from({ length: count }, () => REPEAT_DEAD),
+    );
+    this.counts.dead += count;
+  }
+
+  /** Gaps bridged. */
+  gapsBridged(count: number): void {
+    this.metrics.gapsBridged(count);
+    this.counts.gapsBridged += count;
   }
 
   snapshot(partitions: number[]): RelayStats {

@@ -77,11 +77,12 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     // src/producer/backpressure-sql.ts (maxPending).
     backlog: 'SELECT',
   },
-  // src/relay/{claim,outcome,lease}-sql.ts, relay.ts (partition count); `tx-outbox relay` reads
-  // outboxStatus at start. Row locks (FOR UPDATE / FOR SHARE) need the UPDATE grant on partitions.
+  // src/relay/{claim,outcome,lease,sequence-faults}-sql.ts, relay.ts (partition count); `tx-outbox
+  // relay` reads outboxStatus at start. Row locks (FOR UPDATE / FOR SHARE) need the UPDATE grant on
+  // partitions. sequence_base: the gap bridge (BRIDGE_GAPS_SQL).
   relay: {
     ...SCHEMA_METADATA,
-    events: 'SELECT, UPDATE (attempts, status, next_attempt_at, last_error, dead_at), DELETE',
+    events: 'SELECT, UPDATE (attempts, status, next_attempt_at, last_error, dead_at, sequence_base), DELETE',
     aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until)',
     partitions: 'SELECT, UPDATE (owner, epoch, lease_until, sleeping)',
     relays: 'SELECT, INSERT, UPDATE (heartbeat_at, lease_ms), DELETE',

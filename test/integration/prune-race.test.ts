@@ -49,7 +49,8 @@ const writeMany = (aggregateIds: readonly string[]) =>
 async function producerWaits(): Promise<boolean> {
   const { rows } = await db.pool.query(
     `SELECT count(*)::int AS n FROM pg_stat_activity
-     WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%aggregate_sequences%'`,
+     WHERE datname = current_database() AND wait_event_type = 'Lock'
+       AND (query LIKE '%aggregate_sequences%' OR query LIKE '%enqueue_one%')`,
   );
   return rows[0].n > 0;
 }

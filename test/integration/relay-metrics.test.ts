@@ -263,6 +263,7 @@ describe('relay metrics through OpenTelemetry', () => {
     expect(points('tx_outbox_events_dead_total').map((p) => [p.attributes, p.value])).toEqual([
       [{ ...own, reason: 'permanent' }, 1],
       [{ ...own, reason: 'max_attempts' }, 0],
+      [{ ...own, reason: 'sequence_repeat' }, 0],
     ]);
     expect(points('tx_outbox_partitions_held').map((p) => p.value)).toEqual([PARTITIONS]);
     const latency = points('tx_outbox_commit_to_publish_seconds')[0]!.value as { count: number };

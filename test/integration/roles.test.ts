@@ -269,6 +269,40 @@ describe('least-privilege roles', () => {
     expect(held.rows[0].n).toBe(0);
   });
 
+  it('the relay marks a repeated caller version dead and bridges a gap (sequence_base) with its own grants', async () => {
+    const publisher = new RecordingPublisher();
+    const relay = createRelay({
+      pool: as('relay'),
+      publisher,
+      schema: SCHEMA,
+      pollIntervalMs: 50,
+      leaseMs: 3000,
+      gapGraceMs: 50,
+    });
+    relays.push(relay);
+    // Caller versions 1, 1 (a repeat) and 3 (2 skipped), written as enqueue({ sequence }) does.
+    for (const sequence of [1, 1, 3]) {
+      await admin.query(
+        `INSERT INTO "${SCHEMA}".events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
+         VALUES (gen_random_uuid(), ((hashtextextended('order' || chr(31) || 'cv', 0) & 9223372036854775807)
+                 % (SELECT partitions FROM "${SCHEMA}".config))::smallint, 'order', 'cv', $1, 'order.changed', '{}')`,
+        [sequence],
+      );
+    }
+    await relay.start();
+    await waitFor(() => publisher.received.filter((m) => m.aggregateId === 'cv').length === 2, {
+      what: 'versions 1 and 3',
+    });
+    const sent = publisher.received.filter((m) => m.aggregateId === 'cv');
+    expect(sent.map((m) => [m.sequence, m.sequenceBase])).toEqual([
+      [1, undefined],
+      [3, 2],
+    ]);
+    expect(relay.stats()).toMatchObject({ dead: 1, gapsBridged: 1 });
+    await relay.stop({ timeout: 5000 });
+    await admin.query(`DELETE FROM "${SCHEMA}".events WHERE aggregate_id = 'cv'`);
+  });
+
   it('the operator skips dead events, with a marker the relay delivers and without one, and shows them', async () => {
     const publisher = new RecordingPublisher();
     publisher.verdict = (m) =>

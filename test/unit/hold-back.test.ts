@@ -38,6 +38,36 @@ describe('HoldBack', () => {
     expect(holdBack.excluded([])).toEqual([key('a')]);
   });
 
+  it('an aggregate is busy while in flight and, once landed, until the next claim starts', () => {
+    const { holdBack } = setup();
+    holdBack.claimStarting();
+    expect(holdBack.busy(key('a'))).toBe(false);
+    holdBack.claimed(key('a'));
+    expect(holdBack.busy(key('a'))).toBe(true);
+    holdBack.claimStarting();
+    holdBack.landed(key('a')); // recorded while this claim ran: it may have read old progress
+    expect(holdBack.busy(key('a'))).toBe(true);
+    holdBack.claimStarting();
+    expect(holdBack.busy(key('a'))).toBe(false);
+  });
+
+  it('knows the highest sequence in flight per aggregate: a passed event at or below it repeats one', () => {
+    const { holdBack } = setup();
+    expect(holdBack.repeatsInFlight(key('a'), 3)).toBe(false);
+    holdBack.claimed(key('a'), 2);
+    holdBack.claimed(key('a'), 3);
+    expect(holdBack.repeatsInFlight(key('a'), 3)).toBe(true);
+    expect(holdBack.repeatsInFlight(key('a'), 4)).toBe(false);
+    expect(holdBack.repeatsInFlight(key('b'), 1)).toBe(false);
+    holdBack.landed(key('a'));
+    expect(holdBack.repeatsInFlight(key('a'), 3)).toBe(true); // one still in flight
+    holdBack.landed(key('a'));
+    expect(holdBack.repeatsInFlight(key('a'), 3)).toBe(false);
+    holdBack.claimed(key('a'), 5);
+    holdBack.forgetInFlight();
+    expect(holdBack.repeatsInFlight(key('a'), 5)).toBe(false);
+  });
+
   it('forgets what is in flight after a loop error', () => {
     const { holdBack } = setup();
     holdBack.claimed(key('a'));

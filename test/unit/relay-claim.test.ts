@@ -3,7 +3,9 @@ import { aggregateKey, aggregateKeyOf } from '../../src/aggregate-key.js';
 import { type ClaimedRow, toMessage } from '../../src/relay/claim.js';
 
 const row = (extra: Partial<ClaimedRow> = {}): ClaimedRow => ({
+  gate: 'pass',
   passed: true,
+  delivered: '3',
   id: '17',
   event_id: '0190f5a4-8d3c-7bbb-9b1e-000000000017',
   partition: 3,

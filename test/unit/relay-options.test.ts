@@ -35,6 +35,7 @@ describe('relay options', () => {
       pollIntervalMs: 1000,
       leaseMs: 15_000,
       maxAttempts: 10,
+      gapGraceMs: 10_000,
       backoff: { baseMs: 1000, capMs: 300_000 },
       publishTimeoutMs: 60_000,
       outageReminderMs: 30_000,
@@ -67,6 +68,9 @@ describe('relay options', () => {
     );
     expect(refused(base({ batchSize: 10_001 })).field).toBe('batchSize');
     expect(refused(base({ maxAttempts: 1.5 })).field).toBe('maxAttempts');
+    expect(refused(base({ gapGraceMs: 0 })).message).toBe(
+      'gapGraceMs: is 0. Pass an integer from 1 to 2147483647 (default 10000).',
+    );
     expect(refused(base({ backoff: { capMs: -1 } })).field).toBe('backoff.capMs');
     expect(refused(base({ leaseMs: 299 })).message).toMatch(/^leaseMs: is 299\. Use at least 300 ms/);
     expect(refused(base({ synchronousCommit: 'local' as 'on' })).field).toBe('synchronousCommit');

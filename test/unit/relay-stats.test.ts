@@ -22,12 +22,21 @@ describe('relay stats', () => {
       published: 10,
       retried: 2,
       dead: 1,
+      gapsBridged: 0,
       unavailable: 4,
       batches: 2,
       partitions: [0, 3],
       lastError: 'boom',
       timings: { claim: { mean: 2, max: 2 }, publish: { mean: 0, max: 0 }, record: { mean: 0, max: 0 } },
     });
+  });
+
+  it('counts repeats made dead and gaps bridged, outside any recorded batch', () => {
+    const counters = new RelayCounters();
+    counters.repeatsDead(2);
+    counters.repeatsDead(0);
+    counters.gapsBridged(3);
+    expect(counters.snapshot([])).toMatchObject({ dead: 2, gapsBridged: 3, batches: 0, retried: 0 });
   });
 
   it('a snapshot is a copy', () => {

@@ -1,0 +1,72 @@
+/**
+ * The statements that make caller-version faults safe (docs/guarantees.md, Caller versions):
+ * a repeated sequence goes dead, a gap with nothing before it is bridged. Both are fenced by
+ * the partition epochs, as every statement of the relay's that changes an event.
+ */
+
+/**
+ * Repeats: each event (`$4` ids, `$5` their last_error) whose sequence is at or below its
+ * aggregate's delivered sequence becomes dead, attempts untouched (it was never published).
+ * Unlike a failed publish it does not block its aggregate (`aggregate_progress` is left
+ * alone): the events after it are published in order. `$1` owner, `$2`/`$3` partitions and
+ * their epochs as claimed.
+ */
+export const REPEAT_DEAD_SQL = `
+WITH fence AS (
+  SELECT p.partition
+  FROM {{schema}}.partitions p
+  JOIN unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
+  WHERE p.owner = $1 AND p.epoch = o.epoch
+  FOR SHARE OF p
+)
+UPDATE {{schema}}.events e
+SET status = 'dead', dead_at = now(), last_error = x.error
+FROM unnest($4::bigint[], $5::text[]) AS x(id, error), fence f
+WHERE e.id = x.id AND e.partition = f.partition AND e.status = 'pending'
+RETURNING e.id::text AS id`;
+
+/**
+ * Gap bridge for one partition (`$2`, epoch `$3`, owner `$1`): each head (`$4` ids, events held
+ * at a gap for the grace) still pending and still above delivered+1 gets `sequence_base =
+ * sequence - 1` — the gate then passes it, and `strict` consumers accept the jump — unless an
+ * earlier event of its aggregate (above delivered, any status: due later, backing off, in flight,
+ * dead) is still in the table: that one holds it back legitimately. Events have no index beyond
+ * the primary key, and must keep it so (every index costs every producer's insert): the probe
+ * is one scan of the partition's rows, the heads' aggregates picked out by a filter
+ * (`earlier`, materialised once), whatever the number of heads. The relay runs it at most once
+ * a second per partition, and only for heads held past the grace. Returns the bridged events.
+ */
+export const BRIDGE_GAPS_SQL = `
+WITH fence AS (
+  SELECT p.partition
+  FROM {{schema}}.partitions p
+  WHERE p.partition = $2 AND p.owner = $1 AND p.epoch = $3
+  FOR SHARE OF p
+), head AS MATERIALIZED (
+  SELECT e.id, e.aggregate_type, e.aggregate_id, e.sequence,
+         greatest(coalesce(g.delivered_sequence, 0), e.sequence_base) AS delivered
+  FROM {{schema}}.events e
+  JOIN fence f ON f.partition = e.partition
+  LEFT JOIN {{schema}}.aggregate_progress g
+    ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
+  WHERE e.id = ANY ($4::bigint[]) AND e.status = 'pending'
+), earlier AS MATERIALIZED (
+  SELECT o.aggregate_type, o.aggregate_id, o.sequence
+  FROM {{schema}}.events o
+  WHERE EXISTS (SELECT 1 FROM head)
+    AND o.partition = $2
+    AND (o.aggregate_type || chr(31) || o.aggregate_id)
+        = ANY (ARRAY(SELECT h.aggregate_type || chr(31) || h.aggregate_id FROM head h))
+)
+UPDATE {{schema}}.events e
+SET sequence_base = e.sequence - 1
+FROM head h
+WHERE e.id = h.id
+  AND h.sequence > h.delivered + 1
+  AND NOT EXISTS (
+    SELECT 1 FROM earlier o
+    WHERE o.aggregate_type = h.aggregate_type AND o.aggregate_id = h.aggregate_id
+      AND o.sequence > h.delivered AND o.sequence < h.sequence
+  )
+RETURNING e.id::text AS id, e.event_id::text AS event_id, e.aggregate_type, e.aggregate_id,
+          e.sequence::text AS sequence, h.delivered::text AS delivered`;
