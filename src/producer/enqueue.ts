@@ -1,4 +1,4 @@
-import { OutboxValidationError } from '../errors.js';
+import { OutboxError, OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
@@ -220,12 +220,28 @@ async function insertOne(tx: SqlExecutor, sql: Statements, p: PreparedEvent): Pr
     values.push(p.sequence);
     statement = sql.oneVersioned;
   }
-  const { rows } = await tx.query<{ sequence: string }>({
-    text: statement.text,
-    name: statement.name,
-    values,
-  });
+  const { rows } = await run<{ sequence: string }>(tx, statement, values);
   return { eventId: p.eventId, sequence: Number(rows[0]?.sequence ?? 0) };
+}
+
+/** Runs one of the statements; a schema from before migration 9 is named as such, not as 42883. */
+async function run<R extends object>(
+  tx: SqlExecutor,
+  statement: Statement,
+  values: unknown[],
+): Promise<{ rows: R[] }> {
+  try {
+    return await tx.query<R>({ text: statement.text, name: statement.name, values });
+  } catch (error) {
+    const text = error instanceof Error ? error.message : '';
+    const missing = /\b(enqueue_one|partition_of)\(.*\) does not exist/.exec(text);
+    if (!missing) throw error;
+    throw new OutboxError(
+      `the outbox schema has no ${missing[1]}() (migration 9): it is older than this version of tx-outbox; ` +
+        'run tx-outbox migrate (or migrate()) before enqueueing',
+      { code: 'TXO_SCHEMA_OUTDATED', cause: error },
+    );
+  }
 }
 
 async function insertMany(
@@ -234,11 +250,7 @@ async function insertMany(
   values: unknown[],
   into: Map<string, number>,
 ): Promise<void> {
-  const { rows } = await tx.query<{ event_id: string; sequence: string }>({
-    text: statement.text,
-    name: statement.name,
-    values,
-  });
+  const { rows } = await run<{ event_id: string; sequence: string }>(tx, statement, values);
   for (const r of rows) into.set(r.event_id, Number(r.sequence));
 }
 

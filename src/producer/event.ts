@@ -134,8 +134,8 @@ export function prepareEvent(
     if (!Number.isSafeInteger(event.sequence) || event.sequence < 1) {
       throw new OutboxValidationError(
         `${field}.sequence`,
-        `is ${String(event.sequence)}`,
-        "Pass the aggregate's version, a positive integer (the first event of an aggregate is 1), or omit it.",
+        typeof event.sequence === 'number' ? `is ${event.sequence}` : `is a ${typeof event.sequence}`,
+        "Pass the aggregate's version as a number: a positive safe integer (an aggregate's first event is 1), or omit it.",
       );
     }
     sequence = event.sequence;

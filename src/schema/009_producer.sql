@@ -3,7 +3,9 @@
 
 -- The partition of an aggregate key. The schema's partition count never changes after it is
 -- created, so it is written into the function as a constant: an IMMUTABLE SQL function the planner
--- inlines, where the statement used to read config for every event.
+-- inlines, where the statement used to read config for every event. Every function and operator is
+-- pg_catalog's, named so: a session whose search_path puts another schema first cannot swap them
+-- (and scatter an aggregate over partitions). A SET search_path clause would stop the inlining.
 DO $migration$
 DECLARE n integer;
 BEGIN
@@ -11,7 +13,8 @@ BEGIN
   EXECUTE format(
     $f$CREATE OR REPLACE FUNCTION {{schema}}.partition_of(aggregate_type text, aggregate_id text)
        RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE
-       AS 'SELECT ((hashtextextended($1 || chr(31) || $2, 0) & 9223372036854775807) %% %s)::smallint'$f$,
+       AS 'SELECT ((pg_catalog.hashtextextended(pg_catalog.textcat(pg_catalog.textcat($1, pg_catalog.chr(31)), $2), 0::bigint)
+                   OPERATOR(pg_catalog.&) 9223372036854775807) OPERATOR(pg_catalog.%%) %s::bigint)::smallint'$f$,
     n);
 END
 $migration$;
@@ -23,11 +26,13 @@ $migration$;
 -- that UPDATE waited on (and did not find) a row the pruner held — the floor is a SEQUENCE, whose
 -- value no snapshot hides (006_bounded.sql). The single-statement form paid for the insert's
 -- setup on every event. `wake`: the LISTEN channel to notify when the owner of the event's
--- partition sleeps (NULL: never). Returns the sequence. SECURITY INVOKER: the caller's own grants.
+-- partition sleeps (NULL: never). Returns the sequence. SECURITY INVOKER: the caller's own grants;
+-- its own search_path, so what it calls unqualified (now(), +, pg_notify) is pg_catalog's whatever
+-- the caller's search_path.
 CREATE OR REPLACE FUNCTION {{schema}}.enqueue_one(
   event_id uuid, aggregate_type text, aggregate_id text, event_type text, schema_version integer,
   topic text, payload jsonb, payload_bytes bytea, headers jsonb, deliver_after timestamptz, wake text)
-RETURNS bigint LANGUAGE plpgsql AS $fn$
+RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   v_partition smallint := {{schema}}.partition_of(enqueue_one.aggregate_type, enqueue_one.aggregate_id);
   v_sequence bigint;

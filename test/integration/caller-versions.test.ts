@@ -93,7 +93,8 @@ describe('caller versions', () => {
     [1.5, 'is 1.5'],
     [2 ** 53, `is ${2 ** 53}`],
     [Number.NaN, 'is NaN'],
-    ['7' as unknown as number, 'is 7'],
+    ['7' as unknown as number, 'is a string'],
+    [7n as unknown as number, 'is a bigint'],
   ])('refuses sequence %s at the door', async (sequence, problem) => {
     const error = await inTransaction(db.pool, (tx) => enqueue(tx, event('bad', sequence), options())).catch(
       (e: unknown) => e,
@@ -154,5 +155,42 @@ describe('caller versions', () => {
     );
     expect(rows).toHaveLength(keys.length * 2);
     for (const r of rows) expect(r.parts).toEqual([r.before_009]);
+  });
+
+  it('a search_path that puts other functions first cannot move an aggregate to another partition', async () => {
+    const evil = `${db.schema}_evil`;
+    await db.pool.query(`DROP SCHEMA IF EXISTS "${evil}" CASCADE; CREATE SCHEMA "${evil}"`);
+    try {
+      // Exact-match overloads, found before pg_catalog's once the path names pg_catalog later.
+      await db.pool.query(`
+        CREATE FUNCTION "${evil}".hashtextextended(text, integer) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint';
+        CREATE FUNCTION "${evil}".textcat(text, text) RETURNS text LANGUAGE sql AS 'SELECT ''x''::text';
+        CREATE FUNCTION "${evil}".now() RETURNS timestamptz LANGUAGE sql AS 'SELECT ''2000-01-01''::timestamptz';`);
+      const client = await db.pool.connect();
+      try {
+        await client.query(`SET search_path = "${evil}", pg_catalog, public`);
+        await client.query('BEGIN');
+        await enqueue(client, event('hostile-1'), options());
+        await enqueue(client, [event('hostile-2'), event('hostile-2')], options());
+        await enqueue(client, event('hostile-3', 1), options());
+        await client.query('COMMIT');
+      } finally {
+        await client.query('RESET search_path').catch(() => undefined);
+        client.release();
+      }
+      const { rows } = await db.pool.query(
+        `SELECT aggregate_id, partition, next_attempt_at > now() - interval '1 hour' AS recent,
+                ((hashtextextended(aggregate_type || chr(31) || aggregate_id, 0) & 9223372036854775807)
+                   % (SELECT partitions FROM ${S}.config))::smallint AS expected
+         FROM ${S}.events WHERE aggregate_id LIKE 'hostile-%'`,
+      );
+      expect(rows).toHaveLength(4);
+      for (const r of rows) expect(r.partition).toBe(r.expected);
+      // enqueue_one runs with its own search_path; the batch statements run in the session's (keep
+      // schemas others can write out of it, as PostgreSQL advises): only partition_of is pinned there.
+      expect(rows.find((r) => r.aggregate_id === 'hostile-1').recent).toBe(true);
+    } finally {
+      await db.pool.query(`DROP SCHEMA IF EXISTS "${evil}" CASCADE`);
+    }
   });
 });

@@ -1,0 +1,250 @@
+/**
+ * tx-outbox on postgres.js (`tx-outbox/postgres-js`): `enqueue` on the transaction of
+ * `sql.begin(async (tx) => …)`, and `transactions(sql)` for `createInbox({ transactions })`.
+ *
+ * postgres.js is used through the handle it gives (structural types below): nothing here imports
+ * it. Every parameter is bound as text of unknown type (OID 705), as node-postgres binds them, so
+ * PostgreSQL infers its type from the SQL and postgres.js applies none of its serialisers (its
+ * jsonb serialiser would JSON-encode the JSON text again, and it types `[Buffer, …]` as bytea, not
+ * bytea[]).
+ */
+import { OutboxValidationError } from '../errors.js';
+import { type EnqueueOptions, type EnqueueResult, enqueue as enqueueOn } from '../producer/enqueue.js';
+import type { OutboxEvent } from '../producer/event.js';
+import { type ConnectionState, guarded } from './postgres-js-guard.js';
+import { textParameter } from './text-parameters.js';
+import {
+  abortedTransaction,
+  findErrorCode,
+  notInTransaction,
+  type SqlExecutor,
+  type TransactionRunner,
+} from './transactions.js';
+
+/** PostgreSQL's `unknown` type: the server infers the parameter's type, as for an untyped one. */
+const UNKNOWN_OID = 705;
+
+/** What tx-outbox runs statements through: `sql`, a reserved connection or a transaction. */
+export interface PostgresJsQueryable {
+  /** `parameters`: what `typed()` returned, or null (typed `never[]` to fit `ParameterOrJSON<…>[]`). */
+  unsafe(
+    query: string,
+    parameters: never[],
+    options: { prepare: boolean },
+  ): PromiseLike<ArrayLike<Record<string, unknown>>>;
+  typed(value: unknown, oid: number): unknown;
+}
+
+/**
+ * The `tx` of `sql.begin(async (tx) => …)` (a `TransactionSql`), or of `tx.savepoint(…)`. The root
+ * `sql` and a reserved connection have no `savepoint`: passing them does not compile.
+ */
+export interface PostgresJsTransaction extends PostgresJsQueryable {
+  savepoint(...args: never[]): unknown;
+}
+
+/** The `postgres(…)` instance (`Sql`). */
+export interface PostgresJsSql extends PostgresJsQueryable {
+  begin<T>(options: string, fn: (tx: PostgresJsTransaction) => T | Promise<T>): PromiseLike<unknown>;
+}
+
+/** The transaction type of a `postgres(…)` instance: its `TransactionSql`, with its custom types. */
+export type TransactionOf<S> = S extends {
+  begin(options: string, fn: (tx: infer Tx) => infer _R): unknown;
+}
+  ? Tx
+  : PostgresJsTransaction;
+
+/**
+ * Writes events into the outbox on a postgres.js transaction, in one round trip:
+ *
+ *   await sql.begin(async (tx) => {
+ *     await tx`INSERT INTO orders ${tx(order)}`;
+ *     await enqueue(tx, { aggregateType: 'order', aggregateId: order.id, type: 'order.placed', payload });
+ *   });
+ *
+ * `options.prepared` (default true) prepares the statement on the connection (postgres.js names
+ * and caches it); a `postgres({ prepare: false })` instance never prepares.
+ */
+export function enqueue(
+  tx: PostgresJsTransaction,
+  event: OutboxEvent,
+  options?: EnqueueOptions,
+): Promise<EnqueueResult>;
+export function enqueue(
+  tx: PostgresJsTransaction,
+  events: readonly OutboxEvent[],
+  options?: EnqueueOptions,
+): Promise<EnqueueResult[]>;
+export async function enqueue(
+  tx: PostgresJsTransaction,
+  input: OutboxEvent | readonly OutboxEvent[],
+  options?: EnqueueOptions,
+): Promise<EnqueueResult | EnqueueResult[]> {
+  const executor = executorOn(assertTransaction(tx));
+  return Array.isArray(input)
+    ? enqueueOn(executor, input as readonly OutboxEvent[], options)
+    : enqueueOn(executor, input as OutboxEvent, options);
+}
+
+/**
+ * The inbox's transactions through postgres.js: `createInbox({ transactions: transactions(sql) })`.
+ * Handlers get the `tx` of `sql.begin('isolation level read committed', …)`.
+ *
+ * postgres.js refuses to commit after a statement failed, even one whose error was caught, and
+ * rejects with that statement's error; one `SELECT 1` after the handler tells this case apart, and
+ * the runner rejects with `abortedTransaction()` instead, as the port asks. The handler's `tx` is
+ * guarded against a lost connection (see postgres-js-guard.ts): it is a proxy of postgres.js's own.
+ */
+export function transactions<S extends PostgresJsSql>(sql: S): TransactionRunner<TransactionOf<S>> {
+  assertRoot(sql);
+  // What the handler threw with a network code while its transaction's connection was fine: a
+  // service of its own being down, charged to the handler, not the database gone.
+  const handlersOwn = new WeakSet<object>();
+  return {
+    name: 'postgres-js',
+    sql: executorOn(sql),
+    errorCode: (error) => (isObject(error) && handlersOwn.has(error) ? undefined : errorCode(error)),
+    async transaction<T>(fn: (tx: TransactionOf<S>, sql: SqlExecutor) => Promise<T>): Promise<T> {
+      const state: ConnectionState = { lost: undefined, isLoss: lostConnection };
+      let thrown: { error: unknown } | undefined;
+      const begun = sql.begin('isolation level read committed', async (raw) => {
+        const tx = guarded(raw, state);
+        const executor = executorOn(tx);
+        let value: T;
+        try {
+          value = await fn(tx as unknown as TransactionOf<S>, executor);
+          await assertNotAborted(executor);
+        } catch (error) {
+          // The ROLLBACK postgres.js sends next must not go to a lost connection (postgres-js-guard.ts).
+          if (state.lost !== undefined) return never();
+          thrown = { error };
+          throw error;
+        }
+        // Nor the COMMIT.
+        return state.lost === undefined ? value : never();
+      });
+      // sql.begin rejects as soon as the connection closes, while the handler may still run.
+      begun.then(undefined, (error: unknown) => {
+        if (state.lost === undefined && error !== thrown?.error && lostConnection(error)) state.lost = error;
+      });
+      try {
+        return (await begun) as T;
+      } catch (error) {
+        if (thrown?.error === error && state.lost === undefined && isObject(error)) {
+          const code = errorCode(error);
+          if (code !== undefined && !SQLSTATE.test(code)) handlersOwn.add(error);
+        }
+        throw error;
+      }
+    },
+  };
+}
+
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+
+const isObject = (value: unknown): value is object => typeof value === 'object' && value !== null;
+
+/** What the callback returns once its connection is lost: postgres.js then sends nothing more. */
+function never(): Promise<never> {
+  return new Promise<never>(() => undefined);
+}
+
+/**
+ * The socket is gone, as postgres.js reports it on a statement or on `sql.begin`: its own
+ * CONNECTION_CLOSED … (PostgreSQL ending the session under a statement comes as CONNECTION_CLOSED
+ * too), or the socket's error. Not a 57P01 itself: postgres.js 3.4.9 also hands a stale one to the
+ * first statement on the connection that replaced the lost one.
+ */
+function lostConnection(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (code in CONNECTION_CODES || /^E[A-Z]+$/.test(code));
+}
+
+function executorOn(handle: PostgresJsQueryable): SqlExecutor {
+  return {
+    async query<R extends object = Record<string, unknown>>(query: {
+      text: string;
+      values: readonly unknown[];
+      name?: string;
+    }): Promise<{ rows: R[] }> {
+      const values = query.values.map((v) => {
+        const text = textParameter(v);
+        return text === null ? null : handle.typed(text, UNKNOWN_OID);
+      });
+      // A result is an Array (its species too): the rows themselves.
+      const rows = await handle.unsafe(query.text, values as never[], { prepare: query.name !== undefined });
+      return { rows: rows as unknown as R[] };
+    },
+  };
+}
+
+/** Throws `abortedTransaction()` when a statement failed in the transaction, its error caught. */
+async function assertNotAborted(executor: SqlExecutor): Promise<void> {
+  try {
+    await executor.query({ text: 'SELECT 1', values: [] });
+  } catch (error) {
+    if (errorCode(error) === '25P02') throw abortedTransaction();
+    throw error;
+  }
+}
+
+function assertTransaction(tx: unknown): PostgresJsTransaction {
+  const fix = 'Call enqueue(tx, …) inside sql.begin(async (tx) => …), with that tx.';
+  const handle = tx as Partial<Record<'unsafe' | 'typed' | 'savepoint' | 'begin' | 'release', unknown>>;
+  if (typeof tx !== 'function' || typeof handle.unsafe !== 'function' || typeof handle.typed !== 'function') {
+    throw new OutboxValidationError('tx', 'is not a postgres.js transaction', fix);
+  }
+  if (typeof handle.savepoint === 'function') return tx as unknown as PostgresJsTransaction;
+  if (typeof handle.begin === 'function') {
+    throw notInTransaction('postgres-js', 'is the postgres() instance, not a transaction', fix);
+  }
+  if (typeof handle.release === 'function') {
+    throw notInTransaction('postgres-js', 'is a reserved connection, not a sql.begin() transaction', fix);
+  }
+  throw notInTransaction('postgres-js', 'is not a transaction', fix);
+}
+
+function assertRoot(sql: unknown): void {
+  const handle = sql as Partial<Record<'unsafe' | 'typed' | 'begin' | 'options', unknown>>;
+  if (
+    typeof sql !== 'function' ||
+    typeof handle.begin !== 'function' ||
+    typeof handle.unsafe !== 'function' ||
+    typeof handle.typed !== 'function'
+  ) {
+    throw new OutboxValidationError(
+      'sql',
+      'is not a postgres() instance',
+      'Pass the instance postgres(url) returned, not a transaction or a reserved connection.',
+    );
+  }
+  // A column, value or row transform would rename or rewrite what the inbox reads back.
+  const transform = (
+    handle.options as { transform?: Record<string, { from?: unknown } | undefined> } | undefined
+  )?.transform;
+  for (const part of ['column', 'value', 'row'] as const) {
+    if (transform?.[part]?.from !== undefined) {
+      throw new OutboxValidationError(
+        'sql',
+        `transforms ${part}s (transform.${part})`,
+        'Give the inbox a postgres() instance without transform (a second instance on the same database).',
+      );
+    }
+  }
+}
+
+/** postgres.js's own connection codes, as the Node network codes the port speaks. */
+const CONNECTION_CODES: Readonly<Record<string, string>> = {
+  CONNECTION_CLOSED: 'ECONNRESET',
+  CONNECTION_DESTROYED: 'ECONNRESET',
+  CONNECTION_ENDED: 'ECONNRESET', // sql.end() under a statement: not the event's fault either
+  CONNECT_TIMEOUT: 'ETIMEDOUT',
+};
+
+function errorCode(error: unknown): string | undefined {
+  const found = findErrorCode(error);
+  if (found !== undefined) return found;
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? CONNECTION_CODES[code] : undefined;
+}
