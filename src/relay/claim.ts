@@ -104,9 +104,9 @@ export class Claimer {
     for (const row of rows) {
       if (row.gate === 'repeat') repeats.push(row);
       else if (row.gate !== 'pass') held.push(row);
-      else if (
-        p.holdBack.repeatsInFlight(aggregateKeyOf(row.aggregate_type, row.aggregate_id), Number(row.sequence))
-      )
+      // A second event with a sequence this relay published or has in flight: the claim's
+      // snapshot may predate that outcome. The next claim sees it, and marks this a repeat.
+      else if (p.holdBack.repeats(aggregateKeyOf(row.aggregate_type, row.aggregate_id), Number(row.sequence)))
         held.push(row);
       else messages.push(toMessage(row));
     }

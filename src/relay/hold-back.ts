@@ -27,8 +27,12 @@ export class HoldBack {
   readonly #times = new Map<string, number>();
   /** Aggregates with events in flight (claimed, outcome not yet recorded), with how many. */
   readonly #inFlight = new Map<string, number>();
-  /** The highest sequence in flight of each aggregate in {@link #inFlight}. */
-  readonly #inFlightTop = new Map<string, number>();
+  /**
+   * The highest sequence this relay claimed of each aggregate that is {@link busy}: in flight, or
+   * whose outcome was recorded during the current claim. Kept until a claim starts after the
+   * last of those outcomes was recorded — see {@link repeats} for why that is exactly long enough.
+   */
+  readonly #top = new Map<string, number>();
   /** Aggregates whose outcome was recorded since the current claim started. */
   readonly #landedSince = new Set<string>();
 
@@ -42,33 +46,41 @@ export class HoldBack {
   /** An event (`sequence`) of the aggregate `key` was claimed: in flight until {@link landed}. */
   claimed(key: string, sequence = 0): void {
     this.#inFlight.set(key, (this.#inFlight.get(key) ?? 0) + 1);
-    this.#inFlightTop.set(key, Math.max(this.#inFlightTop.get(key) ?? 0, sequence));
+    this.#top.set(key, Math.max(this.#top.get(key) ?? 0, sequence));
     this.#times.delete(key);
   }
 
-  /** The outcome of one claimed event of `key` was recorded (or given up on). */
+  /** The outcome of one claimed event of `key` was recorded (or given up on). Its top is kept: see {@link repeats}. */
   landed(key: string): void {
     this.#landedSince.add(key);
     const left = (this.#inFlight.get(key) ?? 1) - 1;
     if (left > 0) this.#inFlight.set(key, left);
-    else {
-      this.#inFlight.delete(key);
-      this.#inFlightTop.delete(key);
-    }
+    else this.#inFlight.delete(key);
   }
 
   /**
-   * An event of `key` at or above `sequence` is in flight: an event passed at `sequence` repeats
-   * it (a caller version written twice; the claim did not see the one in flight, its progress
-   * not yet recorded). It must wait: once that outcome is recorded, it is a repeat.
+   * A row the claim passed at `sequence` may repeat an event of `key` this relay published: it
+   * must wait (the next claim sees the outcome, and marks it a repeat). Why this is exact:
+   * - The claim reads `delivered` from its snapshot, taken when its statement starts. An outcome
+   *   recorded (committed, and {@link landed} called) before {@link claimStarting} is in that
+   *   snapshot: the gate saw it, and classified a repeat of it as `repeat`.
+   * - Any other event of `key` this relay published is in flight, or its outcome landed while the
+   *   claim ran — in the snapshot or not, nobody knows. Both are in {@link #top}, which is dropped
+   *   only at the first claim that starts after the outcome landed.
+   * So a passed row at or below `#top` is a second event with a sequence this relay published or
+   * is publishing, never a new one (a new one is above what was published: that is what passing
+   * means). Default sequences never reach this: the producer numbers them from one counter row
+   * per aggregate, under its lock, so no two events of an aggregate share a sequence.
    */
-  repeatsInFlight(key: string, sequence: number): boolean {
-    const top = this.#inFlightTop.get(key);
+  repeats(key: string, sequence: number): boolean {
+    const top = this.#top.get(key);
     return top !== undefined && top >= sequence;
   }
 
   /** A claim starts (claims never overlap: the pipeline prefetches one at a time). */
   claimStarting(): void {
+    // Every outcome recorded so far is in the snapshot of the claim starting now.
+    for (const key of this.#landedSince) if (!this.#inFlight.has(key)) this.#top.delete(key);
     this.#landedSince.clear();
   }
 
@@ -90,7 +102,8 @@ export class HoldBack {
   /** Nothing is in flight any more (the loop dropped its pipeline after an error). */
   forgetInFlight(): void {
     this.#inFlight.clear();
-    this.#inFlightTop.clear();
+    this.#top.clear();
+    this.#landedSince.clear();
   }
 
   /** Holds back the aggregates of one claim's rows that did not pass the gate. */

@@ -28,6 +28,9 @@ let db: TestDb;
 const relays: Relay[] = [];
 /** Names of the relay's prepared statements run, in order (every pooled connection is watched). */
 const statements: string[] = [];
+/** Latency put on the relay's statements, ms: a claim's reply, an outcome's sending. */
+const latency = { claimReplyMs: 0, outcomeSendMs: 0 };
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 beforeAll(async () => {
   db = await createTestDb('sequence_faults');
@@ -39,7 +42,15 @@ beforeAll(async () => {
     const query = client.query.bind(client) as (...args: unknown[]) => unknown;
     (client as { query: unknown }).query = (...args: unknown[]) => {
       const name = (args[0] as { name?: unknown } | undefined)?.name;
-      if (typeof name === 'string') statements.push(name);
+      if (typeof name !== 'string') return query(...args);
+      statements.push(name);
+      if (name.startsWith('txo_claim_') && latency.claimReplyMs > 0)
+        return (query(...args) as Promise<unknown>).then(async (r) => {
+          await sleep(latency.claimReplyMs);
+          return r;
+        });
+      if (name.startsWith('txo_outcome_') && latency.outcomeSendMs > 0)
+        return sleep(latency.outcomeSendMs).then(() => query(...args));
       return query(...args);
     };
   });
@@ -48,6 +59,8 @@ afterEach(async () => {
   await Promise.all(relays.splice(0).map((r) => r.stop({ timeout: 2000 })));
   await db.pool.query(`DELETE FROM "${db.schema}".events`);
   statements.length = 0;
+  latency.claimReplyMs = 0;
+  latency.outcomeSendMs = 0;
 });
 afterAll(async () => {
   await db?.close();
@@ -127,7 +140,6 @@ async function rowsOf(aggregateId: string) {
   return rows;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const own = () => ({ schema: db.schema, publisher: 'recording' });
 
 describe('caller versions: repeats', () => {
@@ -188,6 +200,22 @@ describe('caller versions: repeats', () => {
     await sleep(200);
     expect(sequences(publisher, 'flight')).toEqual([1, 2, 3, 4]);
     expect(await rowsOf('flight')).toMatchObject([{ sequence: 3, status: 'dead' }]);
+  });
+
+  it('a repeat is never published when its twin’s outcome lands while the claim runs (the snapshot predates it)', async () => {
+    // The claim's snapshot is taken before the outcome of the first 2 commits (it is sent 40 ms
+    // after the publish), and the claim's reply comes 200 ms later (network latency), after that
+    // outcome landed. Before the fix the second 2 passed (delivered 1 in the snapshot, its twin
+    // no longer in flight) and was published as well.
+    latency.claimReplyMs = 200;
+    latency.outcomeSendMs = 40;
+    const publisher = new RecordingPublisher();
+    await insert('late', [{ sequence: 1 }, { sequence: 2 }, { sequence: 2 }, { sequence: 3 }]);
+    await relay(publisher, { batchSize: 1 }).start();
+    await waitFor(() => sequences(publisher, 'late').includes(3), { what: 'sequence 3', timeoutMs: 15_000 });
+    await sleep(300);
+    expect(sequences(publisher, 'late')).toEqual([1, 2, 3]);
+    expect(await rowsOf('late')).toMatchObject([{ sequence: 2, status: 'dead' }]);
   });
 
   it('a caller version below what default sequences delivered (the two mixed in one aggregate) goes dead', async () => {
