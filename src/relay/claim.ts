@@ -81,8 +81,8 @@ export interface ClaimerParts {
 /**
  * The claim step: the next due events of the partitions held, leaving out the ids still in
  * flight and the aggregates held back or refused; the rows that did not pass the gate are
- * handed to the hold-back, repeated sequences are marked dead, and gaps held past the grace
- * are probed (and bridged) — see {@link SequenceFaults}.
+ * handed to the hold-back, repeated sequences are marked dead, and a probe of the gaps held
+ * past the grace is started in the background — see {@link SequenceFaults}.
  */
 export class Claimer {
   constructor(private readonly p: ClaimerParts) {}
@@ -115,7 +115,8 @@ export class Claimer {
     await p.faults.repeated(client, repeats, fence);
     if (held.length > 0) p.holdBack.hold(held);
     p.faults.observe(rows);
-    await p.faults.bridge(client, fence);
+    // In the background: this batch does not wait for it.
+    p.faults.probe(fence);
     return { messages, partitions, epochs, scanned: rows.length };
   }
 }

@@ -7,7 +7,7 @@ export interface GapHead {
   readonly partition: number;
 }
 
-/** Heads per probe at most: the probe filters the partition's rows by their aggregates, one by one. */
+/** Heads per probe at most: the probe filters the rows it reads by their aggregates, one by one. */
 export const MAX_HEADS_PER_PROBE = 100;
 
 interface Watched {
@@ -26,11 +26,11 @@ interface Watched {
 export interface GapWatchOptions {
   /** How long a head must be held at a gap before it is probed, ms. */
   readonly graceMs: number;
-  /** At most one probe per partition this often, ms. Default 1000. */
+  /** At most one probe (for all partitions) this often, ms. Default 1000. */
   readonly probeEveryMs?: number;
   /** A head not found held for this long is forgotten, ms. Default 60 000. */
   readonly forgetMs?: number;
-  /** At most this many heads watched; more wait for room. Default 10 000. */
+  /** At most this many heads watched; beyond, heads already probed make room. Default 10 000. */
   readonly max?: number;
   /** The longest wait between two probes of one head, ms. Default 60 000. */
   readonly maxProbeWaitMs?: number;
@@ -42,17 +42,24 @@ export interface GapWatchOptions {
  * (not in flight: an event in flight holds its successor back legitimately until its outcome
  * is recorded) and the aggregates they passed an event of. A head held for `graceMs` without
  * its aggregate passing anything is due for a probe; probes come at most once per
- * `probeEveryMs` per partition, each for every due head of the partition. A probe that finds an
- * earlier event (deliverAfter, backoff, dead) puts its head off for twice the last wait, up to
- * `maxProbeWaitMs`: an aggregate waiting on a delivery an hour away does not cost a scan a
- * second. The map is bounded: heads not seen for `forgetMs` are dropped (their aggregate
- * moved, or its partition went to another relay), and beyond `max` new heads wait. In memory
- * only: a restarted relay starts the grace again.
+ * `probeEveryMs` for the relay as a whole (all partitions in one statement), each for up to
+ * {@link MAX_HEADS_PER_PROBE} due heads. A probe that finds an earlier event (deliverAfter,
+ * backoff, dead) puts its head off for twice the last wait, up to `maxProbeWaitMs`: an
+ * aggregate waiting on a delivery an hour away does not cost a probe a second.
+ *
+ * The map is bounded: heads not seen for `forgetMs` are dropped (their aggregate moved, or its
+ * partition went to another relay), and a new head finding `max` watched evicts the least
+ * recently seen of those a probe already found waiting on an earlier event. Not plain least
+ * recently seen: heads behind a deliverAfter are seen again at every claim, and with more of
+ * them than `max` plain LRU would evict each before its grace ran out (each comes back new, and
+ * evicts the next), so no head at all would ever be probed. A head not probed yet is never
+ * evicted; when all are such, the new one waits, at most until they are probed (grace, then
+ * {@link MAX_HEADS_PER_PROBE} a second). In memory only: a restarted relay starts the grace again.
  */
 export class GapWatch {
   readonly #heads = new Map<string, Watched>();
-  /** When each partition was last probed. */
-  readonly #probed = new Map<number, number>();
+  /** When the last probe was handed out. */
+  #probedAt = Number.NEGATIVE_INFINITY;
   readonly #graceMs: number;
   readonly #probeEveryMs: number;
   readonly #forgetMs: number;
@@ -79,23 +86,40 @@ export class GapWatch {
   held(heads: readonly GapHead[]): void {
     const now = this.#now();
     this.#sweep(now);
+    let room = this.#max - this.#heads.size;
     for (const head of heads) {
       const known = this.#heads.get(head.key);
       if (known) {
         known.id = head.id;
         known.partition = head.partition;
         known.seen = now;
-      } else if (this.#heads.size < this.#max) {
-        this.#heads.set(head.key, {
-          id: head.id,
-          partition: head.partition,
-          since: now,
-          seen: now,
-          probeAt: now + this.#graceMs,
-          misses: 0,
-        });
+        continue;
       }
+      if (room <= 0) room += this.#evict();
+      if (room <= 0) continue;
+      room -= 1;
+      this.#heads.set(head.key, {
+        id: head.id,
+        partition: head.partition,
+        since: now,
+        seen: now,
+        probeAt: now + this.#graceMs,
+        misses: 0,
+      });
     }
+  }
+
+  /**
+   * Makes room: drops the least recently seen heads a probe found waiting (`misses > 0`), 1% of
+   * `max` at a time so that a full watch costs one pass per hundred new heads, not one each.
+   * Returns how many went.
+   */
+  #evict(): number {
+    const probed = [...this.#heads].filter(([, w]) => w.misses > 0);
+    probed.sort(([, a], [, b]) => a.seen - b.seen);
+    const gone = probed.slice(0, Math.max(1, Math.ceil(this.#max / 100)));
+    for (const [key] of gone) this.#heads.delete(key);
+    return gone.length;
   }
 
   /** A claim passed an event of `key`: it is not held at a gap (any more). */
@@ -105,26 +129,27 @@ export class GapWatch {
 
   /**
    * The heads to probe now, by partition (only of `partitions`, those this relay holds): held
-   * past their probe time, in partitions not probed within `probeEveryMs`, at most
-   * {@link MAX_HEADS_PER_PROBE} per partition (the rest in the next probe). Those partitions
-   * count as probed from now.
+   * past their probe time, at most {@link MAX_HEADS_PER_PROBE} of them (the rest in the next
+   * probe), and nothing when the last probe was handed out within `probeEveryMs`. Handing out
+   * heads counts as probing now.
    */
   due(partitions: readonly number[]): Map<number, GapHead[]> {
     const now = this.#now();
     const result = new Map<number, GapHead[]>();
-    if (this.#heads.size === 0) return result;
+    if (this.#heads.size === 0 || now - this.#probedAt < this.#probeEveryMs) return result;
     const mine = new Set(partitions);
+    let count = 0;
     for (const [key, w] of this.#heads) {
       if (w.probeAt > now || !mine.has(w.partition)) continue;
       let heads = result.get(w.partition);
       if (!heads) {
-        if (now - (this.#probed.get(w.partition) ?? Number.NEGATIVE_INFINITY) < this.#probeEveryMs) continue;
         heads = [];
         result.set(w.partition, heads);
       }
-      if (heads.length < MAX_HEADS_PER_PROBE) heads.push({ key, id: w.id, partition: w.partition });
+      heads.push({ key, id: w.id, partition: w.partition });
+      if (++count === MAX_HEADS_PER_PROBE) break;
     }
-    for (const partition of result.keys()) this.#probed.set(partition, now);
+    if (count > 0) this.#probedAt = now;
     return result;
   }
 

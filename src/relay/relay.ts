@@ -60,6 +60,8 @@ class PollingRelay implements Relay {
   private readonly idle: IdleCadence;
   private readonly claimSession: RelaySession;
   private readonly recordSession: RelaySession;
+  /** Marks repeats dead and probes gaps (in the background, on a connection of its own). */
+  private readonly faults: SequenceFaults;
   private readonly counters: RelayCounters;
   private readonly outage: OutageLog;
   private readonly refused = new RefusedAggregates();
@@ -103,7 +105,7 @@ class PollingRelay implements Relay {
     this.schedule = new LeaseSchedule(o.leaseMs);
     this.idle = new IdleCadence(this.doorbell, this.leases, o.listen, o.pollIntervalMs);
     const holdBack = new HoldBack(o.pollIntervalMs, o.logger, o.relayId);
-    const faults = new SequenceFaults({
+    const faults = (this.faults = new SequenceFaults({
       relayId: o.relayId,
       logger: o.logger,
       counters: this.counters,
@@ -113,7 +115,8 @@ class PollingRelay implements Relay {
       holdBack,
       repeatDead: relayStatement('repeat_dead', REPEAT_DEAD_SQL, o.schema, o.quotedSchema),
       bridgeGaps: relayStatement('bridge_gaps', BRIDGE_GAPS_SQL, o.schema, o.quotedSchema),
-    });
+      probeSession: new RelaySession(o.pool, settings, o.logger, 'probe'),
+    }));
     const claimer = new Claimer({
       session: this.claimSession,
       statement: relayStatement('claim', CLAIM_SQL, o.schema, o.quotedSchema),
@@ -253,6 +256,7 @@ class PollingRelay implements Relay {
       }
     }
     if (this.renewTimer) clearInterval(this.renewTimer);
+    await this.faults.stopped(timeout);
     await this.history?.stop();
     await this.pruner?.stop();
     await this.backlog.stop();

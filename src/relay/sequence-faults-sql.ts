@@ -26,21 +26,32 @@ WHERE e.id = x.id AND e.partition = f.partition AND e.status = 'pending'
 RETURNING e.id::text AS id`;
 
 /**
- * Gap bridge for one partition (`$2`, epoch `$3`, owner `$1`): each head (`$4` ids, events held
- * at a gap for the grace) still pending and still above delivered+1 gets `sequence_base =
- * sequence - 1` — the gate then passes it, and `strict` consumers accept the jump — unless an
- * earlier event of its aggregate (above delivered, any status: due later, backing off, in flight,
- * dead) is still in the table: that one holds it back legitimately. Events have no index beyond
- * the primary key, and must keep it so (every index costs every producer's insert): the probe
- * is one scan of the partition's rows, the heads' aggregates picked out by a filter
- * (`earlier`, materialised once), whatever the number of heads. The relay runs it at most once
- * a second per partition, and only for heads held past the grace. Returns the bridged events.
+ * Gap bridge, one statement for every due head of the partitions `$2` (epochs `$3`, owner `$1`):
+ * each head (`$4` ids, events held at a gap for the grace) still pending and still above
+ * delivered+1 gets `sequence_base = sequence - 1` — the gate then passes it, and `strict`
+ * consumers accept the jump — unless an earlier event of its aggregate (above delivered, any
+ * status: due later, backing off, in flight, dead) is still in the table: that one holds it back
+ * legitimately.
+ *
+ * Events have no index beyond the primary key, and must keep it so (every index costs every
+ * producer's insert). But an earlier event of an aggregate has a lower id than its later one:
+ * under the caller-version contract one aggregate's events are written in sequence order, one
+ * transaction after the other, and ids are drawn in that order. So `earlier` is a primary-key
+ * range scan of the rows below the highest head (`id < max(head.id)`), the heads' aggregates
+ * picked out by a filter, materialised once whatever the number of heads: its cost is the rows
+ * ahead of the heads, not the table (under the relay's `enable_seqscan = off` the range is
+ * always an index scan). A row of the aggregate in that range but above a head's id (a contract
+ * breach) still holds the head back. An earlier version written after its head (ids out of
+ * sequence order, which the contract excludes) is not seen: once the head is published that one
+ * is a repeat, and goes dead visibly. The relay runs this at most once a second, off the claim
+ * path, and only for heads held past the grace. Returns the bridged events.
  */
 export const BRIDGE_GAPS_SQL = `
 WITH fence AS (
   SELECT p.partition
   FROM {{schema}}.partitions p
-  WHERE p.partition = $2 AND p.owner = $1 AND p.epoch = $3
+  JOIN unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
+  WHERE p.owner = $1 AND p.epoch = o.epoch
   FOR SHARE OF p
 ), head AS MATERIALIZED (
   SELECT e.id, e.aggregate_type, e.aggregate_id, e.sequence,
@@ -50,11 +61,14 @@ WITH fence AS (
   LEFT JOIN {{schema}}.aggregate_progress g
     ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
   WHERE e.id = ANY ($4::bigint[]) AND e.status = 'pending'
+  -- A head another session holds (an operator's open transaction) waits for the next probe: the
+  -- probe never waits on a row lock while it holds the partitions' rows (lease renewals update them).
+  FOR UPDATE OF e SKIP LOCKED
 ), earlier AS MATERIALIZED (
+  -- No head left: max() is null and the range is empty.
   SELECT o.aggregate_type, o.aggregate_id, o.sequence
   FROM {{schema}}.events o
-  WHERE EXISTS (SELECT 1 FROM head)
-    AND o.partition = $2
+  WHERE o.id < (SELECT max(h.id) FROM head h)
     AND (o.aggregate_type || chr(31) || o.aggregate_id)
         = ANY (ARRAY(SELECT h.aggregate_type || chr(31) || h.aggregate_id FROM head h))
 )

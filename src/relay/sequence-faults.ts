@@ -2,9 +2,9 @@ import type { PoolClient } from 'pg';
 import { aggregateKeyOf } from '../aggregate-key.js';
 import type { Logger } from '../logger.js';
 import type { ClaimedRow } from './claim.js';
-import type { GapWatch } from './gap-watch.js';
+import type { GapHead, GapWatch } from './gap-watch.js';
 import type { HoldBack } from './hold-back.js';
-import type { Statement } from './session.js';
+import type { RelaySession, Statement } from './session.js';
 import type { RelayCounters } from './stats.js';
 import { MAX_ERROR_CHARS } from './verdicts.js';
 
@@ -34,6 +34,8 @@ export interface SequenceFaultsParts {
   readonly repeatDead: Statement;
   /** BRIDGE_GAPS_SQL (sequence-faults-sql.ts). */
   readonly bridgeGaps: Statement;
+  /** The probes' own connection: a probe never waits for a claim, nor a claim for a probe. */
+  readonly probeSession: RelaySession;
 }
 
 /** `last_error` of an event whose sequence repeats one already delivered: both numbers, and the fix. */
@@ -55,9 +57,15 @@ export function repeatReason(
  *   reason naming both numbers and the fix, without blocking its aggregate;
  * - a **gap** at an aggregate's head is bridged once it was held for the grace and a probe finds
  *   no earlier event of the aggregate in the table ({@link GapWatch} decides when to probe).
- * Runs on the claim's connection, right after the claim, fenced by the claim's epochs.
+ * Repeats are marked on the claim's connection, right after the claim (one statement by primary
+ * key, only when the claim found some). Probes run in the background on a connection of their
+ * own, one at a time, at most once a second for the whole relay: a batch ready to publish never
+ * waits for one. Every write is fenced by the claim's epochs.
  */
 export class SequenceFaults {
+  /** The probe under way, if any. */
+  #probing: Promise<void> | undefined;
+
   constructor(private readonly p: SequenceFaultsParts) {}
 
   /** Marks the claim's repeats dead (`gate = 'repeat'`). */
@@ -106,50 +114,84 @@ export class SequenceFaults {
     if (heads.length > 0) watch.held(heads);
   }
 
-  /** Probes the heads due, one statement per partition; a bridged aggregate is claimable at once. */
-  async bridge(client: PoolClient, fence: Fence): Promise<void> {
+  /**
+   * Starts a probe of the heads due, unless one is under way: one statement for all their
+   * partitions, in the background (see {@link stopped}). A bridged aggregate is claimable at once.
+   */
+  probe(fence: Fence): void {
+    if (this.#probing) return;
+    const due = this.p.watch.due(fence.partitions);
+    if (due.size === 0) return;
+    const partitions = [...due.keys()];
+    const epochs = partitions.map((partition) => fence.epochs[fence.partitions.indexOf(partition)]!);
+    const heads = [...due.values()].flat();
+    this.#probing = this.#bridge(heads, { partitions, epochs }).finally(() => {
+      this.#probing = undefined;
+    });
+  }
+
+  /**
+   * The relay stops: waits for the probe under way, up to `timeoutMs` (a probe waits on row
+   * locks, e.g. an operator's open `dead skip`), then gives its connection back — destroyed
+   * when the probe is still running, which ends it.
+   */
+  async stopped(timeoutMs: number): Promise<void> {
+    const probing = this.#probing;
+    let timer: NodeJS.Timeout | undefined;
+    const late = probing
+      ? await Promise.race([
+          probing.then(() => false),
+          new Promise<boolean>((resolve) => {
+            timer = setTimeout(() => resolve(true), timeoutMs);
+          }),
+        ])
+      : false;
+    clearTimeout(timer);
+    await this.p.probeSession.release(late ? new Error('relay stopped during a gap probe') : undefined);
+  }
+
+  /** One probe. Never rejects. */
+  async #bridge(heads: readonly GapHead[], fence: Fence): Promise<void> {
     const p = this.p;
-    const due = p.watch.due(fence.partitions);
-    for (const [partition, heads] of due) {
-      const epoch = fence.epochs[fence.partitions.indexOf(partition)];
-      let rows: BridgedRow[];
-      try {
-        ({ rows } = await client.query<BridgedRow>({
-          ...p.bridgeGaps,
-          values: [p.relayId, partition, epoch, heads.map((h) => h.id)],
-        }));
-      } catch (error) {
-        // A probe that fails (a relay role without the sequence_base grant, a statement
-        // timeout) must not stop delivery: the heads wait for the next probe. A broken
-        // connection fails the next claim, which the loop handles.
-        p.logger.warn(
-          { err: error, relayId: p.relayId, partition, heads: heads.length },
-          'gap probe failed; trying again later',
-        );
-        for (const h of heads) p.watch.missed(h.key);
-        continue;
-      }
-      const bridged = new Set<string>();
-      for (const r of rows) {
-        const key = aggregateKeyOf(r.aggregate_type, r.aggregate_id);
-        bridged.add(key);
-        p.logger.warn(
-          {
-            relayId: p.relayId,
-            eventId: r.event_id,
-            aggregateType: r.aggregate_type,
-            aggregateId: r.aggregate_id,
-            expected: Number(r.delivered) + 1,
-            found: Number(r.sequence),
-            heldMs: p.watch.heldFor(key),
-          },
-          'sequence gap bridged: nothing earlier of the aggregate is left; publishing across it (sequencebase = found - 1)',
-        );
-        p.watch.bridged(key);
-        p.holdBack.release(key);
-      }
-      for (const h of heads) if (!bridged.has(h.key)) p.watch.missed(h.key);
-      p.counters.gapsBridged(rows.length);
+    let rows: BridgedRow[];
+    try {
+      const client = await p.probeSession.get();
+      ({ rows } = await client.query<BridgedRow>({
+        ...p.bridgeGaps,
+        values: [p.relayId, fence.partitions, fence.epochs, heads.map((h) => h.id)],
+      }));
+    } catch (error) {
+      // A probe that fails (a relay role without the sequence_base grant, a statement
+      // timeout, a lost connection) must not stop delivery: the heads wait for the next
+      // probe, on a new connection.
+      p.logger.warn(
+        { err: error, relayId: p.relayId, partitions: fence.partitions, heads: heads.length },
+        'gap probe failed; trying again later',
+      );
+      for (const h of heads) p.watch.missed(h.key);
+      await p.probeSession.release(error ?? true);
+      return;
     }
+    const bridged = new Set<string>();
+    for (const r of rows) {
+      const key = aggregateKeyOf(r.aggregate_type, r.aggregate_id);
+      bridged.add(key);
+      p.logger.warn(
+        {
+          relayId: p.relayId,
+          eventId: r.event_id,
+          aggregateType: r.aggregate_type,
+          aggregateId: r.aggregate_id,
+          expected: Number(r.delivered) + 1,
+          found: Number(r.sequence),
+          heldMs: p.watch.heldFor(key),
+        },
+        'sequence gap bridged: nothing earlier of the aggregate is left; publishing across it (sequencebase = found - 1)',
+      );
+      p.watch.bridged(key);
+      p.holdBack.release(key);
+    }
+    for (const h of heads) if (!bridged.has(h.key)) p.watch.missed(h.key);
+    p.counters.gapsBridged(rows.length);
   }
 }

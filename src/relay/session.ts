@@ -67,10 +67,10 @@ export function relayStatement(family: string, sql: string, schema: string, quot
 /**
  * The relay's session settings. The claim must walk the primary key in id order whatever the
  * (churning) statistics say: a bitmap or sequential scan plus sort would cost time in
- * proportion to the backlog. No JIT: the relay's statements are short, and the gap probe
- * (BRIDGE_GAPS_SQL), whose only plan is a sequential scan, is priced by `enable_seqscan = off`
- * far above `jit_above_cost` (PostgreSQL 17 and older add 10^10): it would be compiled on every
- * run, for nothing.
+ * proportion to the backlog. The same holds the gap probe (BRIDGE_GAPS_SQL) to its primary-key
+ * range, the rows ahead of its heads. No JIT: the relay's statements are short, and a plan
+ * priced by `enable_seqscan = off` (PostgreSQL 17 and older add 10^10 to a sequential scan)
+ * lies far above `jit_above_cost`: it would be compiled on every run, for nothing.
  */
 export function relaySessionSettings(synchronousCommit: 'on' | 'off'): string {
   return `SET synchronous_commit = ${synchronousCommit}; SET enable_seqscan = off; SET enable_bitmapscan = off; SET jit = off`;

@@ -19,6 +19,8 @@ import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { BRIDGE_GAPS_SQL } from '../../src/relay/sequence-faults-sql.js';
+import { relaySessionSettings } from '../../src/relay/session.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
@@ -29,7 +31,7 @@ const relays: Relay[] = [];
 /** Names of the relay's prepared statements run, in order (every pooled connection is watched). */
 const statements: string[] = [];
 /** Latency put on the relay's statements, ms: a claim's reply, an outcome's sending. */
-const latency = { claimReplyMs: 0, outcomeSendMs: 0 };
+const latency = { claimReplyMs: 0, outcomeSendMs: 0, probeReplyMs: 0 };
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 beforeAll(async () => {
@@ -49,6 +51,11 @@ beforeAll(async () => {
           await sleep(latency.claimReplyMs);
           return r;
         });
+      if (name.startsWith('txo_bridge_gaps_') && latency.probeReplyMs > 0)
+        return (query(...args) as Promise<unknown>).then(async (r) => {
+          await sleep(latency.probeReplyMs);
+          return r;
+        });
       if (name.startsWith('txo_outcome_') && latency.outcomeSendMs > 0)
         return sleep(latency.outcomeSendMs).then(() => query(...args));
       return query(...args);
@@ -61,6 +68,7 @@ afterEach(async () => {
   statements.length = 0;
   latency.claimReplyMs = 0;
   latency.outcomeSendMs = 0;
+  latency.probeReplyMs = 0;
 });
 afterAll(async () => {
   await db?.close();
@@ -277,6 +285,91 @@ describe('caller versions: gaps', () => {
 
     const statuses = await strictInbox(publisher.received.filter((m) => m.aggregateId === 'gap'));
     expect(statuses).toEqual(['processed', 'processed', 'processed', 'processed']);
+  });
+
+  it('a probe never delays a batch ready to publish: it runs in the background, on its own connection', async () => {
+    latency.probeReplyMs = 2000; // a probe of a huge backlog
+    const publisher = new RecordingPublisher();
+    await insert('slow', [{ sequence: 2 }]);
+    await running(relay(publisher, { gapGraceMs: 50 }));
+    await waitFor(() => bridgeProbes() > 0, { what: 'a probe' });
+    // Before, the probe ran inside the claim: nothing was published until it returned.
+    await insert('free', [{ sequence: 1 }, { sequence: 2 }]);
+    await waitFor(() => sequences(publisher, 'free').length === 2, {
+      what: 'free published',
+      timeoutMs: 1000,
+    });
+    await waitFor(() => sequences(publisher, 'slow').length === 1, { what: 'the bridged head' });
+    expect(bridgeProbes()).toBe(1); // one at a time: none started while it ran
+  });
+
+  it('a head another transaction holds is skipped: the probe never waits on a row lock', async () => {
+    const publisher = new RecordingPublisher();
+    await insert('locked', [{ sequence: 2 }]);
+    await insert('other', [{ sequence: 3 }]);
+    const locker = await db.pool.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`SELECT 1 FROM "${db.schema}".events WHERE aggregate_id = 'locked' FOR UPDATE`);
+      await running(relay(publisher, { gapGraceMs: 50 }));
+      // Before, the probe waited for the lock, holding the claim (and the partitions' rows).
+      await waitFor(() => sequences(publisher, 'other').length === 1, {
+        what: 'other bridged',
+        timeoutMs: 3000,
+      });
+      await insert('unlocked', [{ sequence: 1 }]);
+      await waitFor(() => sequences(publisher, 'unlocked').length === 1, {
+        what: 'unlocked published',
+        timeoutMs: 3000,
+      });
+      expect(sequences(publisher, 'locked')).toEqual([]);
+    } finally {
+      await locker.query('ROLLBACK');
+      locker.release();
+    }
+    await waitFor(() => sequences(publisher, 'locked').length === 1, {
+      what: 'the locked head, bridged later',
+    });
+    expect(publisher.received.find((m) => m.aggregateId === 'locked')?.sequenceBase).toBe(1);
+  });
+
+  it('a probe reads the rows ahead of its heads by primary key, not the table', async () => {
+    const c = await db.pool.connect();
+    try {
+      await c.query(relaySessionSettings('on'));
+      await c.query('BEGIN');
+      const s = `"${db.schema}"`;
+      const bulk = (n: number) =>
+        c.query(
+          `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
+           SELECT gen_random_uuid(), 0, 'bulk', g::text, 1, 't', '{}' FROM generate_series(1, $1::int) g`,
+          [n],
+        );
+      await bulk(2000);
+      const { rows } = await c.query<{ id: string; partition: number }>(
+        `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
+         VALUES (gen_random_uuid(), 1, 'order', 'ahead', 3, 't', '{}') RETURNING id::text, partition`,
+      );
+      await bulk(3000);
+      await c.query(`UPDATE ${s}.partitions SET owner = 'explain' WHERE partition = 1`);
+      const { rows: epoch } = await c.query<{ epoch: string }>(
+        `SELECT epoch::text FROM ${s}.partitions WHERE partition = 1`,
+      );
+      const plan = await c.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN (ANALYZE, COSTS OFF) ${BRIDGE_GAPS_SQL.replaceAll('{{schema}}', s)}`,
+        ['explain', [1], [epoch[0]!.epoch], [rows[0]!.id]],
+      );
+      const text = plan.rows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(text).not.toMatch(/Seq Scan on events/);
+      // The 2000 rows ahead of the head, read by a primary-key range, and not the 3000 after it.
+      expect(text).toMatch(
+        /Index Scan using events_pkey on events o\w*\s+\(actual[^\n]*\n\s+Index Cond: \(id < /,
+      );
+      expect(text).toMatch(/Rows Removed by Filter: 2000\b/);
+    } finally {
+      await c.query('ROLLBACK');
+      c.release();
+    }
   });
 
   it('an aggregate adopted at version 17 is bridged (sequencebase 16) and a strict inbox starting at 1 accepts it', async () => {

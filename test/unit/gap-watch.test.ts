@@ -48,19 +48,27 @@ describe('GapWatch', () => {
     expect(ids(watch.due([0]))).toEqual({ 0: ['next-row'] });
   });
 
-  it('at most one probe per partition per second, each with every due head of the partition', () => {
+  it('at most one probe per second for the relay as a whole, all partitions in it', () => {
     const { watch, advance } = setup({ graceMs: 100 });
     watch.held([head('a', 0), head('b', 0), head('c', 1)]);
     advance(100);
-    expect(ids(watch.due([0, 1]))).toEqual({ 0: ['a-row', 'b-row'], 1: ['c-row'] });
+    expect(ids(watch.due([0, 1, 2]))).toEqual({ 0: ['a-row', 'b-row'], 1: ['c-row'] });
     watch.missed(head('a').key);
-    watch.held([head('d', 0)]);
+    watch.held([head('d', 2)]);
     advance(500);
-    // d is due, but partition 0 was probed 500 ms ago.
-    expect(watch.due([0, 1]).size).toBe(0);
+    // d is due, in a partition not probed yet: but the relay probed 500 ms ago.
+    expect(watch.due([0, 1, 2]).size).toBe(0);
     advance(500);
     // a too: its miss put it off for twice the grace only.
-    expect(ids(watch.due([0, 1]))).toEqual({ 0: ['a-row', 'b-row', 'd-row'], 1: ['c-row'] });
+    expect(ids(watch.due([0, 1, 2]))).toEqual({ 0: ['a-row', 'b-row'], 1: ['c-row'], 2: ['d-row'] });
+  });
+
+  it('nothing due: the next head due is probed at once', () => {
+    const { watch, advance } = setup({ graceMs: 100 });
+    watch.held([head('a', 0)]);
+    expect(watch.due([0]).size).toBe(0);
+    advance(100);
+    expect(watch.due([0]).size).toBe(1);
   });
 
   it('only partitions the relay holds', () => {
@@ -98,7 +106,7 @@ describe('GapWatch', () => {
     expect(watch.size).toBe(0);
   });
 
-  it('is bounded: heads not seen for forgetMs go, and beyond max new heads wait for room', () => {
+  it('is bounded: heads not seen for forgetMs go; a full watch of heads not probed yet lets new ones wait', () => {
     const { watch, advance } = setup({ graceMs: 100, max: 2, forgetMs: 5000 });
     watch.held([head('a'), head('b'), head('c')]);
     expect(watch.size).toBe(2);
@@ -112,15 +120,54 @@ describe('GapWatch', () => {
     expect(watch.heldFor(head('c').key)).toBe(0);
   });
 
-  it(`probes at most ${MAX_HEADS_PER_PROBE} heads of a partition at once; the rest in the next probe`, () => {
-    const { watch, advance } = setup({ graceMs: 100 });
-    watch.held(Array.from({ length: MAX_HEADS_PER_PROBE + 5 }, (_, i) => head(`h${i}`)));
+  it('a full watch evicts the least recently seen head a probe found waiting, never one not probed yet', () => {
+    const { watch, advance } = setup({ graceMs: 100, max: 3, forgetMs: 60_000 });
+    watch.held([head('a'), head('b'), head('c')]);
     advance(100);
-    const first = watch.due([0]).get(0)!;
+    expect(watch.due([0]).get(0)).toHaveLength(3);
+    for (const k of ['a', 'b']) watch.missed(head(k).key); // c was not answered (say, bridged later)
+    advance(10);
+    watch.held([head('b')]); // b seen again: a is now the least recently seen of the probed
+    watch.held([head('new')]);
+    expect(watch.heldFor(head('a').key)).toBeUndefined();
+    expect(watch.heldFor(head('new').key)).toBe(0);
+    expect(watch.size).toBe(3);
+    // Then b goes for the next newcomer; c and new (never found waiting) stay, and the last waits.
+    watch.held([head('newer'), head('newest')]);
+    expect(watch.heldFor(head('b').key)).toBeUndefined();
+    expect(watch.heldFor(head('newer').key)).toBe(0);
+    expect(watch.heldFor(head('newest').key)).toBeUndefined();
+    expect(watch.heldFor(head('c').key)).toBe(110);
+  });
+
+  it('a real gap is probed even while more heads than max wait behind deliverAfter, all seen at every claim', () => {
+    const { watch, advance } = setup({ graceMs: 10_000, max: 1000 });
+    const waiting = Array.from({ length: 1000 }, (_, i) => head(`sched${i}`, i % 16));
+    const realGap = head('real-gap', 3);
+    let probed = false;
+    for (let t = 0; t < 600_000 && !probed; t += 1000) {
+      watch.held([...waiting, realGap]);
+      for (const [, heads] of watch.due([...Array(16).keys()])) {
+        for (const h of heads) {
+          if (h.key === realGap.key) probed = true;
+          else watch.missed(h.key); // the probe finds each one's scheduled earlier event
+        }
+      }
+      advance(1000);
+    }
+    expect(probed).toBe(true);
+    expect(watch.size).toBeLessThanOrEqual(1000);
+  });
+
+  it(`probes at most ${MAX_HEADS_PER_PROBE} heads at once, over all partitions; the rest in the next probe`, () => {
+    const { watch, advance } = setup({ graceMs: 100 });
+    watch.held(Array.from({ length: MAX_HEADS_PER_PROBE + 5 }, (_, i) => head(`h${i}`, i % 3)));
+    advance(100);
+    const first = [...watch.due([0, 1, 2]).values()].flat();
     expect(first).toHaveLength(MAX_HEADS_PER_PROBE);
     for (const h of first) watch.bridged(h.key);
     advance(1000);
-    expect(watch.due([0]).get(0)).toHaveLength(5);
+    expect([...watch.due([0, 1, 2]).values()].flat()).toHaveLength(5);
   });
 });
 
