@@ -105,7 +105,7 @@ class PollingRelay implements Relay {
     this.schedule = new LeaseSchedule(o.leaseMs);
     this.idle = new IdleCadence(this.doorbell, this.leases, o.listen, o.pollIntervalMs);
     const holdBack = new HoldBack(o.pollIntervalMs, o.logger, o.relayId);
-    const faults = (this.faults = new SequenceFaults({
+    const faults = new SequenceFaults({
       relayId: o.relayId,
       logger: o.logger,
       counters: this.counters,
@@ -116,7 +116,8 @@ class PollingRelay implements Relay {
       repeatDead: relayStatement('repeat_dead', REPEAT_DEAD_SQL, o.schema, o.quotedSchema),
       bridgeGaps: relayStatement('bridge_gaps', BRIDGE_GAPS_SQL, o.schema, o.quotedSchema),
       probeSession: new RelaySession(o.pool, settings, o.logger, 'probe'),
-    }));
+    });
+    this.faults = faults;
     const claimer = new Claimer({
       session: this.claimSession,
       statement: relayStatement('claim', CLAIM_SQL, o.schema, o.quotedSchema),
