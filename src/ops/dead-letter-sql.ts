@@ -45,12 +45,21 @@ WITH replayed AS (
 )
 SELECT event_id::text AS event_id FROM replayed`;
 
-/** The rows `$1` event ids name, locked for the skip: what they are, to refuse or report. */
+/**
+ * The rows `$1` event ids name, locked for the skip: what they are, to refuse or report.
+ * `repeat`: the event's sequence is at or below what its aggregate delivered (the relay's
+ * `sequence_repeat`), so a skip marker carrying it would be a repeat too.
+ */
 export const LOCK_FOR_SKIP_SQL = `
-SELECT id::text AS id, event_id::text AS event_id, status, event_type
-FROM {{schema}}.events
-WHERE event_id = ANY ($1::uuid[])
-FOR UPDATE`;
+SELECT e.id::text AS id, e.event_id::text AS event_id, e.status, e.event_type,
+       e.sequence::text AS sequence,
+       greatest(coalesce(g.delivered_sequence, 0), e.sequence_base)::text AS delivered,
+       e.sequence <= greatest(coalesce(g.delivered_sequence, 0), e.sequence_base) AS repeat
+FROM {{schema}}.events e
+LEFT JOIN {{schema}}.aggregate_progress g
+  ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
+WHERE e.event_id = ANY ($1::uuid[])
+FOR UPDATE OF e`;
 
 /**
  * For a skip without a marker: the events (`$1` ids) that still have an earlier event of their

@@ -53,8 +53,9 @@ export interface SkipResult {
  * marker (or removed, with `publish: false`), its aggregate unblocked, the original rows kept
  * whole in the audit trail with the actor and reason, and sleeping relays woken. Refuses, changing
  * nothing, an id that is pending (not dead), a dead skip marker (its destination refused it:
- * skip it with `publish: false`), and with `publish: false` an event an earlier event of its
- * aggregate still waits before.
+ * skip it with `publish: false`), with a marker an event whose sequence its aggregate already
+ * delivered (a `sequence_repeat`: the marker would be a repeat too; skip it with `publish:
+ * false`), and with `publish: false` an event an earlier event of its aggregate still waits before.
  */
 export async function skipDead(pool: Pool, options: SkipOptions): Promise<SkipResult> {
   const schemaName = options.schema ?? DEFAULT_SCHEMA;
@@ -70,6 +71,9 @@ export async function skipDead(pool: Pool, options: SkipOptions): Promise<SkipRe
       event_id: string;
       status: string;
       event_type: string;
+      sequence: string;
+      delivered: string;
+      repeat: boolean;
     }>(withSchema(LOCK_FOR_SKIP_SQL, schema), [ids]);
     const pending = found.filter((r) => r.status !== 'dead').map((r) => r.event_id);
     if (pending.length > 0) {
@@ -85,6 +89,17 @@ export async function skipDead(pool: Pool, options: SkipOptions): Promise<SkipRe
         'eventIds',
         `${markers.join(', ')} ${markers.length === 1 ? 'is a skip marker' : 'are skip markers'} that went dead: the destination refuses ${markers.length === 1 ? 'it' : 'them'}`,
         'Skip it without a marker (--no-publish / publish: false), or fix the destination and replay it.',
+      );
+    }
+    // A marker keeps the event's sequence: for a repeat (dead as `sequence_repeat`) the relay
+    // would mark it dead again at once, and count it again. Only removing it resolves it.
+    const repeats = found.filter((r) => r.repeat);
+    if (publish && repeats.length > 0) {
+      const first = repeats[0]!;
+      throw new OutboxValidationError(
+        'eventIds',
+        `${repeats.map((r) => r.event_id).join(', ')} ${repeats.length === 1 ? 'repeats a sequence' : 'repeat sequences'} its aggregate already delivered (sequence ${first.sequence}, delivered ${first.delivered}): a skip marker keeps the sequence and would go dead again`,
+        'Skip it without a marker (--no-publish / publish: false): nothing of it was published.',
       );
     }
     if (!publish) {

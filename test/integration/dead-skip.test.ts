@@ -255,6 +255,33 @@ describe('dead skip', () => {
     expect((await auditOf(id!)).map((a) => a['action'])).toEqual(['skip', 'skip-unpublished']);
   });
 
+  it('refuses a marker for a repeated sequence (sequence_repeat), which --no-publish then removes', async () => {
+    // What the relay leaves: order/rep delivered 2, a second event with sequence 2 dead.
+    const [id] = await putDead(
+      [{ aggregateType: 'order', aggregateId: 'rep', type: 'order.placed', payload: 1, sequence: 2 }],
+      [0],
+    );
+    await db.pool.query(
+      `INSERT INTO "${db.schema}".aggregate_progress (aggregate_type, aggregate_id, delivered_sequence)
+       VALUES ('order', 'rep', 2)`,
+    );
+    const refused = skipDead(db.pool, { schema: db.schema, eventIds: [id!], reason: 'marker' });
+    await expect(refused).rejects.toThrow(OutboxValidationError);
+    await expect(refused).rejects.toThrow(
+      /repeats a sequence its aggregate already delivered \(sequence 2, delivered 2\).*--no-publish/,
+    );
+    expect(await row(id!)).toMatchObject({ status: 'dead', event_type: 'order.placed' });
+    expect(await auditOf(id!)).toEqual([]);
+    const done = await skipDead(db.pool, {
+      schema: db.schema,
+      eventIds: [id!],
+      reason: 'gone',
+      publish: false,
+    });
+    expect(done.skipped).toEqual([id]);
+    expect(await row(id!)).toBeUndefined();
+  });
+
   it('--no-publish removes the event, moves its aggregate past it, and the relay goes on with the next', async () => {
     const [a1, a2, a3] = await putDead(
       [
