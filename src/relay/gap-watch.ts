@@ -87,6 +87,7 @@ export class GapWatch {
     const now = this.#now();
     this.#sweep(now);
     let room = this.#max - this.#heads.size;
+    let evictable = true;
     for (const head of heads) {
       const known = this.#heads.get(head.key);
       if (known) {
@@ -95,7 +96,11 @@ export class GapWatch {
         known.seen = now;
         continue;
       }
-      if (room <= 0) room += this.#evict();
+      if (room <= 0 && evictable) {
+        const gone = this.#evict();
+        evictable = gone > 0;
+        room += gone;
+      }
       if (room <= 0) continue;
       room -= 1;
       this.#heads.set(head.key, {
