@@ -70,6 +70,61 @@ WHERE s.written_at < now() - $1 * interval '1 millisecond'
   AND g.delivered_sequence >= s.last_sequence AND (g.blocked_until IS NULL OR g.blocked_until <= now())`;
 
 /**
+ * Progress rows of aggregates on caller versions (no `aggregate_sequences` row: the producer
+ * writes the event row only) of one window, locked: the relay last recorded an outcome of the
+ * aggregate before the retention ($1 ms), and it is not blocked. Cursor $2.., window end after
+ * it. Taken `FOR UPDATE SKIP LOCKED`: a relay recording the aggregate now (its upsert locks the
+ * row) is skipped; one that recorded it since has moved `delivered_at`, which the lock re-checks.
+ * The events of the picked aggregates are looked up next ({@link PROGRESS_IN_USE_SQL}).
+ */
+export const IDLE_PROGRESS_SQL = `
+SELECT g.aggregate_type, g.aggregate_id
+FROM {{schema}}.aggregate_progress g
+WHERE {{after}} AND {{upto}}
+  AND g.delivered_at < now() - $1 * interval '1 millisecond'
+  AND (g.blocked_until IS NULL OR g.blocked_until <= now())
+  AND NOT EXISTS (
+    SELECT 1 FROM {{schema}}.aggregate_sequences s
+    WHERE s.aggregate_type = g.aggregate_type AND s.aggregate_id = g.aggregate_id)
+FOR UPDATE OF g SKIP LOCKED`;
+
+/**
+ * Which of the picked aggregates (`$1`: keys `type chr(31) id`) still have an event in the
+ * table, in any status. Their progress stays: without it the gate would start them at 0, so a
+ * repeat left in the table (at or below delivered) would no longer be one — it would hold the
+ * next version back as "earlier", or be bridged and published. `events` has no index on the
+ * aggregate (and must not get one: every index costs every producer's insert), so this is one
+ * scan of the table per window that picked anything, the keys matched by a hashed array: the
+ * events table holds only what is not delivered yet.
+ */
+export const PROGRESS_IN_USE_SQL = `
+SELECT DISTINCT e.aggregate_type || chr(31) || e.aggregate_id AS key
+FROM {{schema}}.events e
+WHERE (e.aggregate_type || chr(31) || e.aggregate_id) = ANY ($1::text[])`;
+
+/**
+ * Deletes the picked progress rows (`$1`/`$2`), locked by {@link IDLE_PROGRESS_SQL} in this
+ * transaction, whose `delivered_at` is still before the retention ($3 ms).
+ */
+export const DELETE_PROGRESS_SQL = `
+DELETE FROM {{schema}}.aggregate_progress g
+USING unnest($1::text[], $2::text[]) AS v(aggregate_type, aggregate_id)
+WHERE g.aggregate_type = v.aggregate_type AND g.aggregate_id = v.aggregate_id
+  AND g.delivered_at < now() - $3 * interval '1 millisecond'`;
+
+/** What a dry run would prune of caller versions' progress rows (a full count, events scanned once). */
+export const COUNT_IDLE_PROGRESS_SQL = `
+SELECT count(*)::int AS n FROM {{schema}}.aggregate_progress g
+WHERE g.delivered_at < now() - $1 * interval '1 millisecond'
+  AND (g.blocked_until IS NULL OR g.blocked_until <= now())
+  AND NOT EXISTS (
+    SELECT 1 FROM {{schema}}.aggregate_sequences s
+    WHERE s.aggregate_type = g.aggregate_type AND s.aggregate_id = g.aggregate_id)
+  AND NOT EXISTS (
+    SELECT 1 FROM {{schema}}.events e
+    WHERE e.aggregate_type = g.aggregate_type AND e.aggregate_id = g.aggregate_id)`;
+
+/**
  * Inbox positions of one window untouched for the retention ($1 ms), unless a message of their
  * aggregate is still quarantined unreleased (its release would find the aggregate unknown).
  */

@@ -3,6 +3,8 @@
  * (docs/schema.md, Bounded tables). Idle, fully delivered aggregates lose their
  * `aggregate_sequences` and `aggregate_progress` rows after the sequence floor was
  * raised above them (a re-created aggregate continues above every sequence it had);
+ * aggregates on caller versions, which have no sequence row, lose their progress row once
+ * idle as long with nothing of them left in events (the gap bridge resumes them);
  * dead relays' rows, old audit rows and, when asked, the inbox's old dedup records,
  * idle positions, stale attempt counts and released quarantine rows go too. Events —
  * pending or dead — are never touched.
@@ -12,6 +14,7 @@
  * time budget is spent.
  */
 import type { Pool, PoolClient } from 'pg';
+import { aggregateKeyOf } from '../aggregate-key.js';
 import { OutboxValidationError } from '../errors.js';
 import { MAX_PRUNE_WINDOW_MS } from '../inbox/quarantine.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
@@ -21,16 +24,20 @@ import {
   AUDIT,
   COUNT_IDLE_AGGREGATES_SQL,
   COUNT_IDLE_POSITIONS_SQL,
+  COUNT_IDLE_PROGRESS_SQL,
   countAgedSql,
   DELETE_AGGREGATES_SQL,
   DELETE_POSITIONS_SQL,
+  DELETE_PROGRESS_SQL,
   deleteAgedSql,
   FLOOR_SQL,
   IDLE_AGGREGATES_SQL,
   IDLE_POSITIONS_SQL,
+  IDLE_PROGRESS_SQL,
   INBOX,
   INBOX_ATTEMPTS,
   INBOX_RELEASED,
+  PROGRESS_IN_USE_SQL,
   RAISE_FLOOR_SQL,
   RELAYS,
   TRY_LOCK_SQL,
@@ -78,6 +85,8 @@ export interface PruneOptions {
   /**
    * An aggregate last written this long ago, with everything delivered, loses its sequence and
    * progress rows (R_p). Default 7 days, at least 1 minute. Keep it above the longest consumer lag.
+   * An aggregate on caller versions (no sequence row) loses its progress row once the relay last
+   * recorded it this long ago, nothing of it left in events.
    * `false`: leave the aggregates alone.
    */
   readonly aggregateRetentionMs?: number | false;
@@ -276,7 +285,10 @@ class PruneRun {
 
   async prune(): Promise<boolean> {
     const o = this.o;
-    if (o.aggregateMs !== false && !(await this.#aggregates(o.aggregateMs))) return false;
+    if (o.aggregateMs !== false) {
+      if (!(await this.#aggregates(o.aggregateMs))) return false;
+      if (!(await this.#progress(o.aggregateMs))) return false;
+    }
     if (o.relayMs !== false && !(await this.#aged(RELAYS, 'relays', o.relayMs))) return false;
     if (o.auditMs !== false && !(await this.#aged(AUDIT, 'audit', o.auditMs))) return false;
     if (o.inbox !== false) {
@@ -296,7 +308,7 @@ class PruneRun {
     if (o.aggregateMs !== false) {
       const idle = await n(COUNT_IDLE_AGGREGATES_SQL, o.aggregateMs);
       this.removed.aggregate_sequences = idle;
-      this.removed.aggregate_progress = idle;
+      this.removed.aggregate_progress = idle + (await n(COUNT_IDLE_PROGRESS_SQL, o.aggregateMs));
     }
     if (o.relayMs !== false) this.removed.relays = await n(countAgedSql(RELAYS), o.relayMs);
     if (o.auditMs !== false) this.removed.audit = await n(countAgedSql(AUDIT), o.auditMs);
@@ -377,6 +389,44 @@ class PruneRun {
         );
         this.removed.aggregate_sequences += gone[0]?.sequences ?? 0;
         this.removed.aggregate_progress += gone[0]?.progress ?? 0;
+      });
+      if (w.end === undefined) return true;
+      cursor = w.end;
+    }
+  }
+
+  /**
+   * Progress rows of aggregates on caller versions, which have no sequence row for
+   * {@link #aggregates} to find: idle past the same retention, not blocked, nothing of them
+   * left in events (docs/schema.md, Bounded tables: caller versions).
+   */
+  async #progress(ms: number): Promise<boolean> {
+    const key = ['aggregate_type', 'aggregate_id'];
+    let cursor: string[] | undefined;
+    for (;;) {
+      if (this.#late()) return false;
+      const w = await this.#window('aggregate_progress', key, 'g', cursor);
+      const picked = IDLE_PROGRESS_SQL.replace('{{after}}', w.after).replace('{{upto}}', w.upto);
+      await this.#batch(async () => {
+        const { rows } = await this.client.query<{ aggregate_type: string; aggregate_id: string }>(
+          this.#sql(picked),
+          [ms, ...w.values],
+        );
+        if (rows.length === 0) return;
+        const keyOf = (r: { aggregate_type: string; aggregate_id: string }) =>
+          aggregateKeyOf(r.aggregate_type, r.aggregate_id);
+        const { rows: used } = await this.client.query<{ key: string }>(this.#sql(PROGRESS_IN_USE_SQL), [
+          rows.map(keyOf),
+        ]);
+        const inUse = new Set(used.map((u) => u.key));
+        const idle = rows.filter((r) => !inUse.has(keyOf(r)));
+        if (idle.length === 0) return;
+        const { rowCount } = await this.client.query(this.#sql(DELETE_PROGRESS_SQL), [
+          idle.map((r) => r.aggregate_type),
+          idle.map((r) => r.aggregate_id),
+          ms,
+        ]);
+        this.removed.aggregate_progress += rowCount ?? 0;
       });
       if (w.end === undefined) return true;
       cursor = w.end;

@@ -44,6 +44,7 @@ export interface EnqueueResult {
 
 interface Statements {
   readonly one: Statement;
+  readonly oneKnown: Statement;
   readonly many: Statement;
   readonly oneVersioned: Statement;
   readonly manyVersioned: Statement;
@@ -64,6 +65,7 @@ function statementsFor(schema: string, notify: boolean, prepared: boolean): Stat
     const sql = enqueueStatements(quoteSchema(schema), notify ? wakeChannel(schema) : null);
     found = {
       one: namedStatement('txo_enqueue', sql.one, prepared),
+      oneKnown: namedStatement('txo_enqueue_known', sql.oneKnown, prepared),
       many: namedStatement('txo_enqueue', sql.many, prepared),
       oneVersioned: namedStatement('txo_enqueue', sql.oneVersioned, prepared),
       manyVersioned: namedStatement('txo_enqueue', sql.manyVersioned, prepared),
@@ -215,14 +217,44 @@ function checkBackpressure(
 
 async function insertOne(tx: SqlExecutor, sql: Statements, p: PreparedEvent): Promise<EnqueueResult> {
   const values = scalars(p);
-  let statement = sql.one;
   if (p.sequence !== null) {
     values.push(p.sequence);
-    statement = sql.oneVersioned;
+    const { rows } = await run<{ sequence: string }>(tx, sql.oneVersioned, values);
+    return { eventId: p.eventId, sequence: Number(rows[0]?.sequence ?? 0) };
   }
-  const { rows } = await run<{ sequence: string }>(tx, statement, values);
+  const key = `${p.aggregateType}\u001f${p.aggregateId}`;
+  if (knownAggregates.has(key)) {
+    const { rows } = await run<{ sequence: string }>(tx, sql.oneKnown, values);
+    if (rows.length > 0) return { eventId: p.eventId, sequence: Number(rows[0]!.sequence) };
+    knownAggregates.delete(key); // pruned since: enqueue_one inserts its row above the floor
+  }
+  const { rows } = await run<{ sequence: string }>(tx, sql.one, values);
+  knownAggregates.add(key);
   return { eventId: p.eventId, sequence: Number(rows[0]?.sequence ?? 0) };
 }
+
+/**
+ * Aggregates this process gave a sequence to, most recent last: a hint only (a wrong one costs one
+ * statement that writes nothing), so one set for every schema and database, bounded.
+ */
+class KnownAggregates {
+  readonly #keys = new Set<string>();
+  constructor(private readonly max: number) {}
+  has(key: string): boolean {
+    return this.#keys.has(key);
+  }
+  add(key: string): void {
+    if (this.#keys.size >= this.max) {
+      const oldest = this.#keys.values().next().value;
+      if (oldest !== undefined) this.#keys.delete(oldest);
+    }
+    this.#keys.add(key);
+  }
+  delete(key: string): void {
+    this.#keys.delete(key);
+  }
+}
+const knownAggregates = new KnownAggregates(20_000);
 
 /** Runs one of the statements; a schema from before migration 9 is named as such, not as 42883. */
 async function run<R extends object>(

@@ -2,8 +2,8 @@
  * Outcome of a whole batch in one statement, fenced by the partition epochs
  * the relay claimed under: delivered events leave the hot table, failed ones
  * are rescheduled or marked dead with their last error, and each touched
- * aggregate's progress (last delivered sequence, blocked until) is updated in
- * one upsert. `FOR SHARE` on the partition rows makes a concurrent takeover
+ * aggregate's progress (last delivered sequence, blocked until, and when: the
+ * pruner's idle test for caller versions, docs/schema.md) is updated in one upsert. `FOR SHARE` on the partition rows makes a concurrent takeover
  * (which raises the epoch) wait for this statement, or this statement see the
  * new epoch and change nothing.
  */
@@ -39,11 +39,12 @@ WITH fence AS (
         FROM delivered GROUP BY aggregate_type, aggregate_id) d
   FULL JOIN failed b ON b.aggregate_type = d.aggregate_type AND b.aggregate_id = d.aggregate_id
 ), progress AS (
-  INSERT INTO {{schema}}.aggregate_progress AS g (aggregate_type, aggregate_id, delivered_sequence, blocked_until)
-  SELECT aggregate_type, aggregate_id, delivered_sequence, blocked_until FROM touched
+  INSERT INTO {{schema}}.aggregate_progress AS g (aggregate_type, aggregate_id, delivered_sequence, blocked_until, delivered_at)
+  SELECT aggregate_type, aggregate_id, delivered_sequence, blocked_until, now() FROM touched
   ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
   SET delivered_sequence = greatest(g.delivered_sequence, excluded.delivered_sequence),
-      blocked_until = excluded.blocked_until
+      blocked_until = excluded.blocked_until,
+      delivered_at = excluded.delivered_at
 )
 SELECT (SELECT count(*) FROM delivered)::int AS delivered, (SELECT count(*) FROM failed)::int AS failed`;
 

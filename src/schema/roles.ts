@@ -83,7 +83,7 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
   relay: {
     ...SCHEMA_METADATA,
     events: 'SELECT, UPDATE (attempts, status, next_attempt_at, last_error, dead_at, sequence_base), DELETE',
-    aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until)',
+    aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until, delivered_at)',
     partitions: 'SELECT, UPDATE (owner, epoch, lease_until, sleeping)',
     relays: 'SELECT, INSERT, UPDATE (heartbeat_at, lease_ms), DELETE',
     // RECORD_OUTCOME_HISTORY_SQL (delivery history on).

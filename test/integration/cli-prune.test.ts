@@ -32,6 +32,9 @@ describe('tx-outbox prune', () => {
       VALUES ('order', 'old', 4, now() - interval '9 days'), ('order', 'new', 2, now())`);
     await db.pool.query(`INSERT INTO ${s}.aggregate_progress (aggregate_type, aggregate_id, delivered_sequence)
       VALUES ('order', 'old', 4), ('order', 'new', 2)`);
+    // An aggregate on caller versions (no sequence row), last delivered long ago.
+    await db.pool.query(`INSERT INTO ${s}.aggregate_progress (aggregate_type, aggregate_id, delivered_sequence, delivered_at)
+      VALUES ('order', 'versioned', 9, now() - interval '9 days')`);
     await db.pool.query(
       `INSERT INTO ${s}.relays (relay_id, host, pid, lease_ms, heartbeat_at) VALUES ('gone', 'h', 1, 1, now() - interval '3 days')`,
     );
@@ -40,6 +43,7 @@ describe('tx-outbox prune', () => {
     expect(dry.stderr).toBe('');
     expect(dry.code).toBe(0);
     expect(dry.stdout).toMatch(/^aggregate_sequences\s+would remove 1$/m);
+    expect(dry.stdout).toMatch(/^aggregate_progress\s+would remove 2$/m);
     expect(dry.stdout).toMatch(/^relays\s+would remove 1$/m);
     const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${s}.aggregate_sequences`);
     expect(rows[0].n).toBe(2);
@@ -47,7 +51,7 @@ describe('tx-outbox prune', () => {
     const real = await run(['prune', '--schema', db.schema, '--older-than', '8d']);
     expect(real.code).toBe(0);
     expect(real.stdout).toMatch(/^aggregate_sequences\s+removed 1$/m);
-    expect(real.stdout).toMatch(/^aggregate_progress\s+removed 1$/m);
+    expect(real.stdout).toMatch(/^aggregate_progress\s+removed 2$/m);
     expect(real.stdout).toMatch(/^relays\s+removed 1$/m);
     expect(real.stdout).toMatch(/^sequence floor: 4$/m);
 

@@ -399,3 +399,33 @@ describe('a schema older than the library', () => {
     }
   });
 });
+
+describe('an aggregate pruned since this process last wrote it', () => {
+  it('continues above the floor, one event, as a new aggregate would', async () => {
+    const s = `"${db.schema}"`;
+    const e = { aggregateType: 'pruned', aggregateId: 'p1', type: 't', payload: {} };
+    const first = await inTransaction(db.pool, (tx) => enqueue(tx, e, { schema: db.schema }));
+    const second = await inTransaction(db.pool, (tx) => enqueue(tx, e, { schema: db.schema }));
+    expect([first.sequence, second.sequence]).toEqual([1, 2]);
+    // What the pruner does (docs/schema.md, Bounded tables): raise the floor, delete the row.
+    await db.pool.query(
+      `SELECT setval('${s}.sequence_floor', greatest(last_value, 100)) FROM ${s}.sequence_floor`,
+    );
+    await db.pool.query(`DELETE FROM ${s}.aggregate_sequences WHERE aggregate_type = 'pruned'`);
+    const third = await inTransaction(db.pool, (tx) => enqueue(tx, e, { schema: db.schema }));
+    const fourth = await inTransaction(db.pool, (tx) => enqueue(tx, e, { schema: db.schema }));
+    const floor = Number(
+      (await db.pool.query(`SELECT last_value FROM ${s}.sequence_floor`)).rows[0].last_value,
+    );
+    expect([third.sequence, fourth.sequence]).toEqual([floor + 1, floor + 2]);
+    const { rows } = await db.pool.query(
+      `SELECT sequence::int, sequence_base::int FROM ${s}.events WHERE aggregate_type = 'pruned' ORDER BY id`,
+    );
+    expect(rows).toEqual([
+      { sequence: 1, sequence_base: 0 },
+      { sequence: 2, sequence_base: 0 },
+      { sequence: floor + 1, sequence_base: floor },
+      { sequence: floor + 2, sequence_base: floor },
+    ]);
+  });
+});
