@@ -15,6 +15,9 @@ import type { SqlExecutor } from './transactions.js';
 export interface NodePgClientLike {
   query(config: { text: string; values: unknown[]; name?: string }): Promise<{ rows: unknown[] }>;
   getTransactionStatus?: () => string | null;
+  /** EventEmitter's, for the 'error' listener the inbox's runner holds while in a transaction. */
+  on?: (event: 'error', listener: (error: Error) => void) => unknown;
+  removeListener?: (event: 'error', listener: (error: Error) => void) => unknown;
 }
 
 /** postgres.js' `Sql` or `TransactionSql`, as far as the adapter uses it. */

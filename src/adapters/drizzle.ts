@@ -15,6 +15,7 @@ import { isUnreachableCode } from '../network-errors.js';
 import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
 import { type DriverClient, driverExecutor, sessionClient } from './drizzle-driver.js';
+import { type ConnectionState, guarded, guardedBegin } from './postgres-js-guard.js';
 import {
   abortedTransaction,
   findErrorCode,
@@ -136,23 +137,66 @@ export function transactions<Tx extends DrizzleTransactionLike>(
     );
   }
   const sql = driverExecutor(found);
+  const config = { isolationLevel: 'read committed' } as const;
+  const body = async <T>(tx: Tx, fn: (tx: Tx, sql: SqlExecutor) => Promise<T>): Promise<T> => {
+    const client = transactionClient(tx);
+    const executor = driverExecutor(client);
+    const result = await fn(tx, executor);
+    await refuseAborted(client, executor);
+    return result;
+  };
   return {
     name: 'drizzle',
     sql,
     transaction<T>(fn: (tx: Tx, sql: SqlExecutor) => Promise<T>): Promise<T> {
-      return db.transaction(
-        async (tx) => {
-          const client = transactionClient(tx);
-          const executor = driverExecutor(client);
-          const result = await fn(tx, executor);
-          await refuseAborted(client, executor);
-          return result;
-        },
-        { isolationLevel: 'read committed' },
-      );
+      if (found.driver === 'postgres.js') {
+        // Drizzle's db.transaction is sql.begin: the postgres.js adapter's guard, on the client
+        // Drizzle's session sends through (the handler's statements, and the runner's).
+        return guardedBegin<Tx, T>(
+          (callback) => db.transaction(callback, config),
+          (tx, state) => {
+            guardSession(tx, state);
+            return body(tx, fn);
+          },
+        );
+      }
+      // pg-pool drops its idle 'error' listener at checkout, and Drizzle adds none: a backend that
+      // dies while the handler awaits something else would emit 'error' on a client nobody listens
+      // to, and end the process. The loss still fails the transaction's next statement (08006).
+      let detach: (() => void) | undefined;
+      return db
+        .transaction((tx) => {
+          detach = listenForErrors(tx);
+          return body(tx, fn);
+        }, config)
+        .finally(() => detach?.());
     },
     errorCode,
   };
+}
+
+const ignore = (): void => undefined;
+
+/** Adds a no-op 'error' listener to a node-postgres transaction's client; returns its removal. */
+function listenForErrors(tx: object): (() => void) | undefined {
+  const found = sessionClient(tx);
+  const client = found?.driver === 'node-postgres' ? found.client : undefined;
+  if (typeof client?.on !== 'function' || typeof client.removeListener !== 'function') return undefined;
+  client.on('error', ignore);
+  return () => client.removeListener?.('error', ignore);
+}
+
+/**
+ * Puts the postgres.js guard (postgres-js-guard.ts) on the client of a Drizzle transaction's
+ * session, the one every statement of `tx` goes through (read in drizzle-orm 0.45's
+ * PostgresJsSession; a nested `tx.transaction` takes its client from the guarded one).
+ */
+function guardSession(tx: object, state: ConnectionState): void {
+  const h = tx as { session?: { client?: unknown }; _?: { session?: { client?: unknown } } };
+  const session = h.session ?? h._?.session;
+  if (session !== undefined && typeof session.client === 'function') {
+    session.client = guarded(session.client as object, state);
+  }
 }
 
 /**

@@ -7,22 +7,6 @@ import { abortedTransaction, findErrorCode, type SqlExecutor } from './transacti
 
 const SQLSTATE = /^[0-9A-Z]{5}$/;
 
-/**
- * One cheap statement after the handler: on a transaction aborted by a failed statement whose
- * error was caught, PostgreSQL refuses it (25P02) — where COMMIT would silently roll back.
- */
-export async function probeAborted(
-  sql: SqlExecutor,
-  errorCode: (error: unknown) => string | undefined,
-): Promise<void> {
-  try {
-    await sql.query({ text: 'SELECT 1', values: [] });
-  } catch (error) {
-    if (errorCode(error) === '25P02') throw abortedTransaction();
-    throw error;
-  }
-}
-
 /** SQLSTATEs of a connection that ended (class 08, shutdowns), as the pg runner reports them. */
 const CONNECTION_ENDED = /^(08[0-9A-Z]{3}|57P0[123])$/;
 
@@ -49,6 +33,14 @@ export interface HandlerErrors {
    * and the handler's own when it does.
    */
   screen(error: unknown, sql: SqlExecutor): Promise<void>;
+  /**
+   * One cheap statement after the handler returned: on a transaction aborted by a failed statement
+   * whose error was caught, PostgreSQL refuses it (25P02) — where COMMIT would silently roll back —
+   * and this rejects with `abortedTransaction()`. Any other failure of it is the database's, not
+   * the handler's (which returned normally): the connection died while the handler awaited
+   * something else, and the error is reported as a lost connection (nothing charged).
+   */
+  probe(sql: SqlExecutor): Promise<void>;
 }
 
 const isObject = (value: unknown): value is object => typeof value === 'object' && value !== null;
@@ -89,6 +81,15 @@ export function handlerErrors(options: { rollbackFailureRejects: boolean }): Han
           if (isObject(failed.error)) lost.add(failed.error);
           throw failed.error;
         }
+        throw error;
+      }
+    },
+    async probe(sql) {
+      try {
+        await sql.query({ text: 'SELECT 1', values: [] });
+      } catch (error) {
+        if (findErrorCode(error) === '25P02') throw abortedTransaction();
+        if (isObject(error)) lost.add(error);
         throw error;
       }
     },

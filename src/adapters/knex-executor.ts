@@ -18,10 +18,15 @@ export interface KnexQueryableLike {
   readonly isTransaction?: boolean;
 }
 
-/** An executor on `db` (a transaction, or the instance's pool for autocommit statements). */
-export function knexExecutor(db: KnexQueryableLike): SqlExecutor {
+/**
+ * An executor on `db` (a transaction, or the instance's pool for autocommit statements).
+ * `beforeSend` runs right before each statement goes to Knex: the adapter's "still in the
+ * transaction?" check, repeated after whatever the caller awaited since its first one.
+ */
+export function knexExecutor(db: KnexQueryableLike, beforeSend?: () => void): SqlExecutor {
   return {
     async query<R extends object>(query: { text: string; values: readonly unknown[]; name?: string }) {
+      beforeSend?.();
       const { sql, bindings } = toKnexRaw(query.text, query.values);
       let raw = db.raw(sql, bindings);
       if (query.name !== undefined) raw = raw.options({ name: query.name });

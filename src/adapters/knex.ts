@@ -9,7 +9,7 @@
 import { OutboxValidationError } from '../errors.js';
 import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
-import { handlerErrors, probeAborted } from './handler-guard.js';
+import { handlerErrors } from './handler-guard.js';
 import { type KnexQueryableLike, knexExecutor } from './knex-executor.js';
 import { notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
 
@@ -65,7 +65,8 @@ export async function enqueue(
   options?: EnqueueOptions,
 ): Promise<EnqueueResult | EnqueueResult[]> {
   assertKnexTransaction(tx);
-  const sql = knexExecutor(tx);
+  // Checked again before the statement is sent: enqueue awaits in between.
+  const sql = knexExecutor(tx, () => assertKnexTransaction(tx));
   return Array.isArray(input)
     ? coreEnqueue(sql, input as readonly OutboxEvent[], options)
     : coreEnqueue(sql, input as OutboxEvent, options);
@@ -108,7 +109,7 @@ export function transactions<Trx extends KnexTransactionLike>(db: KnexLike<Trx>)
                 await errors.screen(error, sql);
                 throw error;
               });
-              await probeAborted(sql, errorCode);
+              await errors.probe(sql);
               return result;
             }),
           { isolationLevel: 'read committed' },

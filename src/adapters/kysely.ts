@@ -12,7 +12,7 @@
 import { OutboxValidationError } from '../errors.js';
 import { type EnqueueOptions, type EnqueueResult, enqueue as enqueueOn } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
-import { handlerErrors, probeAborted } from './handler-guard.js';
+import { handlerErrors } from './handler-guard.js';
 import {
   abortedTransaction,
   notInTransaction,
@@ -131,7 +131,7 @@ export function transactions<K extends KyselyDatabase>(
                     throw error;
                   },
                 );
-                await probeAborted(executor, errors.errorCode);
+                await errors.probe(executor);
                 return value;
               }),
             ),

@@ -12,7 +12,7 @@
 import { OutboxError, OutboxValidationError } from '../errors.js';
 import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
-import { handlerErrors, probeAborted } from './handler-guard.js';
+import { handlerErrors } from './handler-guard.js';
 import { type KnexQueryableLike, knexExecutor } from './knex-executor.js';
 import { notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
 
@@ -61,6 +61,15 @@ function transactionOf(tx: unknown): KnexQueryableLike {
       'Use MikroORM 6 with @mikro-orm/postgresql.',
     );
   }
+  // MikroORM leaves isInTransaction() true on the fork after transactional() ends; its Knex
+  // transaction knows it is done (as the Knex adapter checks).
+  if ((context as { isCompleted?: () => boolean }).isCompleted?.() === true) {
+    throw notInTransaction(
+      ORM,
+      'is an EntityManager whose transaction has already committed or rolled back',
+      FIX,
+    );
+  }
   return context as KnexQueryableLike;
 }
 
@@ -85,7 +94,8 @@ export async function enqueue(
   input: OutboxEvent | readonly OutboxEvent[],
   options?: EnqueueOptions,
 ): Promise<EnqueueResult | EnqueueResult[]> {
-  const sql = knexExecutor(transactionOf(tx));
+  // Checked again before the statement is sent: enqueue awaits in between.
+  const sql = knexExecutor(transactionOf(tx), () => transactionOf(tx));
   return Array.isArray(input)
     ? coreEnqueue(sql, input as readonly OutboxEvent[], options)
     : coreEnqueue(sql, input as OutboxEvent, options);
@@ -137,8 +147,13 @@ export function transactions<Em extends MikroOrmEntityManagerLike>(
                 await errors.screen(error, sql);
                 throw error;
               });
-              await probeAborted(sql, errorCode);
-              await em.flush();
+              await errors.probe(sql);
+              // A flush failing without a SQLSTATE is the database's when the transaction no longer
+              // answers (screen), as for what the handler threw.
+              await em.flush().catch(async (error: unknown) => {
+                await errors.screen(error, sql);
+                throw error;
+              });
               return result;
             }),
           { isolationLevel: READ_COMMITTED as never },

@@ -11,7 +11,7 @@
 import { OutboxValidationError } from '../errors.js';
 import { type EnqueueOptions, type EnqueueResult, enqueue as enqueueOn } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
-import { type ConnectionState, guarded } from './postgres-js-guard.js';
+import { CONNECTION_CODES, guarded, guardedBegin } from './postgres-js-guard.js';
 import { textParameter } from './text-parameters.js';
 import {
   abortedTransaction,
@@ -105,38 +105,22 @@ export function transactions<S extends PostgresJsSql>(sql: S): TransactionRunner
     name: 'postgres-js',
     sql: executorOn(sql),
     errorCode: (error) => (isObject(error) && handlersOwn.has(error) ? undefined : errorCode(error)),
-    async transaction<T>(fn: (tx: TransactionOf<S>, sql: SqlExecutor) => Promise<T>): Promise<T> {
-      const state: ConnectionState = { lost: undefined, isLoss: lostConnection };
-      let thrown: { error: unknown } | undefined;
-      const begun = sql.begin('isolation level read committed', async (raw) => {
-        const tx = guarded(raw, state);
-        const executor = executorOn(tx);
-        let value: T;
-        try {
-          value = await fn(tx as unknown as TransactionOf<S>, executor);
+    transaction<T>(fn: (tx: TransactionOf<S>, sql: SqlExecutor) => Promise<T>): Promise<T> {
+      return guardedBegin<PostgresJsTransaction, T>(
+        (callback) => sql.begin('isolation level read committed', callback),
+        async (raw, state) => {
+          const tx = guarded(raw, state);
+          const executor = executorOn(tx);
+          const value = await fn(tx as unknown as TransactionOf<S>, executor);
           await assertNotAborted(executor);
-        } catch (error) {
-          // The ROLLBACK postgres.js sends next must not go to a lost connection (postgres-js-guard.ts).
-          if (state.lost !== undefined) return never();
-          thrown = { error };
-          throw error;
-        }
-        // Nor the COMMIT.
-        return state.lost === undefined ? value : never();
-      });
-      // sql.begin rejects as soon as the connection closes, while the handler may still run.
-      begun.then(undefined, (error: unknown) => {
-        if (state.lost === undefined && error !== thrown?.error && lostConnection(error)) state.lost = error;
-      });
-      try {
-        return (await begun) as T;
-      } catch (error) {
-        if (thrown?.error === error && state.lost === undefined && isObject(error)) {
+          return value;
+        },
+        (error) => {
+          if (!isObject(error)) return;
           const code = errorCode(error);
           if (code !== undefined && !SQLSTATE.test(code)) handlersOwn.add(error);
-        }
-        throw error;
-      }
+        },
+      );
     },
   };
 }
@@ -144,22 +128,6 @@ export function transactions<S extends PostgresJsSql>(sql: S): TransactionRunner
 const SQLSTATE = /^[0-9A-Z]{5}$/;
 
 const isObject = (value: unknown): value is object => typeof value === 'object' && value !== null;
-
-/** What the callback returns once its connection is lost: postgres.js then sends nothing more. */
-function never(): Promise<never> {
-  return new Promise<never>(() => undefined);
-}
-
-/**
- * The socket is gone, as postgres.js reports it on a statement or on `sql.begin`: its own
- * CONNECTION_CLOSED … (PostgreSQL ending the session under a statement comes as CONNECTION_CLOSED
- * too), or the socket's error. Not a 57P01 itself: postgres.js 3.4.9 also hands a stale one to the
- * first statement on the connection that replaced the lost one.
- */
-function lostConnection(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && (code in CONNECTION_CODES || /^E[A-Z]+$/.test(code));
-}
 
 function executorOn(handle: PostgresJsQueryable): SqlExecutor {
   return {
@@ -233,14 +201,6 @@ function assertRoot(sql: unknown): void {
     }
   }
 }
-
-/** postgres.js's own connection codes, as the Node network codes the port speaks. */
-const CONNECTION_CODES: Readonly<Record<string, string>> = {
-  CONNECTION_CLOSED: 'ECONNRESET',
-  CONNECTION_DESTROYED: 'ECONNRESET',
-  CONNECTION_ENDED: 'ECONNRESET', // sql.end() under a statement: not the event's fault either
-  CONNECT_TIMEOUT: 'ETIMEDOUT',
-};
 
 function errorCode(error: unknown): string | undefined {
   const found = findErrorCode(error);

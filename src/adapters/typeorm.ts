@@ -11,7 +11,8 @@
 import { OutboxValidationError } from '../errors.js';
 import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
-import { handlerErrors, probeAborted } from './handler-guard.js';
+import { sendInTransaction } from '../producer/executor.js';
+import { handlerErrors } from './handler-guard.js';
 import { notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
 
 /** A TypeORM QueryRunner: one connection, and the transaction on it, if started. */
@@ -45,6 +46,29 @@ const ORM = 'typeorm';
 const FIX =
   'Call enqueue(em, …) inside dataSource.transaction(async (em) => …) with that em, or pass a ' +
   'QueryRunner after queryRunner.startTransaction().';
+
+/**
+ * enqueue's executor on `tx`, checked again right before each statement is sent (enqueue awaits
+ * between its first check and the send). The QueryRunner's `isTransactionActive` turns false only
+ * once its ROLLBACK has finished, so a statement queued behind that ROLLBACK on node-postgres
+ * would pass it and run in autocommit: on node-postgres the statement goes to the runner's own
+ * client (`databaseConnection`), checked where pg sends it (sendInTransaction). TypeORM's query
+ * logging does not see it.
+ */
+function enqueueExecutor(tx: TypeOrmEntityManagerLike | TypeOrmQueryRunnerLike): SqlExecutor {
+  return {
+    async query<R extends object>(query: { text: string; values: readonly unknown[] }) {
+      const runner = transactionRunnerOf(tx);
+      const client = (runner as { databaseConnection?: unknown }).databaseConnection as
+        | (SqlExecutor & { getTransactionStatus?: unknown })
+        | undefined;
+      if (typeof client?.getTransactionStatus === 'function' && typeof client.query === 'function') {
+        return sendInTransaction<R>(client, { text: query.text, values: [...query.values] });
+      }
+      return runnerExecutor(runner).query<R>(query);
+    },
+  };
+}
 
 function runnerExecutor(runner: TypeOrmQueryRunnerLike): SqlExecutor {
   return {
@@ -114,7 +138,8 @@ export async function enqueue(
   input: OutboxEvent | readonly OutboxEvent[],
   options?: EnqueueOptions,
 ): Promise<EnqueueResult | EnqueueResult[]> {
-  const sql = runnerExecutor(transactionRunnerOf(tx));
+  transactionRunnerOf(tx);
+  const sql = enqueueExecutor(tx);
   return Array.isArray(input)
     ? coreEnqueue(sql, input as readonly OutboxEvent[], options)
     : coreEnqueue(sql, input as OutboxEvent, options);
@@ -163,7 +188,7 @@ export function transactions<Em extends TypeOrmEntityManagerLike>(
               await errors.screen(error, sql);
               throw error;
             });
-            await probeAborted(sql, errorCode);
+            await errors.probe(sql);
             return result;
           }),
         ),

@@ -7,7 +7,7 @@ import { type BackpressureMode, backpressureGate } from './backpressure.js';
 import { enqueueStatements, wakeChannel } from './enqueue-sql.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, type OutboxEvent, type PreparedEvent, prepareEvent } from './event.js';
 import { newEventId } from './event-id.js';
-import { assertInTransaction, type SqlExecutor } from './executor.js';
+import { assertInTransaction, type SqlExecutor, sendInTransaction } from './executor.js';
 import { activeTraceHeaders, activeTraceHeadersNow } from './trace.js';
 
 export interface EnqueueOptions {
@@ -263,7 +263,7 @@ async function run<R extends object>(
   values: unknown[],
 ): Promise<{ rows: R[] }> {
   try {
-    return await tx.query<R>({ text: statement.text, name: statement.name, values });
+    return await sendInTransaction<R>(tx, { text: statement.text, name: statement.name, values });
   } catch (error) {
     const text = error instanceof Error ? error.message : '';
     const missing = /\b(enqueue_one|partition_of)\(.*\) does not exist/.exec(text);

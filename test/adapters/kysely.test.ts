@@ -23,6 +23,7 @@ function open(url: string, max = 8): Kysely<Db> {
 /** Kysely with its pg dialect on a pg Pool; no readPrepared: the dialect prepares nothing. */
 const harness: AdapterHarness<Transaction<Db>> = {
   name: 'kysely',
+  unawaitedEnqueueUndetected: "Kysely's Transaction keeps no state after execute() and hides its pg client",
   enqueue,
   async open(url, schema) {
     const db = open(url);

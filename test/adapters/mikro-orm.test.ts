@@ -80,6 +80,19 @@ describe('mikro-orm adapter, beyond the suite', () => {
     await db?.close();
   });
 
+  it('refuses the EntityManager of a finished transactional() with OutboxValidationError on tx', async () => {
+    let stale: SqlEntityManager | undefined;
+    await orm.em.fork().transactional(async (em) => {
+      stale = em as SqlEntityManager;
+    });
+    const event = { aggregateType: 'order', aggregateId: 'stale-em', type: 'order.placed', payload: {} };
+    const refused = await enqueue(stale!, event, { schema: db.schema }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OutboxValidationError);
+    expect((refused as OutboxValidationError).field).toBe('tx');
+    expect((refused as Error).message).toMatch(/already committed or rolled back/);
+    expect((refused as Error).message).toMatch(/em\.transactional/);
+  });
+
   it('flushes the handler’s persisted entities inside the inbox transaction, with the dedup record', async () => {
     const inbox = createInbox({ transactions: transactions(orm.em), consumer: 'flush', schema: db.schema });
     const message = (eventId: string) => ({
