@@ -11,18 +11,39 @@
  * after the UPDATE has waited on (and not found) a row the pruner held, and from a SEQUENCE, whose
  * value no snapshot hides: the pruner raises it before its delete commits, so a re-created
  * aggregate never reuses a sequence. `ON CONFLICT DO UPDATE` covers two producers creating one
- * aggregate at once. One event: the function `enqueue_one` (009_producer.sql) runs exactly those
- * steps; for an aggregate the process has written before, the UPDATE and the insert alone (one
- * statement, cheaper still), falling back to `enqueue_one` when the row is gone. A batch: one
- * statement of CTEs (below), whose cost is shared by its events.
+ * aggregate at once. For an aggregate the process has written before, the UPDATE and the event's
+ * insert alone (INSERT_ONE_KNOWN: the sequence row's insert, whose setup a statement pays for even
+ * when it inserts nothing, is left out), falling back to INSERT_ONE when the row is gone. A batch:
+ * one statement of CTEs, whose cost is shared by its events.
  *
  * Caller versions (`sequence` given, e.g. the business row's version under the caller's own row
  * lock): the event row only — no sequence row is read or written, `sequence_base` 0.
  */
 
-/** One event with the next gap-free sequence of its aggregate. */
-const INSERT_ONE = `SELECT {{schema}}.enqueue_one($1::uuid, $2::text, $3::text, $4::text, $5::int, $6::text,
-  $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz, {{channel}})::text AS sequence`;
+/** One event with the next gap-free sequence of its aggregate, for any aggregate. */
+const INSERT_ONE = `
+WITH part AS (
+  SELECT {{schema}}.partition_of($2::text, $3::text) AS p
+), bumped AS (
+  UPDATE {{schema}}.aggregate_sequences s SET last_sequence = s.last_sequence + 1, written_at = now()
+  WHERE s.aggregate_type = $2::text AND s.aggregate_id = $3::text
+  RETURNING s.last_sequence, s.sequence_base
+), created AS (
+  INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base)
+  SELECT $2::text, $3::text, f.floor + 1, f.floor
+  FROM (SELECT (SELECT last_value FROM {{schema}}.sequence_floor) AS floor WHERE NOT EXISTS (SELECT 1 FROM bumped) OFFSET 0) f
+  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence + 1, written_at = now()
+  RETURNING s.last_sequence, s.sequence_base
+), seq AS (
+  SELECT last_sequence, sequence_base FROM bumped UNION ALL SELECT last_sequence, sequence_base FROM created
+){{wake}}
+INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
+  event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
+SELECT $1::uuid, part.p,
+       $2, $3, seq.last_sequence, seq.sequence_base, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz,
+       greatest(now(), coalesce($10::timestamptz, now()))
+FROM seq CROSS JOIN part{{join}}
+RETURNING sequence::text AS sequence`;
 
 /**
  * One event of an aggregate this process has seen a sequence row of: the UPDATE and the insert in
@@ -45,7 +66,7 @@ SELECT $1::uuid, part.p, $2, $3, seq.last_sequence, seq.sequence_base, $4::text,
 FROM seq CROSS JOIN part{{join}}
 RETURNING sequence::text AS sequence`;
 
-/** One event with the caller's sequence ($11). */
+/** One event with the caller's sequence ($11); nothing returned (the caller knows it; RETURNING cost 3 %). */
 const INSERT_ONE_VERSIONED = `
 WITH part AS (
   SELECT {{schema}}.partition_of($2::text, $3::text) AS p
@@ -54,8 +75,7 @@ INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
 SELECT $1::uuid, part.p, $2, $3, $11::bigint, 0, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb,
        $10::timestamptz, greatest(now(), coalesce($10::timestamptz, now()))
-FROM part{{join}}
-RETURNING sequence::text AS sequence`;
+FROM part{{join}}`;
 
 /** A batch with the callers' sequences ($11): arrays in, the event rows only. */
 const INSERT_MANY_VERSIONED = `
@@ -159,13 +179,9 @@ export function enqueueStatements(quotedSchema: string, channel: string | null):
 )`;
   const join = channel === null ? '' : ' LEFT JOIN wake ON true';
   const fill = (sql: string, wake: string) =>
-    sql
-      .replaceAll('{{wake}}', wake)
-      .replaceAll('{{join}}', join)
-      .replaceAll('{{channel}}', channel === null ? 'NULL' : `'${channel}'`)
-      .replaceAll('{{schema}}', quotedSchema);
+    sql.replaceAll('{{wake}}', wake).replaceAll('{{join}}', join).replaceAll('{{schema}}', quotedSchema);
   return {
-    one: fill(INSERT_ONE, ''),
+    one: fill(INSERT_ONE, wakeOne),
     oneKnown: fill(INSERT_ONE_KNOWN, wakeOne),
     many: fill(INSERT_MANY, wakeMany),
     oneVersioned: fill(INSERT_ONE_VERSIONED, wakeOne),

@@ -219,14 +219,14 @@ async function insertOne(tx: SqlExecutor, sql: Statements, p: PreparedEvent): Pr
   const values = scalars(p);
   if (p.sequence !== null) {
     values.push(p.sequence);
-    const { rows } = await run<{ sequence: string }>(tx, sql.oneVersioned, values);
-    return { eventId: p.eventId, sequence: Number(rows[0]?.sequence ?? 0) };
+    await run(tx, sql.oneVersioned, values);
+    return { eventId: p.eventId, sequence: p.sequence };
   }
   const key = `${p.aggregateType}\u001f${p.aggregateId}`;
   if (knownAggregates.has(key)) {
     const { rows } = await run<{ sequence: string }>(tx, sql.oneKnown, values);
     if (rows.length > 0) return { eventId: p.eventId, sequence: Number(rows[0]!.sequence) };
-    knownAggregates.delete(key); // pruned since: enqueue_one inserts its row above the floor
+    knownAggregates.delete(key); // pruned since: INSERT_ONE inserts its row above the floor
   }
   const { rows } = await run<{ sequence: string }>(tx, sql.one, values);
   knownAggregates.add(key);
@@ -266,7 +266,7 @@ async function run<R extends object>(
     return await sendInTransaction<R>(tx, { text: statement.text, name: statement.name, values });
   } catch (error) {
     const text = error instanceof Error ? error.message : '';
-    const missing = /\b(enqueue_one|partition_of)\(.*\) does not exist/.exec(text);
+    const missing = /\b(partition_of)\(.*\) does not exist/.exec(text);
     if (!missing) throw error;
     throw new OutboxError(
       `the outbox schema has no ${missing[1]}() (migration 9): it is older than this version of tx-outbox; ` +

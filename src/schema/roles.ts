@@ -63,9 +63,8 @@ const SCHEMA_METADATA: TableGrants = {
 
 /** The grants, statement by statement; keep them in step with the SQL they allow. */
 const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
-  // src/producer/enqueue-sql.ts and enqueue_one (009_producer.sql): INSERT (… RETURNING event_id,
-  // sequence for a batch or a caller's version); the sequence update-or-insert and the floor; the
-  // sleeping flag of the event's partition.
+  // src/producer/enqueue-sql.ts: INSERT … RETURNING sequence (one) / event_id, sequence (a batch);
+  // the sequence update-or-insert and the floor; the sleeping flag of the event's partition.
   producer: {
     ...SCHEMA_METADATA,
     events:
@@ -131,11 +130,8 @@ const HISTORY_FUNCTIONS = [
   'history_drop_partition(date, integer)',
   'history_purge_default(integer)',
 ];
-/** src/producer/enqueue-sql.ts (009_producer.sql): SECURITY INVOKER, so they add no privilege. */
-const PRODUCER_FUNCTIONS = [
-  'partition_of(text, text)',
-  'enqueue_one(uuid, text, text, text, integer, text, jsonb, bytea, jsonb, timestamptz, text)',
-];
+/** src/producer/enqueue-sql.ts (009_producer.sql): SECURITY INVOKER, so it adds no privilege. */
+const PRODUCER_FUNCTIONS = ['partition_of(text, text)'];
 const FUNCTION_GRANTS: Readonly<Record<RuntimeRole, readonly string[]>> = {
   producer: PRODUCER_FUNCTIONS,
   relay: HISTORY_FUNCTIONS,

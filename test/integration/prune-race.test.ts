@@ -50,7 +50,7 @@ async function producerWaits(): Promise<boolean> {
   const { rows } = await db.pool.query(
     `SELECT count(*)::int AS n FROM pg_stat_activity
      WHERE datname = current_database() AND wait_event_type = 'Lock'
-       AND (query LIKE '%aggregate_sequences%' OR query LIKE '%enqueue_one%')`,
+       AND query LIKE '%aggregate_sequences%'`,
   );
   return rows[0].n > 0;
 }
