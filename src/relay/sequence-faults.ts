@@ -65,6 +65,7 @@ export function repeatReason(
 export class SequenceFaults {
   /** The probe under way, if any. */
   #probing: Promise<void> | undefined;
+  #stopping = false;
 
   constructor(private readonly p: SequenceFaultsParts) {}
 
@@ -119,7 +120,7 @@ export class SequenceFaults {
    * partitions, in the background (see {@link stopped}). A bridged aggregate is claimable at once.
    */
   probe(fence: Fence): void {
-    if (this.#probing) return;
+    if (this.#probing || this.#stopping) return;
     const due = this.p.watch.due(fence.partitions);
     if (due.size === 0) return;
     const partitions = [...due.keys()];
@@ -136,6 +137,7 @@ export class SequenceFaults {
    * when the probe is still running, which ends it.
    */
   async stopped(timeoutMs: number): Promise<void> {
+    this.#stopping = true;
     const probing = this.#probing;
     let timer: NodeJS.Timeout | undefined;
     const late = probing
@@ -155,11 +157,21 @@ export class SequenceFaults {
     const p = this.p;
     let rows: BridgedRow[];
     try {
+      // Borrowed for the one statement and given back, as the lease renewals' connection is: the
+      // relay's pool may have no connection to spare for long (max 4: claims, outcomes, LISTEN,
+      // and one borrowed in turn), and a connection held here would starve the renewals.
       const client = await p.probeSession.get();
+      if (this.#stopping) {
+        // The connection came only as the relay stopped (others were given back): return it, or
+        // the pool's end() would wait for it forever.
+        await p.probeSession.release();
+        return;
+      }
       ({ rows } = await client.query<BridgedRow>({
         ...p.bridgeGaps,
         values: [p.relayId, fence.partitions, fence.epochs, heads.map((h) => h.id)],
       }));
+      await p.probeSession.release();
     } catch (error) {
       // A probe that fails (a relay role without the sequence_base grant, a statement
       // timeout, a lost connection) must not stop delivery: the heads wait for the next

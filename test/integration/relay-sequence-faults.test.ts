@@ -7,7 +7,7 @@
  * producer's side: test/integration/caller-versions.test.ts.
  */
 import { randomUUID } from 'node:crypto';
-import type pg from 'pg';
+import pg from 'pg';
 import { Registry } from 'prom-client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { envelopeHeaders } from '../../src/envelope/bindings.js';
@@ -22,6 +22,7 @@ import { createRelay, type Relay } from '../../src/relay/relay.js';
 import { BRIDGE_GAPS_SQL } from '../../src/relay/sequence-faults-sql.js';
 import { relaySessionSettings } from '../../src/relay/session.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
+import { DATABASE_URL } from '../helpers/env.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 import { sample } from '../helpers/metrics.js';
@@ -285,6 +286,38 @@ describe('caller versions: gaps', () => {
 
     const statuses = await strictInbox(publisher.received.filter((m) => m.aggregateId === 'gap'));
     expect(statuses).toEqual(['processed', 'processed', 'processed', 'processed']);
+  });
+
+  it('on a pool of exactly 4 the relay probes, keeps its leases and stops, and the pool ends', async () => {
+    const small = new pg.Pool({ connectionString: DATABASE_URL, max: 4 });
+    const publisher = new RecordingPublisher();
+    const r = createRelay({
+      pool: small,
+      publisher,
+      schema: db.schema,
+      pollIntervalMs: 50,
+      leaseMs: 1000, // renewals every few hundred ms, on the fourth connection, in turn with the probe
+      gapGraceMs: GRACE,
+    });
+    try {
+      await insert('small-pool', [{ sequence: 1 }, { sequence: 3 }]);
+      await r.start();
+      await waitFor(() => sequences(publisher, 'small-pool').length === 2, { what: 'the bridged 3' });
+      // Past several lease lengths, the relay still holds its partitions and delivers.
+      await sleep(2500);
+      expect(r.stats().partitions.length).toBe(16);
+      await insert('small-pool', [{ sequence: 4 }]);
+      await waitFor(() => sequences(publisher, 'small-pool').length === 3, { what: 'sequence 4' });
+      const stopped = await Promise.race([
+        r.stop({ timeout: 2000 }).then(() => true),
+        sleep(8000).then(() => false),
+      ]);
+      expect(stopped).toBe(true);
+      const ended = await Promise.race([small.end().then(() => true), sleep(5000).then(() => false)]);
+      expect(ended).toBe(true);
+    } finally {
+      await r.stop({ timeout: 500 }).catch(() => undefined);
+    }
   });
 
   it('a probe never delays a batch ready to publish: it runs in the background, on its own connection', async () => {
