@@ -12,12 +12,12 @@
  */
 import { OutboxValidationError } from '../errors.js';
 import { isUnreachableCode } from '../network-errors.js';
-import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
-import type { OutboxEvent } from '../producer/event.js';
 import { type DriverClient, driverExecutor, sessionClient } from './drizzle-driver.js';
 import { type ConnectionState, guarded, guardedBegin } from './postgres-js-guard.js';
 import {
+  type AdapterEnqueue,
   abortedTransaction,
+  enqueueThrough,
   findErrorCode,
   notInTransaction,
   type SqlExecutor,
@@ -84,26 +84,9 @@ function transactionClient(tx: unknown): DriverClient {
  * business writes. Everything else is `enqueue` of `tx-outbox`: the same validation, statements
  * and options.
  */
-export async function enqueue(
-  tx: DrizzleTransactionLike,
-  event: OutboxEvent,
-  options?: EnqueueOptions,
-): Promise<EnqueueResult>;
-export async function enqueue(
-  tx: DrizzleTransactionLike,
-  events: readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult[]>;
-export async function enqueue(
-  tx: DrizzleTransactionLike,
-  input: OutboxEvent | readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult | EnqueueResult[]> {
-  const executor = driverExecutor(transactionClient(tx));
-  return Array.isArray(input)
-    ? coreEnqueue(executor, input as readonly OutboxEvent[], options)
-    : coreEnqueue(executor, input as OutboxEvent, options);
-}
+export const enqueue: AdapterEnqueue<DrizzleTransactionLike> = enqueueThrough((tx) =>
+  driverExecutor(transactionClient(tx)),
+);
 
 /**
  * The runner the inbox opens its transactions with: `createInbox({ transactions: transactions(db) })`.

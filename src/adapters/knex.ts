@@ -7,11 +7,15 @@
  * adapter needs of it, and a Knex instance or transaction fits them.
  */
 import { OutboxValidationError } from '../errors.js';
-import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
-import type { OutboxEvent } from '../producer/event.js';
 import { handlerErrors } from './handler-guard.js';
 import { type KnexQueryableLike, knexExecutor } from './knex-executor.js';
-import { notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
+import {
+  type AdapterEnqueue,
+  enqueueThrough,
+  notInTransaction,
+  type SqlExecutor,
+  type TransactionRunner,
+} from './transactions.js';
 
 export type { KnexQueryableLike, KnexRawLike } from './knex-executor.js';
 
@@ -49,28 +53,11 @@ function assertKnexTransaction(tx: unknown): asserts tx is KnexTransactionLike {
  * (see its options) on `trx`. Throws an OutboxValidationError (field `tx`) for a Knex instance
  * or a finished transaction.
  */
-export function enqueue(
-  tx: KnexTransactionLike,
-  event: OutboxEvent,
-  options?: EnqueueOptions,
-): Promise<EnqueueResult>;
-export function enqueue(
-  tx: KnexTransactionLike,
-  events: readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult[]>;
-export async function enqueue(
-  tx: KnexTransactionLike,
-  input: OutboxEvent | readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult | EnqueueResult[]> {
+export const enqueue: AdapterEnqueue<KnexTransactionLike> = enqueueThrough((tx) => {
   assertKnexTransaction(tx);
   // Checked again before the statement is sent: enqueue awaits in between.
-  const sql = knexExecutor(tx, () => assertKnexTransaction(tx));
-  return Array.isArray(input)
-    ? coreEnqueue(sql, input as readonly OutboxEvent[], options)
-    : coreEnqueue(sql, input as OutboxEvent, options);
-}
+  return knexExecutor(tx, () => assertKnexTransaction(tx));
+});
 
 /**
  * The inbox's transactions through Knex: `knex.transaction(fn, { isolationLevel: 'read

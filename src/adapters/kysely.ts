@@ -10,11 +10,11 @@
  * parameters: node-postgres for `PostgresDialect`, which the core's statements are written for.
  */
 import { OutboxValidationError } from '../errors.js';
-import { type EnqueueOptions, type EnqueueResult, enqueue as enqueueOn } from '../producer/enqueue.js';
-import type { OutboxEvent } from '../producer/event.js';
 import { handlerErrors } from './handler-guard.js';
 import {
+  type AdapterEnqueue,
   abortedTransaction,
+  enqueueThrough,
   notInTransaction,
   type SqlExecutor,
   type TransactionRunner,
@@ -75,26 +75,9 @@ export type TransactionOf<K> = K extends {
  *
  * Kysely's PostgreSQL dialect sends every statement unnamed: `options.prepared` changes nothing.
  */
-export function enqueue(
-  trx: KyselyTransaction,
-  event: OutboxEvent,
-  options?: EnqueueOptions,
-): Promise<EnqueueResult>;
-export function enqueue(
-  trx: KyselyTransaction,
-  events: readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult[]>;
-export async function enqueue(
-  trx: KyselyTransaction,
-  input: OutboxEvent | readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult | EnqueueResult[]> {
-  const executor = executorOn(assertTransaction(trx));
-  return Array.isArray(input)
-    ? enqueueOn(executor, input as readonly OutboxEvent[], options)
-    : enqueueOn(executor, input as OutboxEvent, options);
-}
+export const enqueue: AdapterEnqueue<KyselyTransaction> = enqueueThrough((trx) =>
+  executorOn(assertTransaction(trx)),
+);
 
 /**
  * The inbox's transactions through Kysely: `createInbox({ transactions: transactions(db) })`.

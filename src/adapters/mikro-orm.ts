@@ -10,11 +10,15 @@
  * not imported: the types below are what the adapter needs of it.
  */
 import { OutboxError, OutboxValidationError } from '../errors.js';
-import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
-import type { OutboxEvent } from '../producer/event.js';
 import { handlerErrors } from './handler-guard.js';
 import { type KnexQueryableLike, knexExecutor } from './knex-executor.js';
-import { notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
+import {
+  type AdapterEnqueue,
+  enqueueThrough,
+  notInTransaction,
+  type SqlExecutor,
+  type TransactionRunner,
+} from './transactions.js';
 
 /** A MikroORM EntityManager: whether it is inside a transaction, and that transaction. */
 export interface MikroOrmEntityManagerLike {
@@ -79,27 +83,10 @@ function transactionOf(tx: unknown): KnexQueryableLike {
  * an EntityManager outside a transaction. Entities persisted but not yet flushed are written when
  * the transaction flushes, in the same transaction.
  */
-export function enqueue(
-  tx: MikroOrmEntityManagerLike,
-  event: OutboxEvent,
-  options?: EnqueueOptions,
-): Promise<EnqueueResult>;
-export function enqueue(
-  tx: MikroOrmEntityManagerLike,
-  events: readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult[]>;
-export async function enqueue(
-  tx: MikroOrmEntityManagerLike,
-  input: OutboxEvent | readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult | EnqueueResult[]> {
+export const enqueue: AdapterEnqueue<MikroOrmEntityManagerLike> = enqueueThrough(
   // Checked again before the statement is sent: enqueue awaits in between.
-  const sql = knexExecutor(transactionOf(tx), () => transactionOf(tx));
-  return Array.isArray(input)
-    ? coreEnqueue(sql, input as readonly OutboxEvent[], options)
-    : coreEnqueue(sql, input as OutboxEvent, options);
-}
+  (tx) => knexExecutor(transactionOf(tx), () => transactionOf(tx)),
+);
 
 /**
  * The inbox's transactions through MikroORM: a fresh fork of `orm.em` per message (nothing of one

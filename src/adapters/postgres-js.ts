@@ -9,12 +9,12 @@
  * bytea[]).
  */
 import { OutboxValidationError } from '../errors.js';
-import { type EnqueueOptions, type EnqueueResult, enqueue as enqueueOn } from '../producer/enqueue.js';
-import type { OutboxEvent } from '../producer/event.js';
 import { CONNECTION_CODES, guarded, guardedBegin } from './postgres-js-guard.js';
 import { textParameter } from './text-parameters.js';
 import {
+  type AdapterEnqueue,
   abortedTransaction,
+  enqueueThrough,
   findErrorCode,
   notInTransaction,
   type SqlExecutor,
@@ -66,26 +66,9 @@ export type TransactionOf<S> = S extends {
  * `options.prepared` (default true) prepares the statement on the connection (postgres.js names
  * and caches it); a `postgres({ prepare: false })` instance never prepares.
  */
-export function enqueue(
-  tx: PostgresJsTransaction,
-  event: OutboxEvent,
-  options?: EnqueueOptions,
-): Promise<EnqueueResult>;
-export function enqueue(
-  tx: PostgresJsTransaction,
-  events: readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult[]>;
-export async function enqueue(
-  tx: PostgresJsTransaction,
-  input: OutboxEvent | readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult | EnqueueResult[]> {
-  const executor = executorOn(assertTransaction(tx));
-  return Array.isArray(input)
-    ? enqueueOn(executor, input as readonly OutboxEvent[], options)
-    : enqueueOn(executor, input as OutboxEvent, options);
-}
+export const enqueue: AdapterEnqueue<PostgresJsTransaction> = enqueueThrough((tx) =>
+  executorOn(assertTransaction(tx)),
+);
 
 /**
  * The inbox's transactions through postgres.js: `createInbox({ transactions: transactions(sql) })`.

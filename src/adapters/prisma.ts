@@ -9,13 +9,9 @@
  */
 import { OutboxValidationError } from '../errors.js';
 import {
-  type EnqueueOptions,
-  type EnqueueResult,
-  enqueue as enqueueOnExecutor,
-} from '../producer/enqueue.js';
-import type { OutboxEvent } from '../producer/event.js';
-import {
+  type AdapterEnqueue,
   abortedTransaction,
+  enqueueThrough,
   findErrorCode,
   notInTransaction,
   type SqlExecutor,
@@ -101,26 +97,9 @@ function executorOn(client: Pick<PrismaTransactionLike, '$queryRawUnsafe'>): Sql
  * they commit or roll back with the transaction's model writes. As the core `enqueue`; the root
  * PrismaClient is refused (a compile error, and an OutboxValidationError on field `tx`).
  */
-export async function enqueue(
-  tx: PrismaTransactionLike,
-  event: OutboxEvent,
-  options?: EnqueueOptions,
-): Promise<EnqueueResult>;
-export async function enqueue(
-  tx: PrismaTransactionLike,
-  events: readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult[]>;
-export async function enqueue(
-  tx: PrismaTransactionLike,
-  input: OutboxEvent | readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult | EnqueueResult[]> {
-  const sql = executorOn(asTransaction(tx));
-  return Array.isArray(input)
-    ? enqueueOnExecutor(sql, input as readonly OutboxEvent[], options)
-    : enqueueOnExecutor(sql, input as OutboxEvent, options);
-}
+export const enqueue: AdapterEnqueue<PrismaTransactionLike> = enqueueThrough((tx) =>
+  executorOn(asTransaction(tx)),
+);
 
 export interface PrismaTransactionsOptions {
   /**

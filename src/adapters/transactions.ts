@@ -9,6 +9,8 @@
  * dependency of the package.
  */
 import { OutboxError, OutboxValidationError } from '../errors.js';
+import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
+import type { OutboxEvent } from '../producer/event.js';
 import type { SqlExecutor } from '../producer/executor.js';
 
 export type { SqlExecutor } from '../producer/executor.js';
@@ -39,6 +41,26 @@ export interface TransactionRunner<Tx> {
    * a handler's own failure (an attempt charged) by it.
    */
   errorCode(error: unknown): string | undefined;
+}
+
+/** An adapter's `enqueue`: the core's two overloads, on that ORM's transaction handle. */
+export interface AdapterEnqueue<Tx> {
+  (tx: Tx, event: OutboxEvent, options?: EnqueueOptions): Promise<EnqueueResult>;
+  (tx: Tx, events: readonly OutboxEvent[], options?: EnqueueOptions): Promise<EnqueueResult[]>;
+}
+
+/**
+ * Makes an adapter's `enqueue` from the one thing that differs between ORMs: `executorOf` checks
+ * the handle (throwing `notInTransaction(…)`, which the returned function turns into a rejection)
+ * and wraps it into an executor; validation, options and results are the core `enqueue`'s.
+ */
+export function enqueueThrough<Tx>(executorOf: (tx: Tx) => SqlExecutor): AdapterEnqueue<Tx> {
+  return (async (tx: Tx, input: OutboxEvent | readonly OutboxEvent[], options?: EnqueueOptions) => {
+    const sql = executorOf(tx);
+    return Array.isArray(input)
+      ? coreEnqueue(sql, input as readonly OutboxEvent[], options)
+      : coreEnqueue(sql, input as OutboxEvent, options);
+  }) as AdapterEnqueue<Tx>;
 }
 
 /** What `transaction()` rejects with when `fn` returned but the transaction had aborted. */

@@ -9,11 +9,15 @@
  * TypeORM is not imported: the types below are what the adapter needs of it.
  */
 import { OutboxValidationError } from '../errors.js';
-import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
-import type { OutboxEvent } from '../producer/event.js';
 import { sendInTransaction } from '../producer/executor.js';
 import { handlerErrors } from './handler-guard.js';
-import { notInTransaction, type SqlExecutor, type TransactionRunner } from './transactions.js';
+import {
+  type AdapterEnqueue,
+  enqueueThrough,
+  notInTransaction,
+  type SqlExecutor,
+  type TransactionRunner,
+} from './transactions.js';
 
 /** A TypeORM QueryRunner: one connection, and the transaction on it, if started. */
 export interface TypeOrmQueryRunnerLike {
@@ -123,27 +127,12 @@ function transactionRunnerOf(tx: unknown): TypeOrmQueryRunnerLike {
  * (see its options) on the transaction's QueryRunner. Throws an OutboxValidationError (field
  * `tx`) for an EntityManager or QueryRunner without an active transaction.
  */
-export function enqueue(
-  tx: TypeOrmEntityManagerLike | TypeOrmQueryRunnerLike,
-  event: OutboxEvent,
-  options?: EnqueueOptions,
-): Promise<EnqueueResult>;
-export function enqueue(
-  tx: TypeOrmEntityManagerLike | TypeOrmQueryRunnerLike,
-  events: readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult[]>;
-export async function enqueue(
-  tx: TypeOrmEntityManagerLike | TypeOrmQueryRunnerLike,
-  input: OutboxEvent | readonly OutboxEvent[],
-  options?: EnqueueOptions,
-): Promise<EnqueueResult | EnqueueResult[]> {
-  transactionRunnerOf(tx);
-  const sql = enqueueExecutor(tx);
-  return Array.isArray(input)
-    ? coreEnqueue(sql, input as readonly OutboxEvent[], options)
-    : coreEnqueue(sql, input as OutboxEvent, options);
-}
+export const enqueue: AdapterEnqueue<TypeOrmEntityManagerLike | TypeOrmQueryRunnerLike> = enqueueThrough(
+  (tx) => {
+    transactionRunnerOf(tx);
+    return enqueueExecutor(tx);
+  },
+);
 
 /**
  * The inbox's transactions through TypeORM: `dataSource.transaction('READ COMMITTED', fn)`; the
