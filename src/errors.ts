@@ -93,7 +93,8 @@ export function isRetryableDatabaseError(error: unknown): boolean {
   );
 }
 
-const CONFLICT_PG_CODES = new Set(['40001', '40P01']); // serialization_failure, deadlock_detected
+/** serialization_failure, deadlock_detected: a transaction that lost a race (retry it). */
+export const CONFLICT_PG_CODES: ReadonlySet<string> = new Set(['40001', '40P01']);
 
 /**
  * True for PostgreSQL's serialization failure or deadlock (SQLSTATE 40001, 40P01) as the pg driver
@@ -151,4 +152,16 @@ export class OutboxBackpressureError extends OutboxError {
     this.ceiling = ceiling;
     this.source = source;
   }
+}
+
+/**
+ * A transaction that a failed statement aborted, whose error the caller's code caught and went on:
+ * PostgreSQL answers its COMMIT with a ROLLBACK and no error, so nothing was committed.
+ */
+export function abortedTransaction(): OutboxError {
+  return new OutboxError(
+    'the transaction was aborted by a failed statement whose error was caught: nothing was committed ' +
+      '(to go on after a failed statement, roll back to a savepoint)',
+    { code: 'TXO_TRANSACTION_ABORTED' },
+  );
 }

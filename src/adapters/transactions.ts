@@ -8,11 +8,13 @@
  * structurally: no ORM is imported at run time by anything but its own module, and none is a
  * dependency of the package.
  */
-import { OutboxError, OutboxValidationError } from '../errors.js';
+import { OutboxValidationError } from '../errors.js';
 import { enqueue as coreEnqueue, type EnqueueOptions, type EnqueueResult } from '../producer/enqueue.js';
 import type { OutboxEvent } from '../producer/event.js';
 import type { SqlExecutor } from '../producer/executor.js';
 
+/** What `transaction()` rejects with when `fn` returned but the transaction had aborted. */
+export { abortedTransaction } from '../errors.js';
 export type { SqlExecutor } from '../producer/executor.js';
 
 /**
@@ -61,15 +63,6 @@ export function enqueueThrough<Tx>(executorOf: (tx: Tx) => SqlExecutor): Adapter
       ? coreEnqueue(sql, input as readonly OutboxEvent[], options)
       : coreEnqueue(sql, input as OutboxEvent, options);
   }) as AdapterEnqueue<Tx>;
-}
-
-/** What `transaction()` rejects with when `fn` returned but the transaction had aborted. */
-export function abortedTransaction(): OutboxError {
-  return new OutboxError(
-    'the transaction was aborted by a failed statement whose error was caught: nothing was committed ' +
-      '(to go on after a failed statement, roll back to a savepoint)',
-    { code: 'TXO_TRANSACTION_ABORTED' },
-  );
 }
 
 /**

@@ -4,19 +4,19 @@
  * connection is not the event's fault (nothing was committed; the adapter redelivers, no attempt
  * charged); anything else the handler's call led to is charged to it.
  */
+import { CONFLICT_PG_CODES } from '../errors.js';
 import { isUnreachableCode } from '../network-errors.js';
 
 /** `conflict`: a serialization failure or deadlock. `lost`: the connection to the database ended. */
 export type DatabaseFault = 'conflict' | 'lost';
 
-const CONFLICT = new Set(['40001', '40P01']); // serialization_failure, deadlock_detected
 /** Class 08 (connection exception) and the server's shutdowns: admin, crash, cannot connect now. */
 const LOST = /^(08[0-9A-Z]{3}|57P0[123])$/;
 
 /** What `code` (a SQLSTATE or a Node network code) says of the database, or undefined: not its fault. */
 export function databaseFault(code: string | undefined): DatabaseFault | undefined {
   if (code === undefined) return undefined;
-  if (CONFLICT.has(code)) return 'conflict';
+  if (CONFLICT_PG_CODES.has(code)) return 'conflict';
   if (LOST.test(code) || isUnreachableCode(code)) return 'lost';
   return undefined;
 }

@@ -1,5 +1,5 @@
 import type { Pool, PoolClient } from 'pg';
-import { OutboxError } from '../errors.js';
+import { abortedTransaction } from '../errors.js';
 import { Checkout } from '../schema/checkout.js';
 
 /** What `inTransaction` threw when its own connection was lost on the way. */
@@ -40,11 +40,7 @@ export async function inTransaction<T>(
     // and no error: without this, the caller would take nothing-written for committed.
     const { command } = await client.query('COMMIT');
     if (command !== 'COMMIT') {
-      throw new OutboxError(
-        'the transaction was aborted by a failed statement whose error was caught: nothing was committed ' +
-          '(to go on after a failed statement, roll back to a savepoint)',
-        { code: 'TXO_TRANSACTION_ABORTED' },
-      );
+      throw abortedTransaction();
     }
     lease.release();
     return result;
