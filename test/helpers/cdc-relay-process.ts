@@ -41,13 +41,13 @@ export interface CdcChildConfig {
   readonly debug?: boolean;
 }
 
-/** `stats().cdc` as the child prints it (LSNs as decimal strings). */
+/** `stats().cdc` as the child prints it (LSNs as `16/B374D848`; read them with `lsnValue`). */
 export interface ChildCdcStats {
   readonly slot: string;
   readonly streaming: boolean;
-  readonly confirmedLsn: string;
-  readonly serverLsn: string;
-  readonly lagBytes: number | string;
+  readonly confirmedLsn: string | undefined;
+  readonly serverLsn: string | undefined;
+  readonly lagBytes: number;
   readonly lagSeconds: number;
   readonly reconnects: number;
   readonly handovers: number;

@@ -211,8 +211,12 @@ export async function eventRows(pool: pg.Pool, schema: string): Promise<number> 
   return rows[0].n;
 }
 
-/** An LSN as stats() gives it (a bigint printed as decimal, or PostgreSQL's `16/B374D848`) as a number. */
-export function lsnValue(lsn: string | number | bigint): bigint {
+/**
+ * An LSN as stats() gives it (PostgreSQL's `16/B374D848`, or a bigint the child printed as
+ * decimal) as a number; none yet is 0n.
+ */
+export function lsnValue(lsn: string | number | bigint | undefined | null): bigint {
+  if (lsn === undefined || lsn === null) return 0n;
   if (typeof lsn !== 'string') return BigInt(lsn);
   const slash = lsn.indexOf('/');
   if (slash < 0) return BigInt(lsn);
