@@ -61,8 +61,16 @@ function checkedName(field: string, name: string): string {
   return name;
 }
 
-/** The validated names; slot and publication default to `txo_<schema>` (schema names fit: 58 at most). */
-export function cdcNames(options: CdcNameOptions = {}): CdcNames {
+/**
+ * The validated names; slot and publication default to `txo_<schema>` (schema names fit: 58 at
+ * most). `cdcNames('orders', { slot })` is the same as `cdcNames({ schema: 'orders', slot })`.
+ */
+export function cdcNames(
+  schemaOrOptions: string | CdcNameOptions = {},
+  more: Omit<CdcNameOptions, 'schema'> = {},
+): CdcNames {
+  const options =
+    typeof schemaOrOptions === 'string' ? { ...more, schema: schemaOrOptions } : schemaOrOptions;
   const schema = options.schema ?? DEFAULT_SCHEMA;
   quoteSchema(schema);
   return {
