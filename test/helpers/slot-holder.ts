@@ -12,7 +12,12 @@ export interface SlotHolder {
 }
 
 export async function holdSlot(pool: pg.Pool, slot: string, publication: string): Promise<SlotHolder> {
-  const client = new pg.Client({ connectionString: DATABASE_URL, replication: 'database' });
+  // pg supports `replication` (a startup parameter) but its ClientConfig type does not list it.
+  const config: pg.ClientConfig & { replication: string } = {
+    connectionString: DATABASE_URL,
+    replication: 'database',
+  };
+  const client = new pg.Client(config);
   client.on('error', () => undefined);
   await client.connect();
   const ended = client
