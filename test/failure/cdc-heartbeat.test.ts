@@ -46,11 +46,12 @@ describe('cdc failure: idle outbox, another database writing WAL', () => {
     url.pathname = `/${scratchDb}`;
     scratch = new pg.Pool({ connectionString: url.toString(), max: 2 });
     await scratch.query('CREATE TABLE busy (id bigserial PRIMARY KEY, filler text NOT NULL)');
-    const writeUntil = Date.now() + 4000;
+    // About 20 MB of WAL over 2 s: enough to need a heartbeat, light on the shared disk.
     let rows = 0;
-    while (Date.now() < writeUntil) {
+    for (let i = 0; i < 30; i++) {
       await scratch.query(`INSERT INTO busy (filler) SELECT repeat('x', 200) FROM generate_series(1, 2000)`);
       rows += 2000;
+      await new Promise((r) => setTimeout(r, 50));
     }
     const written = await walInsertLsn(scratch);
     const writtenBytes = written - start.confirmed;
