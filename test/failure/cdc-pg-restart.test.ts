@@ -13,6 +13,7 @@ import {
   firstDeliveryOrderViolations,
   missingIds,
   produce,
+  waitUntil,
 } from '../helpers/cdc.js';
 import { waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
@@ -86,10 +87,11 @@ describe('cdc failure: PostgreSQL restarted while the relay streams', () => {
     );
 
     const total = 30_000;
-    await waitFor(async () => (await streamCount(stream)) >= total, {
+    await waitUntil(async () => (await streamCount(stream)) >= total, {
       timeoutMs: 60_000,
       intervalMs: 250,
-      what: `all ${total} events in the stream (relay: ${JSON.stringify(relay.stats())})`,
+      what: () =>
+        `all ${total} events in the stream (relay: ${JSON.stringify(relay.stats())}, exited ${JSON.stringify(relay.exited)})\n${relay.problems()}`,
     });
     await waitFor(async () => (await eventRows(fixture.db.pool, fixture.schema)) === 0, {
       timeoutMs: 20_000,

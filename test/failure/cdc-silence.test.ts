@@ -10,7 +10,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TcpProxy } from '../../src/testing/tcp-proxy.js';
-import { cdcEvents, eventRows, firstDeliveryOrderViolations, missingIds, produce } from '../helpers/cdc.js';
+import {
+  cdcEvents,
+  eventRows,
+  firstDeliveryOrderViolations,
+  missingIds,
+  produce,
+  waitUntil,
+} from '../helpers/cdc.js';
 import { waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 import { readStream, watchSubjects } from '../helpers/nats-stream.js';
@@ -82,10 +89,11 @@ describe('cdc failure: a replication connection that goes silent', () => {
     const backMs = Date.now() - stalledAt;
 
     const committed = await producing;
-    await waitFor(async () => (await streamCount(stream)) >= 12_000, {
+    await waitUntil(async () => (await streamCount(stream)) >= 12_000, {
       timeoutMs: 40_000,
       intervalMs: 250,
-      what: `all events in the stream (relay: ${JSON.stringify(relay.stats())})`,
+      what: () =>
+        `all events in the stream (relay: ${JSON.stringify(relay.stats())}, exited ${JSON.stringify(relay.exited)})\n${relay.problems()}`,
     });
     await waitFor(async () => (await eventRows(fixture.db.pool, fixture.schema)) === 0, {
       timeoutMs: 20_000,

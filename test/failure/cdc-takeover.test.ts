@@ -15,6 +15,7 @@ import {
   missingIds,
   produce,
   slotState,
+  waitUntil,
 } from '../helpers/cdc.js';
 import type { CdcRelayProcess } from '../helpers/cdc-relay-process.js';
 import { waitFor } from '../helpers/db.js';
@@ -62,10 +63,11 @@ async function deliveredEverything(
   producing: ReturnType<typeof produce>,
 ): Promise<void> {
   const committed = await producing;
-  await waitFor(async () => (await streamCount(stream)) >= TOTAL, {
+  await waitUntil(async () => (await streamCount(stream)) >= TOTAL, {
     timeoutMs: 40_000,
     intervalMs: 250,
-    what: `all events in the stream (relay: ${JSON.stringify(relay.stats())})`,
+    what: () =>
+      `all events in the stream (relay: ${JSON.stringify(relay.stats())}, exited ${JSON.stringify(relay.exited)})\n${relay.problems()}`,
   });
   await waitFor(async () => (await eventRows(fixture.db.pool, fixture.schema)) === 0, {
     timeoutMs: 20_000,

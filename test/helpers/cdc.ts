@@ -222,3 +222,20 @@ export function lsnValue(lsn: string | number | bigint | undefined | null): bigi
   if (slash < 0) return BigInt(lsn);
   return (BigInt(`0x${lsn.slice(0, slash)}`) << 32n) | BigInt(`0x${lsn.slice(slash + 1)}`);
 }
+
+/** waitFor whose failure message is written when it fails (a relay's stats then, not at the start). */
+export async function waitUntil(
+  check: () => Promise<boolean> | boolean,
+  {
+    timeoutMs = 20_000,
+    intervalMs = 100,
+    what,
+  }: { timeoutMs?: number; intervalMs?: number; what: () => string },
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what()}`);
+}
