@@ -4,6 +4,9 @@
  * gives it a position to confirm: the slot's confirmed_flush_lsn must follow the server's WAL
  * (past the position read after the other database's writes), and the slot must not retain
  * what the other database wrote.
+ *
+ * The outbox gets a database of its own: pgoutput streams every logical message of its database,
+ * so on the shared `test` database other CDC relays' heartbeats would move the slot as well.
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -14,21 +17,40 @@ import { DATABASE_URL } from '../helpers/env.js';
 import { CdcFixture, natsNames } from './cdc-scenarios.js';
 
 const HEARTBEAT_MS = 300;
-const scratchDb = `cdc_failures_scratch_${randomBytes(4).toString('hex')}`;
-let fixture: CdcFixture;
+const tag = randomBytes(4).toString('hex');
+const outboxDb = `cdc_failures_outbox_${tag}`;
+const scratchDb = `cdc_failures_scratch_${tag}`;
+let admin: pg.Pool;
+let fixture: CdcFixture | undefined;
 let scratch: pg.Pool | undefined;
 
+function urlOf(database: string): string {
+  const url = new URL(DATABASE_URL);
+  url.pathname = `/${database}`;
+  return url.toString();
+}
+
 beforeAll(async () => {
-  fixture = await CdcFixture.create('cdc_failures_heartbeat');
+  admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
+  await admin.query(`CREATE DATABASE "${outboxDb}"`);
+  await admin.query(`CREATE DATABASE "${scratchDb}"`);
+  fixture = await CdcFixture.create('cdc_failures_heartbeat', urlOf(outboxDb));
 });
 afterAll(async () => {
   await scratch?.end();
-  await fixture?.db.pool.query(`DROP DATABASE IF EXISTS "${scratchDb}" WITH (FORCE)`);
   await fixture?.close();
+  for (const db of [scratchDb, outboxDb]) await admin.query(`DROP DATABASE IF EXISTS "${db}" WITH (FORCE)`);
+  await admin.end();
 }, 60_000);
+
+function ensure(): CdcFixture {
+  if (!fixture) throw new Error('no fixture');
+  return fixture;
+}
 
 describe('cdc failure: idle outbox, another database writing WAL', () => {
   it("the slot's confirmed LSN advances with the heartbeat", async () => {
+    const fixture = ensure();
     const { nats } = natsNames(fixture);
     const relay = fixture.relay({
       broker: 'nats',
@@ -41,10 +63,7 @@ describe('cdc failure: idle outbox, another database writing WAL', () => {
     await relay.streaming(40_000);
     const start = await slotState(fixture.db.pool, fixture.slot);
 
-    await fixture.db.pool.query(`CREATE DATABASE "${scratchDb}"`);
-    const url = new URL(DATABASE_URL);
-    url.pathname = `/${scratchDb}`;
-    scratch = new pg.Pool({ connectionString: url.toString(), max: 2 });
+    scratch = new pg.Pool({ connectionString: urlOf(scratchDb), max: 2 });
     await scratch.query('CREATE TABLE busy (id bigserial PRIMARY KEY, filler text NOT NULL)');
     // About 20 MB of WAL over 2 s: enough to need a heartbeat, light on the shared disk.
     let rows = 0;
