@@ -45,7 +45,8 @@ interface ReplicationConnection {
   on(event: 'copyData', listener: (message: { chunk: Buffer }) => void): void;
   once(event: 'replicationStart', listener: () => void): void;
   sendCopyFromChunk(chunk: Buffer): void;
-  sendCopyDone(): void;
+  /** Sends CopyDone. */
+  endCopyFrom(): void;
 }
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -217,6 +218,7 @@ export class ReplicationStream {
   close(): Promise<void> {
     this.#closePromise ??= this.#close().catch((error: unknown) => {
       this.#logger.warn({ err: error }, 'cdc: closing the replication stream failed');
+      this.#connection?.stream.destroy();
     });
     return this.#closePromise;
   }
@@ -234,7 +236,7 @@ export class ReplicationStream {
       this.#buffer = [];
       this.#head = 0;
       if (this.#paused) connection.stream.resume();
-      connection.sendCopyDone();
+      connection.endCopyFrom();
       // The server answers CopyDone, CommandComplete, ReadyForQuery; then a graceful Terminate.
       const done = await raceTimeout(drained(client), END_GRACE_MS);
       if (!done) connection.stream.destroy();
@@ -343,8 +345,7 @@ export class ReplicationStream {
     }
     const client = this.#client;
     if (client !== undefined) {
-      const socket =
-        this.#connection?.stream ?? (client.connection as unknown as ReplicationConnection).stream;
+      const socket = (client.connection as unknown as ReplicationConnection).stream;
       client.end().catch(() => {});
       // end() destroys a socket with a query in flight; one that is held open half-closed goes too.
       setTimeout(() => socket.destroy(), END_GRACE_MS).unref();
