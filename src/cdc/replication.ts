@@ -258,7 +258,7 @@ export class ReplicationStream {
       if (walEnd > this.#serverLsn) this.#serverLsn = walEnd;
       let message: PgoutputMessage;
       try {
-        message = this.#decoder.decode(chunk.subarray(25));
+        message = this.#decoder.decode(chunk, 25);
       } catch (error) {
         this.#fail(error);
         return;

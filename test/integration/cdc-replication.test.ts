@@ -187,6 +187,29 @@ describe('ReplicationStream', () => {
     again.confirm(lastCommitEnd(second));
   });
 
+  it('answers a keepalive that asks for a reply at once (no status timer needed to stay connected)', async () => {
+    // wal_sender_timeout is user-settable: at 1 s the server asks for a reply after 0.5 s of quiet
+    // and terminates the walsender at 1 s without one. The status timer is off (an hour).
+    const stream = open({
+      connection: { connectionString: DATABASE_URL, options: '-c wal_sender_timeout=1000' },
+      statusIntervalMs: 3_600_000,
+    });
+    await stream.start();
+    await pool.query(`INSERT INTO ${schema}.events (id) VALUES (40001)`);
+    const changes = await collect(stream, (m) => inserts(m).length > 0 && m.at(-1)!.message.tag === 'commit');
+    const end = lastCommitEnd(changes);
+    stream.confirm(end);
+    const pid = (await slotState()).pid;
+    // Idle for 3 s (three timeouts): the replies carry the confirmed LSN and keep the walsender alive.
+    await new Promise((r) => setTimeout(r, 3000));
+    const state = await slotState();
+    expect(state.pid).toBe(pid);
+    expect(state.confirmed).toBeGreaterThanOrEqual(end);
+    await pool.query(`INSERT INTO ${schema}.events (id) VALUES (40002)`);
+    const later = await collect(stream, (m) => inserts(m).length > 0);
+    expect(inserts(later).map((c) => columnValue(c, 'id'))).toEqual(['40002']);
+  });
+
   it('refuses a slot another connection streams (naming its pid) and a slot that does not exist', async () => {
     const stream = open();
     await stream.start();

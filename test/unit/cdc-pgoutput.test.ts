@@ -203,3 +203,35 @@ describe('lsn', () => {
     expect(() => parseLsn('16-B3')).toThrow(/log sequence number/);
   });
 });
+
+describe('decode at an offset', () => {
+  it('reads a message inside a larger frame (the XLogData payload at 25) without slicing it first', () => {
+    const d = new PgoutputDecoder();
+    const header = Buffer.alloc(25, 0xaa);
+    d.decode(Buffer.concat([header, relation(9, 's', 't', ['a', 'b'])]), 25);
+    const insert = new Frame()
+      .tag('I')
+      .int32(9)
+      .tag('N')
+      .int16(2)
+      .tag('n')
+      .tag('t')
+      .int32(2)
+      .bytes(Buffer.from('hi'));
+    expect(d.decode(Buffer.concat([header, insert.build()]), 25)).toMatchObject({
+      tag: 'insert',
+      values: [null, 'hi'],
+    });
+    const message = new Frame().tag('M').byte(0).int64(7n).cstring('p').int32(1).byte(0x2a).build();
+    expect(d.decode(Buffer.concat([header, message]), 25)).toMatchObject({
+      prefix: 'p',
+      content: Buffer.from([0x2a]),
+    });
+    const begin = new Frame().tag('B').int64(3n).int64(COMMIT_US).int32(11).build();
+    expect(d.decode(Buffer.concat([header, begin]), 25)).toMatchObject({
+      tag: 'begin',
+      finalLsn: 3n,
+      xid: 11,
+    });
+  });
+});
