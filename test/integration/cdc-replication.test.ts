@@ -206,8 +206,9 @@ describe('ReplicationStream', () => {
     expect(state.pid).toBe(pid);
     expect(state.confirmed).toBeGreaterThanOrEqual(end);
     await pool.query(`INSERT INTO ${schema}.events (id) VALUES (40002)`);
-    const later = await collect(stream, (m) => inserts(m).length > 0);
+    const later = await collect(stream, (m) => inserts(m).length > 0 && m.at(-1)!.message.tag === 'commit');
     expect(inserts(later).map((c) => columnValue(c, 'id'))).toEqual(['40002']);
+    stream.confirm(lastCommitEnd(later));
   });
 
   it('refuses a slot another connection streams (naming its pid) and a slot that does not exist', async () => {
@@ -242,7 +243,8 @@ describe('ReplicationStream', () => {
     let end: Lsn = 0n;
     while (ids.length < 10_000 || end === 0n) {
       for (const change of await stream.next(100)) {
-        if (change.message.tag === 'commit' && ids.length === 10_000) end = change.message.endLsn;
+        if (change.message.tag === 'commit' && ids.length >= 10_000 && end === 0n)
+          end = change.message.endLsn;
         if (change.message.tag === 'insert' && change.message.schema === schema)
           ids.push(Number(columnValue(change, 'id')));
       }
@@ -270,7 +272,7 @@ describe('ReplicationStream', () => {
       for (const c of await stream.next(50)) {
         if (c.message.tag === 'message' && c.message.prefix === prefix)
           contents.push(c.message.content.toString());
-        if (c.message.tag === 'commit' && contents.length === 3000) end = c.message.endLsn;
+        if (c.message.tag === 'commit' && contents.length >= 3000 && end === 0n) end = c.message.endLsn;
       }
       await new Promise((r) => setImmediate(r));
     }
