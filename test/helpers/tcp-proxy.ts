@@ -52,6 +52,14 @@ export async function startTcpProxy(target: { port: number; host?: string }): Pr
     client.on('close', drop);
     upstream.on('close', drop);
   });
+  function cut(): void {
+    for (const { client, upstream } of pairs) {
+      client.destroy();
+      upstream.destroy();
+    }
+    pairs.clear();
+  }
+
   function forward(pair: Pair, from: net.Socket, to: net.Socket): void {
     from.on('data', (chunk: Buffer) => {
       if (held) pair.waiting.push([to, chunk]);
@@ -85,15 +93,9 @@ export async function startTcpProxy(target: { port: number; host?: string }): Pr
         pair.upstream.resume();
       }
     },
-    cut() {
-      for (const { client, upstream } of pairs) {
-        client.destroy();
-        upstream.destroy();
-      }
-      pairs.clear();
-    },
+    cut,
     async close() {
-      this.cut();
+      cut();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
