@@ -100,13 +100,14 @@ describe('cdc failure: a replication connection that goes silent', () => {
       what: 'the events table emptied',
     });
     console.info(
-      `cdc silence: detected ${detectedMs} ms after the stall (silenceTimeoutMs ${SILENCE_MS}), publishing again ${backMs} ms after it; proxy accepted ${proxy.accepted} connections`,
+      `cdc silence: detected ${detectedMs} ms after the stall (silenceTimeoutMs ${SILENCE_MS}), publishing again ${backMs} ms after it; proxy accepted ${proxy.accepted} connections; TXO_CDC_SILENT logged: ${relay.logged('TXO_CDC_SILENT')}`,
     );
     expect(detectedMs, 'detected within silenceTimeoutMs + slack').toBeLessThanOrEqual(SILENCE_MS + SLACK_MS);
     expect(backMs, 're-established within silenceTimeoutMs + slack').toBeLessThanOrEqual(
       SILENCE_MS + 2 * SLACK_MS,
     );
     expect(proxy.accepted, 'a new replication connection').toBeGreaterThanOrEqual(2);
+    expect(relay.logged('TXO_CDC_SILENT'), 'the watchdog (TXO_CDC_SILENT) ended the stream').toBe(true);
     const stored = await readStream(NATS_URL, stream);
     expect(
       missingIds(
