@@ -243,12 +243,14 @@ describe('enqueue via wal', () => {
     await db.pool.query(`DELETE FROM ${S}.events`);
   });
 
-  it('refusals write nothing: deliverAfter, no slot, a lost slot name, bad input, a bad via', async () => {
+  it('refusals write nothing: deliverAfter, no slot, a bad slot name, bad input, a bad via', async () => {
     const before = await lastSequence('refused');
     const deliverAfter = new Date(Date.now() + 60_000);
-    const attempt = (events: OutboxEvent | OutboxEvent[], options: EnqueueOptions) =>
-      inTransaction(db.pool, (tx) =>
-        Array.isArray(events) ? enqueue(tx, events, options) : enqueue(tx, events, options),
+    const attempt = (events: OutboxEvent | OutboxEvent[], options: EnqueueOptions): Promise<unknown> =>
+      inTransaction(
+        db.pool,
+        (tx): Promise<unknown> =>
+          Array.isArray(events) ? enqueue(tx, events, options) : enqueue(tx, events, options),
       );
 
     const scheduled = await attempt(ev('refused', { deliverAfter }), wal()).catch((e: unknown) => e);
