@@ -174,6 +174,18 @@ describe('enqueue via wal', () => {
     ]);
   });
 
+  it('a rolled-back savepoint drops its messages; the rest of the transaction commits', async () => {
+    await inTransaction(db.pool, async (tx) => {
+      await enqueue(tx, ev('sp'), wal());
+      await tx.query('SAVEPOINT s');
+      await enqueue(tx, [ev('sp'), ev('sp')], wal());
+      await tx.query('ROLLBACK TO SAVEPOINT s');
+      await enqueue(tx, ev('sp'), wal());
+    });
+    const { events } = await drain();
+    expect(events.map((e) => e.sequence)).toEqual([1, 2]);
+  });
+
   it('a batch of 1,000 over several aggregates: emitted in the order given, sequences as returned', async () => {
     const batch = Array.from({ length: 1000 }, (_, i) =>
       ev(`b${(i * 7) % 13}`, { payload: i % 3 === 0 ? new Uint8Array([i & 0xff, i >> 8]) : { i } }),
