@@ -6,9 +6,11 @@
  */
 import { drizzle } from 'drizzle-orm/node-postgres';
 import knex from 'knex';
+import postgres from 'postgres';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { enqueue as drizzleEnqueue } from '../../src/adapters/drizzle.js';
 import { enqueue as knexEnqueue } from '../../src/adapters/knex.js';
+import { enqueue as postgresJsEnqueue } from '../../src/adapters/postgres-js.js';
 import { decodeWalEvent, eventsPrefix, type WalEvent } from '../../src/cdc/wal-message.js';
 import { OutboxError, OutboxValidationError } from '../../src/errors.js';
 import { type EnqueueOptions, enqueue } from '../../src/producer/enqueue.js';
@@ -344,6 +346,14 @@ describe('via wal through the adapters', () => {
   const check = async (results: { sequence: number; eventId: string }[]) => {
     const { events } = await drain();
     expect(events.map((e) => [e.eventId, e.sequence])).toEqual(results.map((r) => [r.eventId, r.sequence]));
+    // Each adapter's batch holds one bytes payload: it arrives as those bytes, the rest as their JSON.
+    const bytes = events.filter((e) => e.contentType === 'application/octet-stream');
+    expect(bytes).toHaveLength(1);
+    expect([2, 255]).toContain(bytes[0]!.payload[1]);
+    for (const e of events) {
+      if (e.contentType === 'application/json')
+        expect(JSON.parse(e.payload.toString())).toEqual({ id: e.aggregateId });
+    }
   };
 
   it('pg (PoolClient)', async () => {
@@ -382,6 +392,27 @@ describe('via wal through the adapters', () => {
       await check(results);
     } finally {
       await k.destroy();
+    }
+  });
+
+  it('postgres.js (bytea arrays through its own parameter binding)', async () => {
+    const sql = postgres(DATABASE_URL, { max: 2, onnotice: () => undefined });
+    try {
+      const results = await sql.begin(async (tx) => [
+        await postgresJsEnqueue(tx, ev('pjs'), wal()),
+        ...(await postgresJsEnqueue(
+          tx,
+          [ev('pjs'), ev('pjs', { payload: new Uint8Array([0, 255]) })],
+          wal(),
+        )),
+        ...(await postgresJsEnqueue(tx, [ev('pjs-v', { sequence: 1 }), ev('pjs-v', { sequence: 2 })], wal())),
+      ]);
+      expect(results.map((r) => r.sequence)).toEqual([1, 2, 3, 1, 2]);
+      await check(results);
+      const { events } = await drain();
+      expect(events).toEqual([]);
+    } finally {
+      await sql.end();
     }
   });
 });
