@@ -97,8 +97,8 @@ function walStatementsFor(schema: string, prepared: boolean): Statements {
     variants = [];
     walVariants.set(schema, variants);
   }
-  const slot = prepared ? 1 : 0;
-  let found = variants[slot];
+  const index = prepared ? 1 : 0;
+  let found = variants[index];
   if (!found) {
     const sql = walStatements(schema, quoteSchema(schema));
     found = {
@@ -108,7 +108,7 @@ function walStatementsFor(schema: string, prepared: boolean): Statements {
       oneVersioned: namedStatement('txo_enqueue_wal', sql.oneVersioned, prepared),
       manyVersioned: namedStatement('txo_enqueue_wal', sql.manyVersioned, prepared),
     };
-    variants[slot] = found;
+    variants[index] = found;
   }
   return found;
 }
