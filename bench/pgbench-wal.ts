@@ -1,6 +1,7 @@
 /**
  * W3 under pgbench: a business INSERT plus (a) a bare INSERT of the same payload, (b) the
- * producer's WAL-mode statement (`via: 'wal'`, the known-aggregate path), (c) its table-mode
+ * producer's WAL-mode statement (`via: 'wal'`, the known-aggregate path; and with a caller version: the
+ * message only), (c) its table-mode
  * statement, as pgbench scripts generated from the statements' real text (the parameters written
  * in as literals, the aggregate id from pgbench). `-M prepared -c 8 -j 2 -T <seconds>`, interleaved
  * rounds; prints each round's TPS and the medians. A pgbench reads `:name` as a variable even
@@ -63,6 +64,10 @@ try {
   const wal = aggregate(walStatements(SCHEMA, S).oneKnown)
     .replaceAll('$1::bytea', `'\\x${encodeWalBody(event).toString('hex')}'::bytea`)
     .replaceAll(`'${eventsPrefix(SCHEMA)}'`, `('tx-outbox' || chr(58) || '${SCHEMA}')`);
+  const walVersioned = aggregate(walStatements(SCHEMA, S).oneVersioned)
+    .replaceAll('$1::bytea', `'\\x${encodeWalBody(event).toString('hex')}'::bytea`)
+    .replaceAll('$4::bigint', ':aid::bigint')
+    .replaceAll(`'${eventsPrefix(SCHEMA)}'`, `('tx-outbox' || chr(58) || '${SCHEMA}')`);
   const table = aggregate(enqueueStatements(S, wakeChannel(SCHEMA)).oneKnown)
     .replaceAll('$1::uuid', 'gen_random_uuid()')
     .replaceAll('$4::text', `'order.placed'::text`)
@@ -75,6 +80,7 @@ try {
   const scripts: Record<string, string> = {
     'business + bare INSERT': `INSERT INTO ${S}.bare (payload) VALUES ('${json}')`,
     'business + WAL-mode enqueue statement': wal,
+    'business + WAL-mode enqueue statement, caller version': walVersioned,
     'business + table-mode enqueue statement': table,
   };
   const dir = mkdtempSync(join(tmpdir(), 'txo-pgbench-'));
