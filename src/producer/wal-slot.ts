@@ -5,7 +5,8 @@
  * check is one small SELECT on the caller's transaction, at most once per 5 s per schema and slot
  * in this process; its verdict (either way) serves every call meanwhile.
  */
-import { OutboxError, OutboxValidationError } from '../errors.js';
+import { CDC_WAL_LEVEL, cdcNames } from '../cdc/setup.js';
+import { OutboxError } from '../errors.js';
 import { namedStatement, type Statement } from '../schema/statement.js';
 import { WAL_SLOT_CHECK_SQL } from './enqueue-wal-sql.js';
 import type { SqlExecutor } from './executor.js';
@@ -13,23 +14,12 @@ import type { SqlExecutor } from './executor.js';
 /** How long one check's verdict serves this process, per schema and slot. */
 export const WAL_SLOT_CACHE_MS = 5000;
 
+/** No slot that decodes WAL-mode events (the replication stream's code for a missing slot too). */
 export const CDC_NO_SLOT = 'TXO_CDC_NO_SLOT';
-export const CDC_WAL_LEVEL = 'TXO_CDC_WAL_LEVEL';
 
-// PostgreSQL's rule for slot names (63 bytes at most), as for the CDC relay's `slot` option.
-const SLOT_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
-
-/** The slot WAL-mode events of `schema` are for: `slot`, validated, or `txo_<schema>`. */
-export function walSlotName(schema: string, slot: unknown): string {
-  if (slot === undefined) return `txo_${schema}`;
-  if (typeof slot !== 'string' || !SLOT_NAME.test(slot)) {
-    throw new OutboxValidationError(
-      'slot',
-      `${JSON.stringify(slot)} is not a valid slot name`,
-      'Use 1-63 characters: lowercase letters, digits and underscores, not starting with a digit.',
-    );
-  }
-  return slot;
+/** The slot WAL-mode events of `schema` are for: `slot`, validated as the CDC relay's, or `txo_<schema>`. */
+export function walSlotName(schema: string, slot: string | undefined): string {
+  return cdcNames({ schema, ...(slot === undefined ? {} : { slot }) }).slot;
 }
 
 interface SlotRow {
