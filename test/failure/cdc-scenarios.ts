@@ -278,7 +278,7 @@ export async function survivesKill9(fixture: CdcFixture, via: Via): Promise<void
   expect(firstDeliveryOrderViolations(stored)).toEqual([]);
   const { duplicates, violations } = duplicatesBeforeConfirmed(committed, watch.seen, beforeKill.confirmed);
   console.info(
-    `cdc crash ${via}: killed at ${seenAtKill} published of ${committedAtKill} committed, slot confirmed ${beforeKill.confirmed} before the kill; ${duplicates} events delivered more than once`,
+    `cdc crash ${via}: killed at ${seenAtKill} published of ${committedAtKill} committed, slot confirmed ${beforeKill.confirmed} before the kill; ${duplicates} events delivered more than once; restarted relay ${JSON.stringify({ published: second.stats()?.published, cdc: second.stats()?.cdc })}`,
   );
   expect(violations, 'events confirmed before the kill delivered again').toEqual([]);
   expect(second.exited, second.problems()).toBeUndefined();
