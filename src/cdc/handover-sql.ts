@@ -44,6 +44,11 @@ WITH ${FENCE}, inserted AS (
        AS x(event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type,
             schema_version, topic, payload, json, headers, created_at, delay_ms, attempts, error, status)
   WHERE (SELECT ok FROM held)
+    -- Streamed again after a reconnect: handed over already, or delivered by P since.
+    AND NOT EXISTS (SELECT 1 FROM {{schema}}.events e WHERE e.event_id = x.event_id)
+    AND NOT EXISTS (SELECT 1 FROM {{schema}}.aggregate_progress g
+                    WHERE g.aggregate_type = x.aggregate_type AND g.aggregate_id = x.aggregate_id
+                      AND g.delivered_sequence >= x.sequence)
   RETURNING 1
 ), progress AS (
   INSERT INTO {{schema}}.aggregate_progress AS g (aggregate_type, aggregate_id, delivered_sequence, blocked_until, delivered_at)
@@ -59,6 +64,26 @@ WITH ${FENCE}, inserted AS (
       delivered_at = excluded.delivered_at
 )
 SELECT (SELECT ok FROM held) AS ok, pg_current_xact_id()::text AS xid`;
+
+/**
+ * Once the stream has settled everything committed before the polled set was read (`$5`: those
+ * aggregates), the table holds every event of theirs not delivered: WAL-mode events the stream
+ * delivered wrote no progress, so each one's progress is raised to just below its lowest row —
+ * else P would wait out the gap grace before publishing across what WAL mode delivered.
+ */
+export const CAUGHT_UP_SQL = `
+WITH ${FENCE}, lowest AS (
+  SELECT aggregate_type, aggregate_id, min(sequence) - 1 AS delivered
+  FROM {{schema}}.events
+  WHERE (aggregate_type || chr(31) || aggregate_id) = ANY ($5::text[])
+  GROUP BY aggregate_type, aggregate_id
+)
+INSERT INTO {{schema}}.aggregate_progress AS g (aggregate_type, aggregate_id, delivered_sequence, delivered_at)
+SELECT l.aggregate_type, l.aggregate_id, l.delivered, now() FROM lowest l
+WHERE (SELECT ok FROM held)
+ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
+SET delivered_sequence = excluded.delivered_sequence
+WHERE g.delivered_sequence < excluded.delivered_sequence`;
 
 /**
  * The polled set at start (and after each reconnect): every aggregate with a row in the table,

@@ -80,10 +80,15 @@ export class Handover {
     return this.#polled.has(key);
   }
 
-  /** The stream must not publish this event: the table has it, or P delivered it. */
-  skips(key: string, sequence: number): boolean {
+  /**
+   * The stream must not publish this event: P delivered it, or (table mode) its row is, or was,
+   * in the table. A WAL-mode event at or below `maxTableSeq` may be one the table never had (a
+   * reconnect streams again what was not confirmed): it is handed over, and the handover
+   * statement leaves out what the table has or P delivered.
+   */
+  skips(key: string, sequence: number, via: 'table' | 'wal'): boolean {
     const entry = this.#polled.get(key);
-    if (entry && sequence <= entry.maxTableSeq) return true;
+    if (via === 'table' && entry && sequence <= entry.maxTableSeq) return true;
     const delivered = this.#pDelivered.get(key);
     return delivered !== undefined && sequence <= delivered;
   }
@@ -118,11 +123,12 @@ export class Handover {
     return chunk;
   }
 
-  /** Reads the polled set from the table (start, reconnect). */
-  async rebuild(pool: Pool): Promise<void> {
+  /** Reads the polled set from the table (start, reconnect); returns its keys. */
+  async rebuild(pool: Pool): Promise<string[]> {
     const { rows } = await pool.query<{ key: string; max_sequence: string }>(this.#sql.polledSet);
     this.#polled.clear();
     for (const r of rows) this.#polled.set(r.key, { maxTableSeq: Number(r.max_sequence), version: 0 });
+    return rows.map((r) => r.key);
   }
 
   /**

@@ -53,6 +53,7 @@ export class PollPath {
   #halt = false;
   #lastRelease = 0;
   #refusedBatches = 0;
+  #ready: () => boolean = () => true;
 
   constructor(private readonly p: PollPathParts) {
     const o = p.o;
@@ -101,10 +102,11 @@ export class PollPath {
     });
   }
 
-  /** Runs the loop (again, after {@link stop}). */
-  start(): void {
+  /** Runs the loop (again, after {@link stop}); it claims nothing until `ready()`. */
+  start(ready: () => boolean = () => true): void {
     if (this.#loop) return;
     this.#halt = false;
+    this.#ready = ready;
     this.#loop = this.loop();
   }
 
@@ -139,7 +141,7 @@ export class PollPath {
           this.#lastRelease = performance.now();
           await handover.release(o.pool, this.p.handingOver);
         }
-        if (handover.size === 0) {
+        if (handover.size === 0 || !this.#ready()) {
           await this.#bell.sleep(Math.min(o.pollIntervalMs, RELEASE_EVERY_MS));
           continue;
         }

@@ -19,16 +19,16 @@ import { withSchema } from '../schema/identifiers.js';
 import { AckTracker } from './acks.js';
 import { ExclusiveLeases } from './exclusive-leases.js';
 import { type Fence, FencedError, Handover, type HandoverRow, type ProgressRow } from './handover.js';
-import { HANDOVER_SQL } from './handover-sql.js';
+import { CAUGHT_UP_SQL, HANDOVER_SQL } from './handover-sql.js';
 import { Heartbeat } from './heartbeat.js';
-import { formatLsn } from './lsn.js';
+import { formatLsn, parseLsn } from './lsn.js';
 import { type CdcRelayOptions, type ResolvedCdcRelayOptions, resolveCdcRelayOptions } from './options.js';
 import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
 import { checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
-import { walEventPrefix, walHeartbeatPrefix } from './wal-message.js';
+import { eventsPrefix, heartbeatPrefix } from './wal-message.js';
 
 export type { CdcRelayOptions } from './options.js';
 export type { CdcStats } from './stats.js';
@@ -77,6 +77,16 @@ interface StreamSession {
   /** The outcome being recorded (one at a time; the next batch publishes meanwhile). */
   recording: Promise<void> | undefined;
   refusedBatches: number;
+  /** The aggregates polled when the session started, and where the stream has caught up with them. */
+  readonly polledAtStart: readonly string[];
+  readonly catchUp: bigint;
+  /**
+   * The stream settled everything committed before the polled set was read: P may claim. Before,
+   * a WAL-mode event of a polled aggregate may still be on its way into the table (a reconnect
+   * streams again what was not confirmed), and P would publish the aggregate's later rows first.
+   */
+  caughtUp: boolean;
+  catchingUp: boolean;
 }
 
 class StreamingRelay implements CdcRelay {
@@ -120,6 +130,7 @@ class StreamingRelay implements CdcRelay {
   private partitionCount: number | undefined;
   private readonly cdc = { reconnects: 0, handovers: 0, confirmed: 0n, server: 0n };
   private readonly stateSql: string;
+  private readonly caughtUpSql: string;
 
   constructor(private readonly o: ResolvedCdcRelayOptions) {
     const b = o.base;
@@ -172,11 +183,12 @@ class StreamingRelay implements CdcRelay {
     this.backlog = new BacklogTask({ ...b, intervalMs: b.backlogIntervalMs });
     this.heartbeat = new Heartbeat({
       pool: b.pool,
-      prefix: walHeartbeatPrefix(b.schema),
+      prefix: heartbeatPrefix(b.schema),
       intervalMs: o.heartbeatMs,
       logger: b.logger,
     });
     this.stateSql = withSchema(CDC_STATE_SQL, b.quotedSchema);
+    this.caughtUpSql = withSchema(CAUGHT_UP_SQL, b.quotedSchema);
   }
 
   stats(): RelayStats & { cdc: CdcStats } {
@@ -370,8 +382,9 @@ class StreamingRelay implements CdcRelay {
         }
         standbyLogged = false;
         await takeOverSlot(b.pool, this.o.slot);
-        await this.handover.rebuild(b.pool);
-        await this.streamOnce(() => {
+        const polled = await this.handover.rebuild(b.pool);
+        const catchUp = polled.length > 0 ? await this.catchUpMark() : 0n;
+        await this.streamOnce(polled, catchUp, () => {
           failures = 0;
           this.loopErrorsInARow = 0;
         });
@@ -391,8 +404,20 @@ class StreamingRelay implements CdcRelay {
     }
   }
 
+  /**
+   * Where the stream has caught up with the polled set just read: the WAL insert position, with a
+   * heartbeat written after it (so a unit at or past it comes by even on an idle database).
+   */
+  private async catchUpMark(): Promise<bigint> {
+    const { rows } = await this.b.pool.query<{ lsn: string }>('SELECT pg_current_wal_insert_lsn()::text AS lsn');
+    await this.b.pool.query(`SELECT pg_logical_emit_message(false, $1::text, ''::text)`, [
+      heartbeatPrefix(this.b.schema),
+    ]);
+    return parseLsn(rows[0]!.lsn);
+  }
+
   /** One stream, start to end; `healthy` is called once it runs. */
-  private async streamOnce(healthy: () => void): Promise<void> {
+  private async streamOnce(polled: readonly string[], catchUp: bigint, healthy: () => void): Promise<void> {
     const b = this.b;
     const stream = new ReplicationStream({
       connection: this.o.connection,
@@ -406,19 +431,23 @@ class StreamingRelay implements CdcRelay {
     const session: StreamSession = {
       stream,
       tracker,
-      batcher: new StreamBatcher(b.schema, walEventPrefix(b.schema), tracker, this.own),
+      batcher: new StreamBatcher(b.schema, eventsPrefix(b.schema), tracker, this.own),
       queue: [],
       unsettled: 0,
       failure: undefined,
       recording: undefined,
       refusedBatches: 0,
+      polledAtStart: polled,
+      catchUp,
+      caughtUp: catchUp === 0n,
+      catchingUp: false,
     };
     try {
       await stream.start();
       this.cdc.confirmed = stream.confirmed;
       this.session = session;
       this.metrics.streaming(true);
-      this.poll.start();
+      this.poll.start(() => session.caughtUp);
       healthy();
       b.logger.info({ relayId: this.id, slot: this.o.slot, from: formatLsn(stream.confirmed) }, 'streaming');
       const reader = this.read(session);
@@ -470,6 +499,32 @@ class StreamingRelay implements CdcRelay {
     if (lsn === undefined) return;
     session.stream.confirm(lsn);
     if (lsn > this.cdc.confirmed) this.cdc.confirmed = lsn;
+    if (!session.caughtUp && !session.catchingUp && lsn >= session.catchUp) {
+      session.catchingUp = true;
+      this.caughtUp(session).then(
+        () => {
+          session.caughtUp = true;
+          this.poll.wake();
+        },
+        (error: unknown) => {
+          session.failure ??= error;
+          this.bell.wake();
+        },
+      );
+    }
+  }
+
+  /** See {@link CAUGHT_UP_SQL}. */
+  private async caughtUp(session: StreamSession): Promise<void> {
+    const { partitions, epochs } = this.leases.snapshot();
+    const { rowCount } = await this.b.pool.query(this.caughtUpSql, [
+      this.id,
+      partitions,
+      epochs,
+      partitions.length,
+      session.polledAtStart,
+    ]);
+    this.b.logger.debug({ relayId: this.id, raised: rowCount }, 'stream caught up with the polled set');
   }
 
   private settle(session: StreamSession, events: readonly StreamEvent[]): void {
@@ -556,7 +611,7 @@ class StreamingRelay implements CdcRelay {
         keep.push(e);
         continue;
       }
-      if (this.handover.skips(e.key, e.message.sequence)) {
+      if (this.handover.skips(e.key, e.message.sequence, e.via)) {
         skipped.push(e);
         continue;
       }

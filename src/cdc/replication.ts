@@ -35,6 +35,8 @@ export class ReplicationStream {
   #closed = false;
   #chain: Promise<unknown> = Promise.resolve();
   #timer: NodeJS.Timeout | undefined;
+  /** Relations stay known across peeks: a peek's first transaction may be one emitted already. */
+  readonly #decoder = new PgoutputDecoder();
 
   constructor(private readonly o: ReplicationStreamOptions) {}
 
@@ -119,7 +121,7 @@ export class ReplicationStream {
       const cur = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
       this.#serverLsn = parseLsn(cur.rows[0]!.lsn);
       this.#lastReceivedAt = performance.now();
-      const decoder = new PgoutputDecoder();
+      const decoder = this.#decoder;
       let txn: StreamChange[] | undefined;
       for (const row of rows) {
         const message = decoder.decode(row.data);

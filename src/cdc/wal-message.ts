@@ -1,12 +1,12 @@
 // STAND-IN (core): replaced by walproducer's src/cdc/wal-message.ts when merged.
 
 /** The prefix of the logical messages that carry WAL-mode events of `schema`. */
-export function walEventPrefix(schema: string): string {
+export function eventsPrefix(schema: string): string {
   return `tx-outbox:${schema}`;
 }
 
 /** The prefix of the relay's heartbeat messages for `schema`. */
-export function walHeartbeatPrefix(schema: string): string {
+export function heartbeatPrefix(schema: string): string {
   return `tx-outbox:${schema}:heartbeat`;
 }
 

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { PoolClient } from 'pg';
-import { encodeWalEvent, walEventPrefix } from '../../src/cdc/wal-message.js';
+import { encodeWalEvent, eventsPrefix } from '../../src/cdc/wal-message.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 
@@ -43,6 +43,6 @@ export async function enqueueVia(tx: PoolClient, events: readonly OutboxEvent[],
       contentType: 'application/json',
       createdAt: row.now,
     });
-    await tx.query('SELECT pg_logical_emit_message(true, $1, $2::bytea)', [walEventPrefix(schema), content]);
+    await tx.query('SELECT pg_logical_emit_message(true, $1, $2::bytea)', [eventsPrefix(schema), content]);
   }
 }
