@@ -2,8 +2,8 @@
 import { hostname } from 'node:os';
 import type { Pool } from 'pg';
 import type { Logger } from '../logger.js';
-import { withSchema } from '../schema/identifiers.js';
 import { HEARTBEAT_SQL, RELEASE_SQL, RENEW_SQL, UNREGISTER_SQL } from '../relay/lease-sql.js';
+import { withSchema } from '../schema/identifiers.js';
 
 const ACQUIRE_ALL_SQL = `
 WITH locked AS (

@@ -102,7 +102,8 @@ FROM {{schema}}.events
 WHERE (aggregate_type || chr(31) || aggregate_id) = ANY ($1::text[])`;
 
 /** The scan filter {@link POLLED_CLAIM_SQL} adds after the claim's hold-back filter. */
-const HELD_BACK_FILTER = 'AND (e.aggregate_type || chr(31) || e.aggregate_id) NOT IN (SELECT unnest($6::text[]))';
+const HELD_BACK_FILTER =
+  'AND (e.aggregate_type || chr(31) || e.aggregate_id) NOT IN (SELECT unnest($6::text[]))';
 
 function polledVariant(): string {
   if (!CLAIM_SQL.includes(HELD_BACK_FILTER)) throw new Error('claim statement changed shape');

@@ -4,9 +4,7 @@ import type { Logger } from '../logger.js';
 
 export class Heartbeat {
   #timer: NodeJS.Timeout | undefined;
-  constructor(
-    private readonly o: { pool: Pool; prefix: string; intervalMs: number; logger: Logger },
-  ) {}
+  constructor(private readonly o: { pool: Pool; prefix: string; intervalMs: number; logger: Logger }) {}
   start(): void {
     this.#timer ??= setInterval(() => {
       this.o.pool

@@ -38,7 +38,11 @@ export interface ResolvedCdcRelayOptions {
 function positive(value: number | undefined, fallback: number, field: string): number {
   const v = value ?? fallback;
   if (!Number.isInteger(v) || v < 1 || v > 2 ** 31 - 1) {
-    throw new OutboxValidationError(field, `is ${String(v)}`, `Pass a positive integer (default ${fallback}).`);
+    throw new OutboxValidationError(
+      field,
+      `is ${String(v)}`,
+      `Pass a positive integer (default ${fallback}).`,
+    );
   }
   return v;
 }

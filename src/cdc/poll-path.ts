@@ -148,7 +148,8 @@ export class PollPath {
         const claimed = await pipeline.next();
         if (claimed.messages.length === 0) {
           if (pipeline.recording) await pipeline.drain();
-          else if (claimed.scanned === 0) await this.#bell.sleep(Math.min(o.pollIntervalMs, RELEASE_EVERY_MS));
+          else if (claimed.scanned === 0)
+            await this.#bell.sleep(Math.min(o.pollIntervalMs, RELEASE_EVERY_MS));
           continue;
         }
         pipeline.track(claimed);
@@ -181,12 +182,18 @@ export class PollPath {
         this.p.counters.lastError = redactText(errorMessage(error));
         await Promise.all([this.#claimSession.release(error), this.#recordSession.release(error)]);
         const delay = loopErrorDelay(failures, o.random);
-        o.logger.error({ err: error, relayId: o.relayId, retryInMs: delay }, 'CDC polling path error; backing off');
+        o.logger.error(
+          { err: error, relayId: o.relayId, retryInMs: delay },
+          'CDC polling path error; backing off',
+        );
         await this.#bell.sleep(delay);
       }
     }
     await pipeline.drain().catch((error: unknown) => {
-      o.logger.warn({ err: error, relayId: o.relayId }, 'last polled outcome not recorded; its events will be republished');
+      o.logger.warn(
+        { err: error, relayId: o.relayId },
+        'last polled outcome not recorded; its events will be republished',
+      );
     });
     pipeline.reset();
   }

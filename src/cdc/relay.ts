@@ -4,8 +4,8 @@ import { redactText } from '../redact.js';
 import { BacklogTask } from '../relay/backlog-task.js';
 import { loopErrorDelay, outageDelay } from '../relay/backoff.js';
 import type { Claimed } from '../relay/claim.js';
-import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from '../relay/history.js';
 import type { RelayHealth } from '../relay/health.js';
+import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from '../relay/history.js';
 import { OutageLog, RefusedAggregates } from '../relay/outage.js';
 import { outcomeStatement } from '../relay/outcome-sql.js';
 import { BatchPublisher } from '../relay/publish-batch.js';
@@ -138,11 +138,22 @@ class StreamingRelay implements CdcRelay {
     this.id = b.relayId;
     this.counters = new RelayCounters(b.metrics);
     this.metrics = new CdcMetrics(b.metricsSink);
-    this.outage = new OutageLog(b.logger, { relayId: b.relayId, publisher: b.publisher.name }, b.outageReminderMs);
+    this.outage = new OutageLog(
+      b.logger,
+      { relayId: b.relayId, publisher: b.publisher.name },
+      b.outageReminderMs,
+    );
     const settings = relaySessionSettings(b.synchronousCommit);
     this.recordSession = new RelaySession(b.pool, settings, b.logger, 'cdc-outcome');
     this.handoverSession = new RelaySession(b.pool, relaySessionSettings('on'), b.logger, 'cdc-handover');
-    this.leases = new ExclusiveLeases(b.pool, b.quotedSchema, b.relayId, b.leaseMs, () => this.partitions(), b.logger);
+    this.leases = new ExclusiveLeases(
+      b.pool,
+      b.quotedSchema,
+      b.relayId,
+      b.leaseMs,
+      () => this.partitions(),
+      b.logger,
+    );
     this.handover = new Handover(b.quotedSchema, withSchema(HANDOVER_SQL, b.quotedSchema));
     this.recorder = new Recorder(
       this.recordSession,
@@ -375,7 +386,8 @@ class StreamingRelay implements CdcRelay {
       try {
         await this.leases.rebalance();
         if (!(await this.holdsAll())) {
-          if (!standbyLogged) b.logger.info({ relayId: this.id }, 'CDC relay standing by: another relay holds the partitions');
+          if (!standbyLogged)
+            b.logger.info({ relayId: this.id }, 'CDC relay standing by: another relay holds the partitions');
           standbyLogged = true;
           await this.bell.sleep(Math.max(100, Math.floor(b.leaseMs / 3)));
           continue;
@@ -409,7 +421,9 @@ class StreamingRelay implements CdcRelay {
    * heartbeat written after it (so a unit at or past it comes by even on an idle database).
    */
   private async catchUpMark(): Promise<bigint> {
-    const { rows } = await this.b.pool.query<{ lsn: string }>('SELECT pg_current_wal_insert_lsn()::text AS lsn');
+    const { rows } = await this.b.pool.query<{ lsn: string }>(
+      'SELECT pg_current_wal_insert_lsn()::text AS lsn',
+    );
     await this.b.pool.query(`SELECT pg_logical_emit_message(false, $1::text, ''::text)`, [
       heartbeatPrefix(this.b.schema),
     ]);
@@ -564,7 +578,12 @@ class StreamingRelay implements CdcRelay {
       }
       this.track(batch, 1);
       const { partitions, epochs } = this.leases.snapshot();
-      const claimed: Claimed = { messages: batch.map((e) => e.message), scanned: batch.length, partitions, epochs };
+      const claimed: Claimed = {
+        messages: batch.map((e) => e.message),
+        scanned: batch.length,
+        partitions,
+        epochs,
+      };
       let verdict: Verdict;
       try {
         verdict = await this.batches.publish(claimed);
@@ -692,7 +711,11 @@ class StreamingRelay implements CdcRelay {
    * aggregates are P's from now on; events refused as unavailable, or left behind a failure or
    * refusal, go back to the queue's front in order. Returns the outage wait when nothing got through.
    */
-  private judged(session: StreamSession, batch: readonly StreamEvent[], verdict: Verdict): number | undefined {
+  private judged(
+    session: StreamSession,
+    batch: readonly StreamEvent[],
+    verdict: Verdict,
+  ): number | undefined {
     const done = new Set(verdict.delivered);
     for (const f of verdict.failures) done.add(f.id);
     const failed = new Map(verdict.failures.map((f) => [f.id, f]));
@@ -754,7 +777,11 @@ class StreamingRelay implements CdcRelay {
       } else {
         walFailures.push(f);
         rows.push({ event: e, failure: f });
-        progress.push({ key: e.key, delivered: e.message.sequence - 1, blockMs: f.status === 'dead' ? -1 : f.delayMs });
+        progress.push({
+          key: e.key,
+          delivered: e.message.sequence - 1,
+          blockMs: f.status === 'dead' ? -1 : f.delayMs,
+        });
       }
     }
     try {

@@ -90,7 +90,10 @@ export class ReplicationStream {
       if (!client || this.#failed || this.#confirmed <= this.#advanced) return;
       const target = this.#confirmed;
       try {
-        await client.query('SELECT pg_replication_slot_advance($1, $2::pg_lsn)', [this.o.slot, formatLsn(target)]);
+        await client.query('SELECT pg_replication_slot_advance($1, $2::pg_lsn)', [
+          this.o.slot,
+          formatLsn(target),
+        ]);
         this.#advanced = target;
         this.#emitted = this.#emitted.filter((p) => p > target);
       } catch (e) {

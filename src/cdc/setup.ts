@@ -20,7 +20,9 @@ export async function ensureCdcSlot(
   const pub = await pool.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [names.publication]);
   if (pub.rowCount === 0) {
     await pool
-      .query(`CREATE PUBLICATION "${names.publication}" FOR TABLE "${o.schema}".events WITH (publish = 'insert')`)
+      .query(
+        `CREATE PUBLICATION "${names.publication}" FOR TABLE "${o.schema}".events WITH (publish = 'insert')`,
+      )
       .catch((e: { code?: string }) => {
         if (e.code !== '42710') throw e;
       });

@@ -25,13 +25,19 @@ export interface CdcStats {
 export type ReconnectReason = 'silent' | 'slot_active' | 'fenced' | 'leases_lost' | 'error';
 
 export const CDC_METRICS = {
-  lagBytes: ['tx_outbox_cdc_slot_lag_bytes', 'Server WAL end minus the slot position the CDC relay confirmed, bytes.'],
+  lagBytes: [
+    'tx_outbox_cdc_slot_lag_bytes',
+    'Server WAL end minus the slot position the CDC relay confirmed, bytes.',
+  ],
   lagSeconds: [
     'tx_outbox_cdc_slot_lag_seconds',
     'Age of the oldest streamed transaction the CDC relay has not settled yet, seconds.',
   ],
   streaming: ['tx_outbox_cdc_streaming', '1 while the CDC relay streams (holds every partition), else 0.'],
-  reconnects: ['tx_outbox_cdc_reconnects_total', 'Replication streams opened again after a failure, by reason.'],
+  reconnects: [
+    'tx_outbox_cdc_reconnects_total',
+    'Replication streams opened again after a failure, by reason.',
+  ],
 } as const;
 
 /** The CDC relay's gauges and counter, on the relay's sink. */

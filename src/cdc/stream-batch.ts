@@ -48,7 +48,10 @@ function text(values: ReadonlyMap<string, string | null>, column: string): strin
 }
 
 /** A streamed insert into `<schema>.events` as the claim statement's row, so `toMessage` serves both. */
-export function insertedRow(columns: readonly string[], values: readonly (string | null)[]): ClaimedRow & { status: string } {
+export function insertedRow(
+  columns: readonly string[],
+  values: readonly (string | null)[],
+): ClaimedRow & { status: string } {
   const v = new Map<string, string | null>();
   for (let i = 0; i < columns.length; i++) v.set(columns[i]!, values[i] ?? null);
   const bytes = v.get('payload_bytes');
@@ -127,7 +130,12 @@ export class StreamBatcher {
     for (const { lsn, message: m } of changes) {
       switch (m.tag) {
         case 'begin':
-          this.#txn = { xid: m.xid, commitTime: m.commitTime, events: [], unit: this.tracker.open('transaction') };
+          this.#txn = {
+            xid: m.xid,
+            commitTime: m.commitTime,
+            events: [],
+            unit: this.tracker.open('transaction'),
+          };
           break;
         case 'commit': {
           const txn = this.#txn;

@@ -11,7 +11,12 @@ import type { OutboxEvent } from '../../src/producer/event.js';
 
 export type Via = 'table' | 'wal';
 
-export async function enqueueVia(tx: PoolClient, events: readonly OutboxEvent[], schema: string, via: Via): Promise<void> {
+export async function enqueueVia(
+  tx: PoolClient,
+  events: readonly OutboxEvent[],
+  schema: string,
+  via: Via,
+): Promise<void> {
   if (via === 'table') {
     await enqueue(tx, events, { schema });
     return;

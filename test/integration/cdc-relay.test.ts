@@ -10,14 +10,13 @@ import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
 import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
 import { brokerUnavailable, PublishError } from '../../src/errors.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
-import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
+import { enqueueVia, type Via } from '../helpers/cdc-enqueue.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
 import { deleteStream, orderViolations, readStream } from '../helpers/nats-stream.js';
-import { enqueueVia, type Via } from '../helpers/cdc-enqueue.js';
 
 let db: TestDb;
 const relays: CdcRelay[] = [];
@@ -34,7 +33,9 @@ afterEach(async () => {
 });
 afterAll(async () => {
   if (db) {
-    await dropCdcSlot(db.pool, { slot: `txo_${db.schema}`, publication: `txo_${db.schema}` }).catch(() => undefined);
+    await dropCdcSlot(db.pool, { slot: `txo_${db.schema}`, publication: `txo_${db.schema}` }).catch(
+      () => undefined,
+    );
     await db.close();
   }
 });
@@ -69,9 +70,12 @@ class HookedPublisher implements Publisher {
   }
 }
 
-function broker(
-  tag = randomBytes(4).toString('hex'),
-): { publisher: HookedPublisher; stream: string; prefix: string; tag: string } {
+function broker(tag = randomBytes(4).toString('hex')): {
+  publisher: HookedPublisher;
+  stream: string;
+  prefix: string;
+  tag: string;
+} {
   const stream = `TXO_CDC_CORE_${tag}`;
   const prefix = `cdccore${tag}`;
   const publisher = new HookedPublisher(
@@ -121,7 +125,9 @@ async function put(list: OutboxEvent[], via: Via = 'table'): Promise<void> {
   await inTransaction(db.pool, (tx) => enqueueVia(tx, list, db.schema, via));
 }
 
-async function tableRows(): Promise<Array<{ aggregate_id: string; sequence: string; status: string; attempts: number }>> {
+async function tableRows(): Promise<
+  Array<{ aggregate_id: string; sequence: string; status: string; attempts: number }>
+> {
   const { rows } = await db.pool.query(
     `SELECT aggregate_id, sequence::text AS sequence, status, attempts FROM "${db.schema}".events ORDER BY id`,
   );
@@ -199,15 +205,21 @@ describe('CDC relay', () => {
       const r = relay(publisher);
       await r.start();
       await put(events(prefix, poison, 2, 'first'), via);
-      for (let k = 0; k < 5; k++) await put([...events(prefix, `ok-${via}-${k}`, 3), ...events(prefix, poison, 1)], via);
+      for (let k = 0; k < 5; k++)
+        await put([...events(prefix, `ok-${via}-${k}`, 3), ...events(prefix, poison, 1)], via);
       const end = await currentLsn();
-      await waitFor(() => publisher.acked.filter((m) => m.aggregateId.startsWith(`ok-${via}`)).length === 15, {
-        what: 'the other aggregates',
-      });
+      await waitFor(
+        () => publisher.acked.filter((m) => m.aggregateId.startsWith(`ok-${via}`)).length === 15,
+        {
+          what: 'the other aggregates',
+        },
+      );
       await waitFor(() => slotPast(end), { what: 'slot past the poison' });
       // The poison is dead, its aggregate's later events parked in the table, none published.
       const rows = await tableRows();
-      expect(rows.filter((x) => x.aggregate_id === poison).map((x) => [Number(x.sequence), x.status])).toEqual([
+      expect(
+        rows.filter((x) => x.aggregate_id === poison).map((x) => [Number(x.sequence), x.status]),
+      ).toEqual([
         [2, 'dead'],
         [3, 'pending'],
         [4, 'pending'],
@@ -218,7 +230,9 @@ describe('CDC relay', () => {
       expect(sequencesOf(publisher.acked, poison)).toEqual([1]);
       // Later events of other aggregates still stream.
       await put(events(prefix, `ok-${via}-late`, 2), via);
-      await waitFor(() => sequencesOf(publisher.acked, `ok-${via}-late`).length === 2, { what: 'late events' });
+      await waitFor(() => sequencesOf(publisher.acked, `ok-${via}-late`).length === 2, {
+        what: 'late events',
+      });
       expect(sequencesOf(publisher.acked, poison)).toEqual([1]);
 
       publisher.fail = () => undefined;
@@ -240,32 +254,36 @@ describe('CDC relay', () => {
     40_000,
   );
 
-  it.each<Via>(['table', 'wal'])('retries a failed publish in order (%s mode)', async (via) => {
-    const { publisher, prefix } = broker();
-    const agg = `retry-${via}`;
-    let failures = 0;
-    publisher.fail = (m) => {
-      if (m.aggregateId !== agg || m.sequence !== 2 || failures >= 2) return undefined;
-      failures += 1;
-      return { ok: false, retryable: true, error: new PublishError('try again', { retryable: true }) };
-    };
-    const r = relay(publisher);
-    await r.start();
-    await put(events(prefix, agg, 2), via);
-    await put(events(prefix, agg, 3), via);
-    await waitFor(() => sequencesOf(publisher.acked, agg).length === 5, { what: 'retried aggregate' });
-    expect(failures).toBe(2);
-    expect(sequencesOf(publisher.acked, agg)).toEqual([1, 2, 3, 4, 5]);
-    const ack2 = publisher.acked.find((m) => m.aggregateId === agg && m.sequence === 2);
-    expect(ack2?.attempts).toBe(2);
-    await waitFor(async () => (await tableRows()).length === 0, { what: 'empty events table' });
-    // Back to the stream: the aggregate's next event is streamed, not polled.
-    const handovers = r.stats().cdc.handovers;
-    await waitFor(() => r.stats().cdc.polled === 0, { what: 'aggregate released' });
-    await put(events(prefix, agg, 1), via);
-    await waitFor(() => sequencesOf(publisher.acked, agg).length === 6, { what: 'streamed again' });
-    expect(r.stats().cdc.handovers).toBe(handovers);
-  }, 30_000);
+  it.each<Via>(['table', 'wal'])(
+    'retries a failed publish in order (%s mode)',
+    async (via) => {
+      const { publisher, prefix } = broker();
+      const agg = `retry-${via}`;
+      let failures = 0;
+      publisher.fail = (m) => {
+        if (m.aggregateId !== agg || m.sequence !== 2 || failures >= 2) return undefined;
+        failures += 1;
+        return { ok: false, retryable: true, error: new PublishError('try again', { retryable: true }) };
+      };
+      const r = relay(publisher);
+      await r.start();
+      await put(events(prefix, agg, 2), via);
+      await put(events(prefix, agg, 3), via);
+      await waitFor(() => sequencesOf(publisher.acked, agg).length === 5, { what: 'retried aggregate' });
+      expect(failures).toBe(2);
+      expect(sequencesOf(publisher.acked, agg)).toEqual([1, 2, 3, 4, 5]);
+      const ack2 = publisher.acked.find((m) => m.aggregateId === agg && m.sequence === 2);
+      expect(ack2?.attempts).toBe(2);
+      await waitFor(async () => (await tableRows()).length === 0, { what: 'empty events table' });
+      // Back to the stream: the aggregate's next event is streamed, not polled.
+      const handovers = r.stats().cdc.handovers;
+      await waitFor(() => r.stats().cdc.polled === 0, { what: 'aggregate released' });
+      await put(events(prefix, agg, 1), via);
+      await waitFor(() => sequencesOf(publisher.acked, agg).length === 6, { what: 'streamed again' });
+      expect(r.stats().cdc.handovers).toBe(handovers);
+    },
+    30_000,
+  );
 
   it('streams WAL-mode and table-mode events of one transaction in order', async () => {
     const { publisher, stream, prefix } = broker();
