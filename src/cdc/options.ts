@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from '../relay/options.js';
-import { quoteSchema } from '../schema/identifiers.js';
+import { cdcNames } from './setup.js';
 
 /** The polling relay's options (`listen` ignored: the stream is the wake-up), and the stream's own. */
 export interface CdcRelayOptions extends RelayOptions {
@@ -47,13 +47,6 @@ function positive(value: number | undefined, fallback: number, field: string): n
   return v;
 }
 
-function identifier(value: string | undefined, fallback: string, field: string): string {
-  const name = value ?? fallback;
-  // The same rule as schema names: valid as a slot name and as an unquoted identifier.
-  quoteSchema(name, field);
-  return name;
-}
-
 /**
  * The CDC relay keeps four pooled connections (stream outcomes, handovers, the polling path's
  * claims and outcomes) and borrows one at a time for leases, the gap probe, heartbeats and
@@ -80,11 +73,15 @@ export function resolveCdcRelayOptions(options: CdcRelayOptions): ResolvedCdcRel
       'A healthy idle stream carries a heartbeat every heartbeatMs: make the silence timeout longer (e.g. 3×).',
     );
   }
+  const { slot, publication } = cdcNames(base.schema, {
+    ...(options.slot === undefined ? {} : { slot: options.slot }),
+    ...(options.publication === undefined ? {} : { publication: options.publication }),
+  });
+  const names = { slot, publication };
   const poolOptions = (options.pool as { options?: pg.ClientConfig }).options ?? {};
   return Object.freeze({
     base,
-    slot: identifier(options.slot, `txo_${base.schema}`, 'slot'),
-    publication: identifier(options.publication, `txo_${base.schema}`, 'publication'),
+    ...names,
     heartbeatMs,
     silenceTimeoutMs,
     statusIntervalMs: positive(options.statusIntervalMs, 1000, 'statusIntervalMs'),

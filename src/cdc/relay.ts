@@ -6,6 +6,7 @@ import { loopErrorDelay, outageDelay } from '../relay/backoff.js';
 import type { Claimed } from '../relay/claim.js';
 import type { RelayHealth } from '../relay/health.js';
 import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from '../relay/history.js';
+import { PartitionLeases } from '../relay/leases.js';
 import { OutageLog, RefusedAggregates } from '../relay/outage.js';
 import { outcomeStatement } from '../relay/outcome-sql.js';
 import { BatchPublisher } from '../relay/publish-batch.js';
@@ -17,7 +18,6 @@ import type { Failure, Verdict } from '../relay/verdicts.js';
 import { Doorbell } from '../relay/wakeup.js';
 import { withSchema } from '../schema/identifiers.js';
 import { AckTracker } from './acks.js';
-import { ExclusiveLeases } from './exclusive-leases.js';
 import { type Fence, FencedError, Handover, type HandoverRow, type ProgressRow } from './handover.js';
 import { CAUGHT_UP_SQL, HANDOVER_SQL } from './handover-sql.js';
 import { Heartbeat } from './heartbeat.js';
@@ -25,7 +25,7 @@ import { formatLsn, parseLsn } from './lsn.js';
 import { type CdcRelayOptions, type ResolvedCdcRelayOptions, resolveCdcRelayOptions } from './options.js';
 import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
-import { checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
+import { cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
 import { eventsPrefix, heartbeatPrefix } from './wal-message.js';
@@ -92,7 +92,7 @@ interface StreamSession {
 class StreamingRelay implements CdcRelay {
   readonly id: string;
   private readonly b;
-  private readonly leases: ExclusiveLeases;
+  private readonly leases: PartitionLeases;
   private readonly counters: RelayCounters;
   private readonly outage: OutageLog;
   private readonly refused = new RefusedAggregates();
@@ -146,13 +146,15 @@ class StreamingRelay implements CdcRelay {
     const settings = relaySessionSettings(b.synchronousCommit);
     this.recordSession = new RelaySession(b.pool, settings, b.logger, 'cdc-outcome');
     this.handoverSession = new RelaySession(b.pool, relaySessionSettings('on'), b.logger, 'cdc-handover');
-    this.leases = new ExclusiveLeases(
+    this.leases = new PartitionLeases(
       b.pool,
       b.quotedSchema,
       b.relayId,
       b.leaseMs,
       () => this.partitions(),
       b.logger,
+      b.metrics,
+      { exclusive: true },
     );
     this.handover = new Handover(b.quotedSchema, withSchema(HANDOVER_SQL, b.quotedSchema));
     this.recorder = new Recorder(
@@ -258,9 +260,9 @@ class StreamingRelay implements CdcRelay {
       b.logger.warn({ err: error, relayId: this.id }, 'database not reachable at start; retrying');
     }
     // Setup mistakes (wal_level, a lost slot) are for the operator: say so now, never skip.
-    const names = { slot: this.o.slot, publication: this.o.publication };
+    const names = cdcNames(b.schema, { slot: this.o.slot, publication: this.o.publication });
     await checkCdc(b.pool, names, b.logger);
-    await ensureCdcSlot(b.pool, { schema: b.schema, ...names });
+    await ensureCdcSlot(b.pool, names);
     if (!this.stopping) await this.history?.start();
     if (this.loopDone || this.stopping) return;
     if (b.signal) {
@@ -381,19 +383,16 @@ class StreamingRelay implements CdcRelay {
   private async loop(): Promise<void> {
     const b = this.b;
     let failures = 0;
-    let standbyLogged = false;
     while (!this.halt) {
       try {
         await this.leases.rebalance();
         if (!(await this.holdsAll())) {
-          if (!standbyLogged)
-            b.logger.info({ relayId: this.id }, 'CDC relay standing by: another relay holds the partitions');
-          standbyLogged = true;
           await this.bell.sleep(Math.max(100, Math.floor(b.leaseMs / 3)));
           continue;
         }
-        standbyLogged = false;
-        await takeOverSlot(b.pool, this.o.slot);
+        // The slot's holder, if any, is a relay that lost the leases: end its stream.
+        if (!(await this.leases.verifyAll())) continue;
+        await takeOverSlot(b.pool, this.o.slot, { logger: b.logger });
         const polled = await this.handover.rebuild(b.pool);
         const catchUp = polled.length > 0 ? await this.catchUpMark() : 0n;
         await this.streamOnce(polled, catchUp, () => {
