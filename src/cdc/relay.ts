@@ -9,12 +9,13 @@ import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from 
 import { PartitionLeases } from '../relay/leases.js';
 import { OutageLog, RefusedAggregates } from '../relay/outage.js';
 import { outcomeStatement } from '../relay/outcome-sql.js';
+import { BackgroundPruner } from '../relay/pruner.js';
 import { BatchPublisher } from '../relay/publish-batch.js';
 import { Recorder } from '../relay/record.js';
 import type { Relay } from '../relay/relay.js';
 import { RelaySession, relaySessionSettings, relayStatement } from '../relay/session.js';
 import { RelayCounters, type RelayStats } from '../relay/stats.js';
-import type { Failure, Verdict } from '../relay/verdicts.js';
+import { type Failure, MAX_ERROR_CHARS, type Verdict } from '../relay/verdicts.js';
 import { Doorbell } from '../relay/wakeup.js';
 import { withSchema } from '../schema/identifiers.js';
 import { AckTracker } from './acks.js';
@@ -106,6 +107,7 @@ class StreamingRelay implements CdcRelay {
   private readonly own = new OwnTransactions();
   private readonly history: HistoryMaintainer | undefined;
   private readonly backlog: BacklogTask;
+  private readonly pruner: BackgroundPruner | undefined;
   private readonly heartbeat: Heartbeat;
   private readonly metrics: CdcMetrics;
   private readonly abort = new AbortController();
@@ -194,6 +196,7 @@ class StreamingRelay implements CdcRelay {
         b.metricsSink.enabled ? b.metricsSink.gauge(...HISTORY_PARTITIONS_METRIC) : undefined,
       );
     this.backlog = new BacklogTask({ ...b, intervalMs: b.backlogIntervalMs });
+    this.pruner = b.prune && new BackgroundPruner(b.pool, b.prune, b.logger, b.relayId, b.metricsSink);
     this.heartbeat = new Heartbeat({
       pool: b.pool,
       prefix: heartbeatPrefix(b.schema),
@@ -277,6 +280,7 @@ class StreamingRelay implements CdcRelay {
     this.stateTimer.unref();
     this.loopDone = this.loop();
     this.backlog.start();
+    this.pruner?.start();
     this.heartbeat.start();
     if (b.metricsOption !== undefined) {
       this.unregisterBacklogGauges = registerBacklogGauges(b.metricsOption, b.pool, {
@@ -316,6 +320,7 @@ class StreamingRelay implements CdcRelay {
     await this.heartbeat.stop();
     await this.history?.stop();
     await this.backlog.stop();
+    await this.pruner?.stop();
     this.unregisterBacklogGauges?.();
     try {
       await this.leases.releaseAll();
@@ -671,7 +676,16 @@ class StreamingRelay implements CdcRelay {
         progress.push({ key: e.key, delivered: e.message.sequence - 1, blockMs: null });
       }
       this.handover.enter(e.key, e.message.sequence);
-      if (e.via === 'wal') rows.push({ event: e });
+      if (e.undecodable !== undefined) {
+        this.b.logger.error(
+          { relayId: this.id, id: e.message.id, error: e.undecodable },
+          'WAL-mode message not readable: kept as a dead event (tx-outbox dead list)',
+        );
+        const error = redactText(`permanent: ${e.undecodable}`).slice(0, MAX_ERROR_CHARS);
+        const failure: Failure = { id: e.message.id, status: 'dead', delayMs: 0, error, reason: 'permanent' };
+        rows.push({ event: e, failure });
+        this.counters.recorded(0, [failure]);
+      } else if (e.via === 'wal') rows.push({ event: e });
     }
     const { partitions, epochs } = this.leases.snapshot();
     await this.writeHandover({ relayId: this.id, partitions, epochs }, rows, progress, events);

@@ -1,4 +1,6 @@
+import { randomUUID } from 'node:crypto';
 import { aggregateKeyOf } from '../aggregate-key.js';
+import { errorMessage } from '../errors.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import { type ClaimedRow, toMessage } from '../relay/claim.js';
 import type { AckTracker, AckUnit } from './acks.js';
@@ -23,6 +25,32 @@ export interface StreamEvent {
   readonly publishable: boolean;
   /** WAL mode: the decoded message, for a handover into the table. */
   readonly wal?: WalEvent;
+  /**
+   * A WAL-mode message this relay cannot read (another format version, damaged): it goes into
+   * the table as a dead event of its own aggregate, its content as the payload, for `dead list`.
+   */
+  readonly undecodable?: string;
+}
+
+/** The aggregate type of the dead rows that keep undecodable WAL-mode messages. */
+export const UNDECODABLE_TYPE = 'tx-outbox.undecodable';
+
+function undecodableEvent(content: Buffer, lsn: Lsn): WalEvent {
+  return {
+    eventId: randomUUID(),
+    aggregateType: UNDECODABLE_TYPE,
+    aggregateId: formatLsn(lsn),
+    sequence: 1,
+    sequenceBase: 0,
+    partition: 0,
+    type: UNDECODABLE_TYPE,
+    schemaVersion: 1,
+    topic: null,
+    payload: Buffer.from(content),
+    contentType: 'application/octet-stream',
+    headers: {},
+    createdAt: new Date(),
+  };
 }
 
 /** Transactions this relay wrote itself (its handover inserts): their 32-bit xids, the last few thousand. */
@@ -174,11 +202,28 @@ export class StreamBatcher {
           }
           const txn = this.#txn;
           if (!txn || m.prefix !== this.eventPrefix) break;
-          const event = decodeWalEvent(m.content);
+          const at = m.lsn || lsn;
+          let event: WalEvent;
+          try {
+            event = decodeWalEvent(m.content);
+          } catch (error) {
+            event = undecodableEvent(m.content, at);
+            txn.events.push({
+              unit: txn.unit,
+              via: 'wal',
+              message: walMessage(event, at),
+              key: aggregateKeyOf(event.aggregateType, event.aggregateId),
+              partition: event.partition,
+              publishable: false,
+              wal: event,
+              undecodable: errorMessage(error),
+            });
+            break;
+          }
           txn.events.push({
             unit: txn.unit,
             via: 'wal',
-            message: walMessage(event, m.lsn || lsn),
+            message: walMessage(event, at),
             key: aggregateKeyOf(event.aggregateType, event.aggregateId),
             partition: event.partition,
             publishable: true,

@@ -285,6 +285,30 @@ describe('CDC relay', () => {
     30_000,
   );
 
+  it('keeps an unreadable WAL-mode message as a dead event and streams on', async () => {
+    const { publisher, prefix } = broker();
+    const r = relay(publisher);
+    await r.start();
+    await inTransaction(db.pool, async (tx) => {
+      await tx.query('SELECT pg_logical_emit_message(true, $1, $2::bytea)', [
+        `tx-outbox:${db.schema}`,
+        Buffer.from([99, 1, 2, 3]),
+      ]);
+      await enqueueVia(tx, events(prefix, 'after-garbage', 1), db.schema, 'wal');
+    });
+    await waitFor(() => sequencesOf(publisher.acked, 'after-garbage').length === 1, {
+      what: 'the next event',
+    });
+    await waitFor(async () => (await tableRows()).length === 1, { what: 'the dead row' });
+    const { rows } = await db.pool.query(
+      `SELECT aggregate_type, status, payload_bytes, last_error FROM "${db.schema}".events`,
+    );
+    expect(rows[0]).toMatchObject({ aggregate_type: 'tx-outbox.undecodable', status: 'dead' });
+    expect(rows[0].payload_bytes).toEqual(Buffer.from([99, 1, 2, 3]));
+    expect(rows[0].last_error).toMatch(/^permanent: /);
+    await db.pool.query(`DELETE FROM "${db.schema}".events`);
+  }, 20_000);
+
   it('streams WAL-mode and table-mode events of one transaction in order', async () => {
     const { publisher, stream, prefix } = broker();
     const r = relay(publisher);
