@@ -101,17 +101,22 @@ SELECT DISTINCT aggregate_type || chr(31) || aggregate_id AS key
 FROM {{schema}}.events
 WHERE (aggregate_type || chr(31) || aggregate_id) = ANY ($1::text[])`;
 
-/** The scan filter {@link POLLED_CLAIM_SQL} adds after the claim's hold-back filter. */
-const HELD_BACK_FILTER =
-  'AND (e.aggregate_type || chr(31) || e.aggregate_id) NOT IN (SELECT unnest($6::text[]))';
+/** Where {@link POLLED_CLAIM_SQL} joins the polled aggregates into the claim's scan. */
+const EVENTS_SCAN = 'FROM {{schema}}.events e\n  LEFT JOIN {{schema}}.aggregate_progress g';
 
 function polledVariant(): string {
-  if (!CLAIM_SQL.includes(HELD_BACK_FILTER)) throw new Error('claim statement changed shape');
+  if (!CLAIM_SQL.includes(EVENTS_SCAN)) throw new Error('claim statement changed shape');
   return CLAIM_SQL.replace(
-    HELD_BACK_FILTER,
-    `${HELD_BACK_FILTER}\n    AND (e.aggregate_type || chr(31) || e.aggregate_id) = ANY ($7::text[])`,
+    EVENTS_SCAN,
+    `FROM {{schema}}.events e
+  JOIN unnest($7::text[], $8::bigint[]) AS k(key, upto)
+    ON k.key = e.aggregate_type || chr(31) || e.aggregate_id AND e.sequence <= k.upto
+  LEFT JOIN {{schema}}.aggregate_progress g`,
   );
 }
 
-/** The polling relay's claim ({@link CLAIM_SQL}) restricted to the polled aggregates `$7`. */
+/**
+ * The polling relay's claim ({@link CLAIM_SQL}) restricted to the polled aggregates `$7`, each
+ * up to the sequence `$8` the stream has handed over so far (see `Handover.claimableUpTo`).
+ */
 export const POLLED_CLAIM_SQL = polledVariant();

@@ -9,6 +9,12 @@ import type { StreamEvent } from './stream-batch.js';
 interface PolledEntry {
   /** Its highest sequence in the table (or handed over to it): the stream skips up to it. */
   maxTableSeq: number;
+  /**
+   * P claims the aggregate's rows up to here: raised only once the stream has handed over (and
+   * committed) everything before, so a table-mode row never overtakes a WAL-mode event of its
+   * aggregate that is still on its way into the table (P would take it for a gap, and bridge it).
+   */
+  claimable: number;
   /** Raised at every handover: a release check that started before one keeps the aggregate. */
   version: number;
 }
@@ -99,7 +105,13 @@ export class Handover {
     if (entry) {
       entry.maxTableSeq = Math.max(entry.maxTableSeq, sequence);
       entry.version += 1;
-    } else this.#polled.set(key, { maxTableSeq: sequence, version: 0 });
+    } else this.#polled.set(key, { maxTableSeq: sequence, claimable: 0, version: 0 });
+  }
+
+  /** The aggregate's rows up to `sequence` are in the table, and everything before them: P may claim them. */
+  claimableUpTo(key: string, sequence: number): void {
+    const entry = this.#polled.get(key);
+    if (entry) entry.claimable = Math.max(entry.claimable, sequence);
   }
 
   /** P delivered this event. */
@@ -113,21 +125,28 @@ export class Handover {
     }
   }
 
-  /** Polled keys for the next claim: all of them, or the next 5,000 round-robin. */
-  claimKeys(): string[] {
-    const keys = [...this.#polled.keys()];
-    if (keys.length <= MAX_KEYS_PER_CLAIM) return keys;
-    if (this.#cursor >= keys.length) this.#cursor = 0;
-    const chunk = keys.slice(this.#cursor, this.#cursor + MAX_KEYS_PER_CLAIM);
-    this.#cursor += MAX_KEYS_PER_CLAIM;
-    return chunk;
+  /**
+   * The next claim's polled aggregates and how far P may claim each (`$7`, `$8` of
+   * POLLED_CLAIM_SQL): all of them, or the next 5,000 round-robin.
+   */
+  claimKeys(): [string[], number[]] {
+    let entries = [...this.#polled.entries()].filter(([, e]) => e.claimable > 0);
+    if (entries.length > MAX_KEYS_PER_CLAIM) {
+      if (this.#cursor >= entries.length) this.#cursor = 0;
+      entries = entries.slice(this.#cursor, this.#cursor + MAX_KEYS_PER_CLAIM);
+      this.#cursor += MAX_KEYS_PER_CLAIM;
+    }
+    return [entries.map(([key]) => key), entries.map(([, e]) => e.claimable)];
   }
 
   /** Reads the polled set from the table (start, reconnect); returns its keys. */
   async rebuild(pool: Pool): Promise<string[]> {
     const { rows } = await pool.query<{ key: string; max_sequence: string }>(this.#sql.polledSet);
     this.#polled.clear();
-    for (const r of rows) this.#polled.set(r.key, { maxTableSeq: Number(r.max_sequence), version: 0 });
+    for (const r of rows) {
+      const max = Number(r.max_sequence);
+      this.#polled.set(r.key, { maxTableSeq: max, claimable: max, version: 0 });
+    }
     return rows.map((r) => r.key);
   }
 

@@ -689,6 +689,7 @@ class StreamingRelay implements CdcRelay {
     }
     const { partitions, epochs } = this.leases.snapshot();
     await this.writeHandover({ relayId: this.id, partitions, epochs }, rows, progress, events);
+    for (const e of events) this.handover.claimableUpTo(e.key, e.message.sequence);
     this.cdc.handovers += events.length;
     this.settle(session, events);
     this.poll.wake();
@@ -802,12 +803,9 @@ class StreamingRelay implements CdcRelay {
         await this.recorder.record({ ...verdict, delivered: tableDelivered, failures: tableFailures });
       }
       const failedIds = new Set(verdict.failures.map((f) => f.id));
-      await this.writeHandover(
-        fence,
-        rows,
-        progress,
-        settled.filter((e) => failedIds.has(e.message.id)),
-      );
+      const failed = settled.filter((e) => failedIds.has(e.message.id));
+      await this.writeHandover(fence, rows, progress, failed);
+      for (const e of failed) this.handover.claimableUpTo(e.key, e.message.sequence);
       if (walDelivered > 0 || walFailures.length > 0) this.counters.recorded(walDelivered, walFailures);
       if (verdict.failures.length > 0) this.poll.wake();
     } finally {

@@ -48,10 +48,14 @@ class HookedPublisher implements Publisher {
   readonly name = 'nats';
   readonly acked: OutboxMessage[] = [];
   fail: (m: OutboxMessage) => PublishOutcome | undefined = () => undefined;
+  /** ms to wait before publishing a batch that holds this message. */
+  delay: (m: OutboxMessage) => number = () => 0;
 
   constructor(private readonly inner: Publisher) {}
 
   async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
+    const wait = Math.max(0, ...batch.map((m) => this.delay(m)));
+    if (wait > 0) await new Promise((res) => setTimeout(res, wait));
     const outcomes: (PublishOutcome | undefined)[] = batch.map((m) => this.fail(m));
     const through = batch.filter((_, i) => outcomes[i] === undefined);
     const results = through.length > 0 ? await this.inner.publish(through, signal) : [];
@@ -307,6 +311,29 @@ describe('CDC relay', () => {
     expect(rows[0].payload_bytes).toEqual(Buffer.from([99, 1, 2, 3]));
     expect(rows[0].last_error).toMatch(/^permanent: /);
     await db.pool.query(`DELETE FROM "${db.schema}".events`);
+  }, 20_000);
+
+  it('never lets a polled aggregate’s table row overtake its WAL-mode event still on its way in', async () => {
+    const { publisher, prefix } = broker();
+    let failedOnce = false;
+    publisher.fail = (m) => {
+      if (m.aggregateId !== 'overtake' || m.sequence !== 1 || failedOnce) return undefined;
+      failedOnce = true;
+      return { ok: false, retryable: true, error: new PublishError('once', { retryable: true }) };
+    };
+    // The stream is busy publishing a slow event while the aggregate's next two arrive.
+    publisher.delay = (m) => (m.aggregateId === 'slow' ? 2500 : 0);
+    const r = relay(publisher, { gapGraceMs: 200 });
+    await r.start();
+    await put(events(prefix, 'overtake', 1), 'wal');
+    await waitFor(() => r.stats().retried === 1, { what: 'first attempt failed' });
+    await put(events(prefix, 'slow', 1), 'table');
+    await new Promise((res) => setTimeout(res, 300));
+    await put(events(prefix, 'overtake', 1), 'wal');
+    await put(events(prefix, 'overtake', 1), 'table');
+    await waitFor(() => sequencesOf(publisher.acked, 'overtake').length >= 3, { what: 'three acks' });
+    expect(sequencesOf(publisher.acked, 'overtake')).toEqual([1, 2, 3]);
+    expect(r.stats().gapsBridged).toBe(0);
   }, 20_000);
 
   it('streams WAL-mode and table-mode events of one transaction in order', async () => {

@@ -152,12 +152,18 @@ describe('Handover', () => {
     expect(h.skips('j', 3, 'table')).toBe(false);
   });
 
-  it('claims polled aggregates 5,000 at a time, round-robin', () => {
+  it('claims polled aggregates 5,000 at a time, round-robin, each up to what was handed over', () => {
     const h = new Handover('"outbox"', '');
-    for (let i = 0; i < 12_000; i++) h.enter(`k${i}`, 1);
+    for (let i = 0; i < 12_000; i++) {
+      h.enter(`k${i}`, 3);
+      h.claimableUpTo(`k${i}`, 2);
+    }
+    h.enter('not-yet', 1);
     const seen = new Set<string>();
-    for (let round = 0; round < 3; round++) for (const k of h.claimKeys()) seen.add(k);
+    for (let round = 0; round < 3; round++) for (const k of h.claimKeys()[0]) seen.add(k);
     expect(seen.size).toBe(12_000);
-    expect(h.claimKeys()).toHaveLength(5000);
+    const [keys, upTo] = h.claimKeys();
+    expect(keys).toHaveLength(5000);
+    expect(new Set(upTo)).toEqual(new Set([2]));
   });
 });
