@@ -24,7 +24,9 @@ fence AS (
  * attempt, status and error, later ones pending), and each aggregate's progress where it first
  * leaves the stream (`$22`…`$25`: delivered up to the event before, blocked until its retry;
  * a null block leaves it as it is, -1 blocks for good: a dead head). Returns whether the fence
- * held and the transaction's id (the stream sees this insert again and must skip it).
+ * held and the transaction's id (the stream sees this insert again and must skip it); a
+ * transactional message with the handover prefix (`$26`) marks the transaction as the relay's
+ * own for a relay that does not know its id (a restart streams it again).
  */
 export const HANDOVER_SQL = `
 WITH ${FENCE}, inserted AS (
@@ -63,7 +65,24 @@ WITH ${FENCE}, inserted AS (
       blocked_until = CASE WHEN excluded.blocked_until IS NULL THEN g.blocked_until ELSE excluded.blocked_until END,
       delivered_at = excluded.delivered_at
 )
-SELECT (SELECT ok FROM held) AS ok, pg_current_xact_id()::text AS xid`;
+SELECT (SELECT ok FROM held) AS ok, pg_current_xact_id()::text AS xid,
+       pg_logical_emit_message(true, $26::text, ''::text)::text AS marker`;
+
+/**
+ * Whether the transactions `$1` (32-bit ids, as the stream gives them) are visible to a snapshot
+ * taken now. The stream may deliver a commit before it is visible: PostgreSQL writes (and the
+ * walsender sends) the commit record before the transaction leaves the running set, so an outcome
+ * statement run at once might not see the rows it deletes. Ids are widened to xid8 against the
+ * snapshot's xmax (a transaction streamed now is less than 2^31 transactions old).
+ */
+export const VISIBLE_SQL = `
+WITH s AS (
+  SELECT pg_current_snapshot() AS snap, pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax
+)
+SELECT coalesce(bool_and(pg_visible_in_snapshot(
+         (CASE WHEN x <= (s.xmax & 4294967295) THEN (s.xmax & ~4294967295::bigint) | x
+               ELSE ((s.xmax & ~4294967295::bigint) - 4294967296) | x END)::text::xid8, s.snap)), true) AS visible
+FROM s, unnest($1::bigint[]) AS x`;
 
 /**
  * Once the stream has settled everything committed before the polled set was read (`$5`: those

@@ -2,7 +2,7 @@ import type { Pool, PoolClient } from 'pg';
 import { OutboxError } from '../errors.js';
 import type { Failure } from '../relay/verdicts.js';
 import { withSchema } from '../schema/identifiers.js';
-import { POLLED_SET_SQL, STILL_POLLED_SQL } from './handover-sql.js';
+import { POLLED_SET_SQL, STILL_POLLED_SQL, VISIBLE_SQL } from './handover-sql.js';
 import type { StreamEvent } from './stream-batch.js';
 
 /** A polled aggregate: the polling path owns it until it has nothing left in the table. */
@@ -68,13 +68,19 @@ export class Handover {
   /** P's last delivered sequence per aggregate, least recently touched first. */
   readonly #pDelivered = new Map<string, number>();
   #cursor = 0;
-  readonly #sql: { polledSet: string; stillPolled: string; handover: string };
+  readonly #sql: { polledSet: string; stillPolled: string; handover: string; visible: string };
 
-  constructor(quotedSchema: string, handoverSql: string) {
+  constructor(
+    quotedSchema: string,
+    handoverSql: string,
+    /** The prefix of the message that marks a handover transaction (`handoverPrefix`). */
+    private readonly marker = '',
+  ) {
     this.#sql = {
       polledSet: withSchema(POLLED_SET_SQL, quotedSchema),
       stillPolled: withSchema(STILL_POLLED_SQL, quotedSchema),
       handover: handoverSql,
+      visible: withSchema(VISIBLE_SQL, quotedSchema),
     };
   }
 
@@ -177,6 +183,25 @@ export class Handover {
   }
 
   /**
+   * Waits until the streamed transactions `xids` are visible to new snapshots (see VISIBLE_SQL):
+   * nearly always at once; a few ms when the stream outran the commit.
+   */
+  async visible(client: Pick<PoolClient, 'query'>, xids: readonly number[]): Promise<void> {
+    if (xids.length === 0) return;
+    const unique = [...new Set(xids)];
+    for (let attempt = 0; ; attempt++) {
+      const { rows } = await client.query<{ visible: boolean }>(this.#sql.visible, [unique]);
+      if (rows[0]?.visible) return;
+      if (attempt >= 2000) {
+        throw new OutboxError('streamed transactions did not become visible within 10 s', {
+          code: 'TXO_CDC_INVISIBLE',
+        });
+      }
+      await new Promise((resolve) => setTimeout(resolve, attempt < 10 ? 1 : 5));
+    }
+  }
+
+  /**
    * Writes a handover: WAL-mode rows and progress, fenced, in one statement on `client` (whose
    * session has synchronous_commit on). Returns the transaction's id; throws {@link FencedError}.
    */
@@ -214,6 +239,7 @@ export class Handover {
       progressKeys.map((k) => k[1]),
       progress.map((p) => p.delivered),
       progress.map((p) => p.blockMs),
+      this.marker,
     ]);
     if (!result[0]?.ok) throw new FencedError();
     return result[0].xid;

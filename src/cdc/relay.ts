@@ -28,7 +28,7 @@ import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
 import { cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
-import { OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
+import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
 import { eventsPrefix, heartbeatPrefix } from './wal-message.js';
 
 export type { CdcRelayOptions } from './options.js';
@@ -158,7 +158,11 @@ class StreamingRelay implements CdcRelay {
       b.metrics,
       { exclusive: true },
     );
-    this.handover = new Handover(b.quotedSchema, withSchema(HANDOVER_SQL, b.quotedSchema));
+    this.handover = new Handover(
+      b.quotedSchema,
+      withSchema(HANDOVER_SQL, b.quotedSchema),
+      handoverPrefix(b.schema),
+    );
     this.recorder = new Recorder(
       this.recordSession,
       relayStatement(...outcomeStatement(b.history), b.schema, b.quotedSchema),
@@ -701,12 +705,17 @@ class StreamingRelay implements CdcRelay {
     progress: readonly ProgressRow[],
     events: readonly StreamEvent[],
   ): Promise<void> {
-    if (rows.length === 0 && progress.length === 0) return;
+    const tableXids = events.filter((e) => e.via === 'table').map((e) => e.xid);
+    if (rows.length === 0 && progress.length === 0 && tableXids.length === 0) return;
     for (const e of events) this.handingOver.set(e.key, (this.handingOver.get(e.key) ?? 0) + 1);
     try {
       try {
         const client = await this.handoverSession.get();
-        this.own.add(await this.handover.write(client, fence, rows, progress));
+        // The table-mode rows handed over must be visible before their aggregate may be released
+        // (P's release check would not see them, and let the stream publish past them).
+        await this.handover.visible(client, tableXids);
+        if (rows.length > 0 || progress.length > 0)
+          this.own.add(await this.handover.write(client, fence, rows, progress));
       } catch (error) {
         await this.handoverSession.release(error);
         throw error;
@@ -800,6 +809,8 @@ class StreamingRelay implements CdcRelay {
     }
     try {
       if (tableDelivered.length > 0 || tableFailures.length > 0) {
+        const xids = settled.filter((e) => e.via === 'table').map((e) => e.xid);
+        await this.handover.visible(await this.recordSession.get(), xids);
         await this.recorder.record({ ...verdict, delivered: tableDelivered, failures: tableFailures });
       }
       const failedIds = new Set(verdict.failures.map((f) => f.id));

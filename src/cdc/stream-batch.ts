@@ -13,6 +13,8 @@ import { decodeWalEvent, type WalEvent } from './wal-message.js';
 export interface StreamEvent {
   /** The stream unit (transaction) it settles. */
   readonly unit: AckUnit;
+  /** Its transaction's id (32 bits, as the stream gives it). */
+  readonly xid: number;
   readonly via: 'table' | 'wal';
   /** `id` is the row id (table mode) or `wal:<lsn>` (WAL mode: no row). */
   readonly message: OutboxMessage;
@@ -51,6 +53,14 @@ function undecodableEvent(content: Buffer, lsn: Lsn): WalEvent {
     headers: {},
     createdAt: new Date(),
   };
+}
+
+/**
+ * The prefix of the transactional message in every handover transaction: the stream skips that
+ * transaction's inserts even when it does not know its id (another process, after a restart).
+ */
+export function handoverPrefix(schema: string): string {
+  return `tx-outbox:${schema}:handover`;
 }
 
 /** Transactions this relay wrote itself (its handover inserts): their 32-bit xids, the last few thousand. */
@@ -132,6 +142,8 @@ export function walMessage(event: WalEvent, lsn: Lsn): OutboxMessage {
 interface OpenTransaction {
   readonly xid: number;
   readonly commitTime: Date;
+  /** A handover transaction (its marker message came by). */
+  own: boolean;
   readonly events: StreamEvent[];
   readonly unit: AckUnit;
 }
@@ -144,13 +156,16 @@ interface OpenTransaction {
  */
 export class StreamBatcher {
   #txn: OpenTransaction | undefined;
+  private readonly handoverPrefix: string;
 
   constructor(
     private readonly schema: string,
     private readonly eventPrefix: string,
     private readonly tracker: AckTracker,
     private readonly own: OwnTransactions,
-  ) {}
+  ) {
+    this.handoverPrefix = handoverPrefix(schema);
+  }
 
   /** The events of the transactions these changes committed. */
   add(changes: readonly StreamChange[]): StreamEvent[] {
@@ -161,6 +176,7 @@ export class StreamBatcher {
           this.#txn = {
             xid: m.xid,
             commitTime: m.commitTime,
+            own: false,
             events: [],
             unit: this.tracker.open('transaction'),
           };
@@ -169,7 +185,7 @@ export class StreamBatcher {
           const txn = this.#txn;
           this.#txn = undefined;
           if (!txn) break;
-          const events = this.own.has(txn.xid) ? [] : txn.events;
+          const events = txn.own || this.own.has(txn.xid) ? [] : txn.events;
           txn.unit.expect(events.length);
           txn.unit.close(m.endLsn, m.commitTime);
           out.push(...events);
@@ -182,6 +198,7 @@ export class StreamBatcher {
           const message = toMessage(row);
           txn.events.push({
             unit: txn.unit,
+            xid: txn.xid,
             via: 'table',
             message,
             key: aggregateKeyOf(row.aggregate_type, row.aggregate_id),
@@ -201,6 +218,7 @@ export class StreamBatcher {
             break;
           }
           const txn = this.#txn;
+          if (txn && m.prefix === this.handoverPrefix) txn.own = true;
           if (!txn || m.prefix !== this.eventPrefix) break;
           const at = m.lsn || lsn;
           let event: WalEvent;
@@ -210,6 +228,7 @@ export class StreamBatcher {
             event = undecodableEvent(m.content, at);
             txn.events.push({
               unit: txn.unit,
+              xid: txn.xid,
               via: 'wal',
               message: walMessage(event, at),
               key: aggregateKeyOf(event.aggregateType, event.aggregateId),
@@ -222,6 +241,7 @@ export class StreamBatcher {
           }
           txn.events.push({
             unit: txn.unit,
+            xid: txn.xid,
             via: 'wal',
             message: walMessage(event, at),
             key: aggregateKeyOf(event.aggregateType, event.aggregateId),

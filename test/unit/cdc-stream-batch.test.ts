@@ -129,9 +129,19 @@ describe('StreamBatcher', () => {
         content: Buffer.alloc(0),
       },
     };
-    expect(
-      batcher.add([begin(11), insert(1, 'a', 1), commit(800n), begin(12), other, commit(850n), heartbeat]),
-    ).toEqual([]);
+    const marker: StreamChange = {
+      lsn: 860n,
+      message: {
+        tag: 'message',
+        transactional: true,
+        lsn: 860n,
+        prefix: 'tx-outbox:outbox:handover',
+        content: Buffer.alloc(0),
+      },
+    };
+    const changes = [begin(11), insert(1, 'a', 1), commit(800n), begin(12), other, commit(850n)];
+    changes.push(begin(13), insert(2, 'b', 1), marker, commit(870n), heartbeat);
+    expect(batcher.add(changes)).toEqual([]);
     expect(tracker.confirmable()).toBe(900n);
   });
 });
