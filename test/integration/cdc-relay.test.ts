@@ -126,7 +126,15 @@ function events(prefix: string, aggregate: string, count: number, type = 'change
 }
 
 async function put(list: OutboxEvent[], via: Via = 'table'): Promise<void> {
-  await inTransaction(db.pool, (tx) => enqueueVia(tx, list, db.schema, via));
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await inTransaction(db.pool, (tx) => enqueueVia(tx, list, db.schema, via));
+      return;
+    } catch (error) {
+      // Concurrent producers of shared aggregates may deadlock on their sequence rows: retry, as an app would.
+      if ((error as { code?: string }).code !== '40P01' || attempt >= 5) throw error;
+    }
+  }
 }
 
 async function tableRows(): Promise<
