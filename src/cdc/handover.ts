@@ -132,17 +132,17 @@ export class Handover {
   }
 
   /**
-   * The next claim's polled aggregates and how far P may claim each (`$7`, `$8` of
-   * POLLED_CLAIM_SQL): all of them, or the next 5,000 round-robin.
+   * The next claim's polled aggregates and how far P may claim each (`$7` of POLLED_CLAIM_SQL, a
+   * JSON object): all of them, or the next 5,000 round-robin.
    */
-  claimKeys(): [string[], number[]] {
+  claimScope(): Record<string, number> {
     let entries = [...this.#polled.entries()].filter(([, e]) => e.claimable > 0);
     if (entries.length > MAX_KEYS_PER_CLAIM) {
       if (this.#cursor >= entries.length) this.#cursor = 0;
       entries = entries.slice(this.#cursor, this.#cursor + MAX_KEYS_PER_CLAIM);
       this.#cursor += MAX_KEYS_PER_CLAIM;
     }
-    return [entries.map(([key]) => key), entries.map(([, e]) => e.claimable)];
+    return Object.fromEntries(entries.map(([key, e]) => [key, e.claimable]));
   }
 
   /** Reads the polled set from the table (start, reconnect); returns its keys. */

@@ -81,7 +81,7 @@ export class PollPath {
       refused: this.#refused,
       faults: this.#faults,
       watch: p.counters.watches.claim,
-      scope: () => ({ exclude: p.streamInFlight(), values: p.handover.claimKeys() }),
+      scope: () => ({ exclude: p.streamInFlight(), values: [JSON.stringify(p.handover.claimScope())] }),
     });
     const recorder = new Recorder(
       this.#recordSession,
