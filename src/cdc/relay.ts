@@ -4,7 +4,7 @@ import { redactText } from '../redact.js';
 import { BacklogTask } from '../relay/backlog-task.js';
 import { loopErrorDelay, outageDelay } from '../relay/backoff.js';
 import type { Claimed } from '../relay/claim.js';
-import type { RelayHealth } from '../relay/health.js';
+import { LOOP_ERRORS_NOT_READY, type RelayHealth } from '../relay/health.js';
 import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from '../relay/history.js';
 import { PartitionLeases } from '../relay/leases.js';
 import { OutageLog, RefusedAggregates } from '../relay/outage.js';
@@ -26,7 +26,8 @@ import { formatLsn, parseLsn } from './lsn.js';
 import { type CdcRelayOptions, type ResolvedCdcRelayOptions, resolveCdcRelayOptions } from './options.js';
 import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
-import { cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
+import { CDC_SLOT_LOST, cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
+import { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
 import { eventsPrefix, heartbeatPrefix } from './wal-message.js';
@@ -133,6 +134,10 @@ class StreamingRelay implements CdcRelay {
   private readonly cdc = { reconnects: 0, handovers: 0, confirmed: 0n, server: 0n };
   private readonly stateSql: string;
   private readonly caughtUpSql: string;
+  private readonly trouble: StreamTrouble;
+  private readonly loopLog: RepeatedErrorLog;
+  /** The slot was lost while running: re-run the start checks before the next attempt. */
+  private slotLost = false;
 
   constructor(private readonly o: ResolvedCdcRelayOptions) {
     const b = o.base;
@@ -209,6 +214,8 @@ class StreamingRelay implements CdcRelay {
     });
     this.stateSql = withSchema(CDC_STATE_SQL, b.quotedSchema);
     this.caughtUpSql = withSchema(CAUGHT_UP_SQL, b.quotedSchema);
+    this.trouble = new StreamTrouble(b.leaseMs);
+    this.loopLog = new RepeatedErrorLog(b.logger, { relayId: b.relayId, slot: o.slot });
   }
 
   stats(): RelayStats & { cdc: CdcStats } {
@@ -392,8 +399,13 @@ class StreamingRelay implements CdcRelay {
   private async loop(): Promise<void> {
     const b = this.b;
     let failures = 0;
+    const names = cdcNames(b.schema, { slot: this.o.slot, publication: this.o.publication });
     while (!this.halt) {
       try {
+        if (this.slotLost) {
+          await checkCdc(b.pool, names);
+          this.slotLost = false;
+        }
         await this.leases.rebalance();
         if (!(await this.holdsAll())) {
           await this.bell.sleep(Math.max(100, Math.floor(b.leaseMs / 3)));
@@ -417,10 +429,62 @@ class StreamingRelay implements CdcRelay {
         this.counters.lastError = redactText(errorMessage(error));
         await Promise.all([this.recordSession.release(error), this.handoverSession.release(error)]);
         if (error instanceof LeasesLost || error instanceof FencedError) this.leases.forget();
+        if ((error as { code?: unknown }).code === CDC_SLOT_LOST) {
+          await this.onSlotLost(names, error);
+          continue;
+        }
+        this.trouble.failed();
+        if (this.trouble.yield) {
+          const standbyMs = this.trouble.standbyMs(b.random);
+          this.loopLog.report(error, 'CDC stream cannot run: released every lease, standing by', {
+            standbyMs,
+          });
+          await this.releaseLeases();
+          await this.pause(standbyMs);
+          continue;
+        }
         const delay = loopErrorDelay(failures, b.random);
-        b.logger.error({ err: error, relayId: this.id, retryInMs: delay }, 'CDC stream ended; reconnecting');
+        this.loopLog.report(error, 'CDC stream ended; reconnecting', { retryInMs: delay });
         await this.bell.sleep(delay);
       }
+    }
+  }
+
+  /**
+   * The slot was invalidated (PostgreSQL removed WAL it needed): nothing can stream from it again.
+   * Say so with the start check's full message (what may be missing, how to recover), give the
+   * leases back (the polling relay of the recovery needs them), and check again every minute.
+   */
+  private async onSlotLost(names: ReturnType<typeof cdcNames>, error: unknown): Promise<void> {
+    const full = await checkCdc(this.b.pool, names).then(
+      () => error,
+      (e: unknown) => e,
+    );
+    this.counters.lastError = redactText(errorMessage(full));
+    this.loopLog.report(full, 'CDC slot lost: not streaming; leases released; checking again every minute', {
+      retryInMs: SLOT_LOST_RETRY_MS,
+    });
+    this.slotLost = true;
+    this.loopErrorsInARow = Math.max(this.loopErrorsInARow, LOOP_ERRORS_NOT_READY);
+    await this.releaseLeases();
+    await this.pause(SLOT_LOST_RETRY_MS);
+  }
+
+  /** Sleeps `ms` whatever rings the bell meanwhile (new events), unless the relay stops. */
+  private async pause(ms: number): Promise<void> {
+    const until = performance.now() + ms;
+    for (let left = ms; !this.halt && left > 0; left = until - performance.now()) await this.bell.sleep(left);
+  }
+
+  private async releaseLeases(): Promise<void> {
+    try {
+      await this.leases.releaseAll();
+    } catch (error) {
+      this.leases.forget();
+      this.b.logger.warn(
+        { err: error, relayId: this.id },
+        'could not release leases; they expire on their own',
+      );
     }
   }
 
@@ -445,6 +509,9 @@ class StreamingRelay implements CdcRelay {
       connection: this.o.connection,
       slot: this.o.slot,
       publication: this.o.publication,
+      // From what this relay knows is settled, when that is past the slot's confirmed_flush (the
+      // server honours the later of the two): fewer duplicates after a walsender was killed.
+      ...(this.cdc.confirmed > 0n ? { startLsn: this.cdc.confirmed } : {}),
       statusIntervalMs: this.o.statusIntervalMs,
       silenceTimeoutMs: this.o.silenceTimeoutMs,
       logger: b.logger,
@@ -503,6 +570,10 @@ class StreamingRelay implements CdcRelay {
         }
         const changes = await session.stream.next(this.b.batchSize);
         if (session.failure !== undefined) return;
+        if (changes.length > 0) {
+          this.trouble.delivered();
+          this.loopLog.cleared();
+        }
         this.cdc.server = session.stream.serverLsn;
         const events = session.batcher.add(changes);
         session.unsettled += events.length;
@@ -826,6 +897,9 @@ class StreamingRelay implements CdcRelay {
     this.bell.wake();
   }
 }
+
+/** How often a relay whose slot was lost runs the start checks again. */
+const SLOT_LOST_RETRY_MS = 60_000;
 
 function reasonOf(error: unknown): ReconnectReason {
   if (error instanceof LeasesLost) return 'leases_lost';
