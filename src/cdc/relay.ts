@@ -433,7 +433,8 @@ class StreamingRelay implements CdcRelay {
           await this.onSlotLost(names, error);
           continue;
         }
-        this.trouble.failed();
+        // Lost leases are a standby's business, not a stream that cannot run.
+        if (!(error instanceof LeasesLost || error instanceof FencedError)) this.trouble.failed();
         if (this.trouble.yield) {
           const standbyMs = this.trouble.standbyMs(b.random);
           this.loopLog.report(error, 'CDC stream cannot run: released every lease, standing by', {
