@@ -16,7 +16,8 @@ if (process.env.TXO_BENCH_TRACING) {
 const cfg = JSON.parse(process.env.TXO_BENCH_RELAY ?? '{}');
 const pool = new pg.Pool({
   connectionString: cfg.databaseUrl,
-  max: 4,
+  // The CDC relay keeps four connections and borrows up to two more (src/cdc/options.ts).
+  max: cfg.source === 'cdc' ? 6 : 4,
   ...(cfg.applicationName ? { application_name: cfg.applicationName } : {}),
 });
 const publisher = natsPublisher({
