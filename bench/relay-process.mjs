@@ -1,6 +1,7 @@
 // One tx-outbox relay in its own process, for the benchmarks (built package, dist/).
 // Config in TXO_BENCH_RELAY (JSON): { databaseUrl, schema, natsUrl, stream, batchSize, relayId, history,
-// source: 'poll' (default) | 'cdc', applicationName (of every connection, for bench/cpu.ts) }.
+// source: 'poll' (default) | 'cdc', applicationName (of every connection, for bench/cpu.ts), leaseMs,
+// silenceTimeoutMs (cdc) }.
 // On SIGTERM: stops gracefully and prints one JSON line { stats, peakRssMb } to stdout.
 // TXO_BENCH_TRACING=noop|batch registers an OpenTelemetry SDK first (bench/tracing-sdk.mjs).
 import { readFileSync } from 'node:fs';
@@ -36,6 +37,7 @@ const relay = (cfg.source === 'cdc' ? txo.createCdcRelay : txo.createRelay)({
   relayId: cfg.relayId,
   leaseMs: cfg.leaseMs ?? 5000,
   ...(cfg.history ? { history: cfg.history } : {}),
+  ...(cfg.silenceTimeoutMs ? { silenceTimeoutMs: cfg.silenceTimeoutMs } : {}),
 });
 
 function peakRssMb() {

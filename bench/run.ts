@@ -174,6 +174,8 @@ function rateOf(runs: readonly DrainRun[]): Summary | undefined {
 }
 
 const CDC_TABLE = 'tx-outbox CDC relay (table mode)';
+const CDC_TABLE_AT_START =
+  'tx-outbox CDC relay (table mode, backlog in the table at start: its polling path)';
 const CDC_WAL = 'tx-outbox CDC relay (WAL-mode producers)';
 
 async function w1(): Promise<Record<string, unknown>> {
@@ -182,7 +184,8 @@ async function w1(): Promise<Record<string, unknown>> {
   const systems: Array<[string, DrainSystem, number]> = [
     ['tx-outbox', txOutboxSystem(), profile.events],
     ['tx-outbox (history)', txOutboxSystem({ history: true }), profile.events],
-    [CDC_TABLE, txOutboxSystem({ source: 'cdc' }), profile.events],
+    [CDC_TABLE, txOutboxSystem({ source: 'cdc', backlog: 'while-streaming' }), profile.events],
+    [CDC_TABLE_AT_START, txOutboxSystem({ source: 'cdc' }), profile.events],
     [CDC_WAL, txOutboxSystem({ source: 'cdc', via: 'wal' }), profile.events],
     ['ceiling (a): SQL claim+delete, no broker', sqlCeilingSystem(), profile.events],
     ["ceiling (a'): the same, pipelined as the relay", sqlCeilingSystem({ pipelined: true }), profile.events],
@@ -213,6 +216,7 @@ async function w1(): Promise<Record<string, unknown>> {
   ];
   const rates: Record<string, Summary | string> = {};
   const cpu: Record<string, CpuPer1000> = {};
+  const notes: string[] = [];
   let memory: number[] = [];
   for (const [name, system, events] of systems) {
     let runs: DrainRun[];
@@ -230,6 +234,7 @@ async function w1(): Promise<Record<string, unknown>> {
     rates[name] = rate ?? skipped ?? 'skipped';
     const used = cpuOf(runs);
     if (used) cpu[name] = used;
+    for (const r of runs) if (r.note) notes.push(`${name}: ${r.note}`);
     if (name === 'tx-outbox') memory = runs.flatMap((r) => (r.peakRssMb === undefined ? [] : [r.peakRssMb]));
     console.error(`  W1 ${name}: ${rate ? range(rate) : skipped}`);
   }
@@ -260,7 +265,8 @@ async function w1(): Promise<Record<string, unknown>> {
     return typeof r === 'string' || !r ? 'n/a' : `${(r.median / ours.median).toFixed(2)}×`;
   };
   out(
-    `CDC relay W1 vs the polling relay (target ≥ 1.0×): table mode ${cdcRatio(CDC_TABLE)}, WAL-mode producers ${cdcRatio(CDC_WAL)}.`,
+    `CDC relay W1 vs the polling relay (target ≥ 1.0×): table mode ${cdcRatio(CDC_TABLE)} ` +
+      `(backlog at start, polling path: ${cdcRatio(CDC_TABLE_AT_START)}), WAL-mode producers ${cdcRatio(CDC_WAL)}.`,
   );
   const history = rates['tx-outbox (history)'];
   if (typeof history !== 'string' && history) {

@@ -44,3 +44,12 @@ export async function streamCounter(ctx: BenchContext): Promise<StreamCounter> {
     close: () => nc.close(),
   };
 }
+
+/** The `stats` a relay process printed when it stopped (bench/relay-process.mjs), if any. */
+export function finalStats(r: RelayChild): Record<string, unknown> | undefined {
+  for (const line of r.lines) {
+    const parsed = JSON.parse(line) as { stats?: Record<string, unknown> };
+    if (parsed.stats !== undefined) return parsed.stats;
+  }
+  return undefined;
+}

@@ -7,13 +7,28 @@
  * `txo_<schema>`, created before the backlog is written so the slot holds all of it;
  * `via: 'wal'` writes it as WAL messages (no rows: the drain is done when the stream holds
  * every event). The slot and its publication are dropped in teardown.
+ *
+ * A table-mode backlog that is in the table when the CDC relay starts is, by the handover
+ * rule, its polling path's (every aggregate with a row is polled; the stream skips those
+ * events): `backlog: 'at-start'` times that (a relay restarting behind). `backlog:
+ * 'while-streaming'` times the stream itself: the relay starts on the empty outbox, is
+ * SIGSTOPped while the backlog is written (leases and silence timeout long enough that nothing
+ * expires meanwhile; PostgreSQL's wal_sender_timeout is 60 s by default) and the timing starts
+ * at SIGCONT: a streaming relay catching up 100,000 events behind.
  */
 import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { enqueue, ensureCdcSlot, inTransaction, migrate } from '../../src/index.js';
 import { CpuMeter } from '../cpu.js';
-import { type RelayChild, type StreamCounter, stopRelay, streamCounter, whenStarted } from './child.js';
+import {
+  finalStats,
+  type RelayChild,
+  type StreamCounter,
+  stopRelay,
+  streamCounter,
+  whenStarted,
+} from './child.js';
 import { dropReplicationObjects } from './peers/shared.js';
 import type { BenchContext, DrainResult, DrainSystem, DrainWorkload } from './types.js';
 import { benchEvent, inChunks } from './workload.js';
@@ -29,11 +44,17 @@ export function spawnRelay(
   batchSize: number,
   mode?: string,
   history?: boolean,
-  extra: { readonly source?: RelaySource } = {},
+  extra: {
+    readonly source?: RelaySource;
+    readonly leaseMs?: number;
+    readonly silenceTimeoutMs?: number;
+  } = {},
 ): RelayChild {
   const config = {
     history,
     source: extra.source,
+    leaseMs: extra.leaseMs,
+    silenceTimeoutMs: extra.silenceTimeoutMs,
     applicationName: applicationNameOf(ctx),
     databaseUrl: ctx.databaseUrl,
     schema: ctx.schema,
@@ -112,6 +133,19 @@ async function deliveredSoFar(
   return stream ? await stream.count() : workload.events - (await pendingCount(ctx));
 }
 
+/** What the CDC relay's stats say the figure should be read with: reconnects, handovers. */
+function cdcNote(relay: RelayChild): string | undefined {
+  const cdc = finalStats(relay)?.['cdc'] as { reconnects?: number; handovers?: number } | undefined;
+  const parts = [
+    cdc?.reconnects ? `${cdc.reconnects} stream reconnect(s)` : '',
+    cdc?.handovers ? `${cdc.handovers} handover(s) to the polling path` : '',
+  ].filter(Boolean);
+  return parts.length > 0 ? parts.join(', ') : undefined;
+}
+
+/** A paused relay's leases and silence timeout: longer than any backlog load takes. */
+const PAUSED_MS = 120_000;
+
 export function txOutboxSystem(
   options: {
     batchSize?: number;
@@ -119,11 +153,13 @@ export function txOutboxSystem(
     history?: boolean;
     source?: RelaySource;
     via?: ProducerVia;
+    backlog?: 'at-start' | 'while-streaming';
   } = {},
 ): DrainSystem {
   const batchSize = options.batchSize ?? 1000;
   const source = options.source ?? 'poll';
   const via = options.via ?? 'table';
+  const whileStreaming = source === 'cdc' && options.backlog === 'while-streaming';
   let relays: RelayChild[] = [];
   return {
     name:
@@ -134,17 +170,34 @@ export function txOutboxSystem(
           : options.history
             ? 'tx-outbox (history)'
             : 'tx-outbox',
-    load: (ctx, workload) => loadOutbox(ctx, workload, { source, via }),
+    async load(ctx, workload) {
+      if (whileStreaming) {
+        await migrate(ctx.pool, { schema: ctx.schema });
+        await ensureCdcSlot(ctx.pool, { schema: ctx.schema });
+        const relay = spawnRelay(ctx, 0, batchSize, options.mode, options.history, {
+          source,
+          leaseMs: PAUSED_MS,
+          silenceTimeoutMs: PAUSED_MS,
+        });
+        relays = [relay];
+        await whenStarted(relay);
+        await new Promise((r) => setTimeout(r, 500)); // streaming from the slot by now
+        relay.child.kill('SIGSTOP');
+      }
+      await loadOutbox(ctx, workload, { source, via });
+    },
     async drain(ctx, workload): Promise<DrainResult> {
       if (source === 'cdc' && workload.relays > 1) {
         throw new Error('the CDC relay streams one slot from one relay at a time: relays must be 1');
       }
-      relays = Array.from({ length: workload.relays }, (_, i) =>
-        spawnRelay(ctx, i, batchSize, options.mode, options.history, { source }),
-      );
-      // Timed from the moment the relays are up (node's own boot and imports excluded, as
-      // the peers run in the harness process): the relays begin claiming right then.
-      await Promise.all(relays.map(whenStarted));
+      if (!whileStreaming) {
+        relays = Array.from({ length: workload.relays }, (_, i) =>
+          spawnRelay(ctx, i, batchSize, options.mode, options.history, { source }),
+        );
+        // Timed from the moment the relays are up (node's own boot and imports excluded, as
+        // the peers run in the harness process): the relays begin claiming right then.
+        await Promise.all(relays.map(whenStarted));
+      }
       const cpu = new CpuMeter(ctx.pool, {
         relayPids: relays.map((r) => r.child.pid!),
         applicationName: applicationNameOf(ctx),
@@ -153,6 +206,7 @@ export function txOutboxSystem(
       const stream = via === 'wal' ? await streamCounter(ctx) : undefined;
       await cpu.sample();
       const started = performance.now();
+      if (whileStreaming) relays[0]!.child.kill('SIGCONT');
       let polls = 0;
       try {
         while ((await deliveredSoFar(ctx, workload, stream)) < workload.events) {
@@ -165,17 +219,22 @@ export function txOutboxSystem(
       const seconds = (performance.now() - started) / 1000;
       await cpu.sample();
       const peaks = await Promise.all(relays.map(stopRelay));
+      const note = source === 'cdc' ? cdcNote(relays[0]!) : undefined;
       relays = [];
       const measured = peaks.filter((p): p is number => p !== undefined);
       return {
         seconds,
         delivered: workload.events,
         cpu: cpu.per1000(workload.events),
+        ...(note ? { note } : {}),
         ...(measured.length > 0 ? { peakRssMb: Math.max(...measured) } : {}),
       };
     },
     async teardown(ctx) {
-      for (const r of relays) r.child.kill('SIGKILL');
+      for (const r of relays) {
+        r.child.kill('SIGCONT');
+        r.child.kill('SIGKILL');
+      }
       relays = [];
       if (source === 'cdc' || via === 'wal') await dropReplicationObjects(ctx, cdcNamesOf(ctx));
     },

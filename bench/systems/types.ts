@@ -40,6 +40,8 @@ export interface DrainResult {
   readonly peakRssMb?: number;
   /** CPU ms per 1,000 events by process over the timed part (bench/cpu.ts), when measured. */
   readonly cpu?: CpuPer1000;
+  /** Something that happened during the run that the figure should be read with (e.g. a reconnect). */
+  readonly note?: string;
 }
 
 export interface DrainSystem {
