@@ -1,5 +1,14 @@
 export { pgErrorCode, pgTransactions } from './adapters/pg.js';
 export { abortedTransaction, findErrorCode, type TransactionRunner } from './adapters/transactions.js';
+export {
+  type CdcNameOptions,
+  type CdcSlotStatus,
+  cdcSlotStatus,
+  type DropCdcSlotOptions,
+  dropCdcSlot,
+  type EnsureCdcSlotResult,
+  ensureCdcSlot,
+} from './cdc/setup.js';
 export { type EnvelopeAttributes, envelopeAttributes, paddedSequence } from './envelope/attributes.js';
 export { type EnvelopeBinding, envelopeHeaders, structuredAttributes } from './envelope/bindings.js';
 export { percentDecode, percentEncode } from './envelope/percent.js';

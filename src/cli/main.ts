@@ -5,6 +5,7 @@
  */
 
 import { Command } from 'commander';
+import { registerCdc } from './cdc.js';
 import { packageVersion, reportError, verboseRequested } from './common.js';
 import { registerDead } from './dead.js';
 import { registerDemo } from './demo/index.js';
@@ -20,7 +21,7 @@ import { registerStatus } from './status.js';
 function buildProgram(): Command {
   const program = new Command('tx-outbox')
     .description(
-      'Transactional outbox for PostgreSQL: migrate, relay, status, dead, event, history, inbox, roles, demo.',
+      'Transactional outbox for PostgreSQL: migrate, relay, status, cdc, dead, event, history, inbox, roles, demo.',
     )
     .version(packageVersion(), '-V, --version', 'print the version')
     .option('--verbose', 'print stack traces with errors')
@@ -31,6 +32,7 @@ function buildProgram(): Command {
   registerMigrate(program);
   registerRelay(program);
   registerStatus(program);
+  registerCdc(program);
   registerDead(program);
   registerEvent(program);
   registerHistory(program);

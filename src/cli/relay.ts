@@ -1,6 +1,6 @@
 /**
- * `tx-outbox relay`: runs a polling relay as its own service until SIGTERM or
- * SIGINT. The first signal drains the batch in flight (up to 30 s) and gives
+ * `tx-outbox relay`: runs a relay as its own service until SIGTERM or SIGINT: the polling
+ * relay, or with `--source cdc` the CDC relay (logical replication). The first signal drains the batch in flight (up to 30 s) and gives
  * the partitions back; a second one exits at once with 130.
  */
 
@@ -11,6 +11,7 @@ import type { MetricsServer } from '../ops/http.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
 import type { HistoryOptions } from '../relay/history.js';
+import type { RelayOptions } from '../relay/options.js';
 import type { RelayPruneOptions } from '../relay/pruner.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import { warnSecretsOnCommandLine } from './argv-secrets.js';
@@ -34,6 +35,7 @@ import {
   serveRelayMetrics,
 } from './metrics-endpoint.js';
 import { publisherFromConfig, publisherFromSpec } from './publishers.js';
+import { startCdcRelay } from './relay-cdc.js';
 import { waitForDatabase } from './wait-for-database.js';
 import { WEBHOOK_SECRET_ENV, webhookSecretFromFlags } from './webhook-secret.js';
 
@@ -43,7 +45,13 @@ const STOP_TIMEOUT_MS = 30_000;
 interface RelayCliOptions extends DatabaseCommandOptions, MetricsFlags {
   readonly nats?: string;
   readonly natsStream?: string;
+  /** `poll`, `cdc`, or (deprecated) the CloudEvents source. */
   readonly source?: string;
+  readonly ceSource?: string;
+  readonly slot?: string;
+  readonly publication?: string;
+  readonly heartbeat?: string;
+  readonly silenceTimeout?: string;
   readonly natsSubjects?: string[];
   readonly webhook?: string;
   readonly webhookSecret?: string;
@@ -101,8 +109,22 @@ export function registerRelay(program: Command): void {
       `publishers and routing rules (default: the first of ${CONFIG_FILES.join(', ')} in this directory)`,
     )
     .option(
-      '--source <uri>',
+      '--source <poll|cdc>',
+      'where events come from: poll (default) claims them from the events table; cdc streams them by logical replication (needs wal_level = logical)',
+    )
+    .option(
+      '--ce-source <uri>',
       "CloudEvents source of the events, a URI-reference such as https://orders.example.com (default 'tx-outbox')",
+    )
+    .option('--slot <name>', 'with --source cdc: replication slot (default txo_<schema>)', nonEmptyOption)
+    .option('--publication <name>', 'with --source cdc: publication (default txo_<schema>)', nonEmptyOption)
+    .option(
+      '--heartbeat <duration>',
+      'with --source cdc: between heartbeat messages that keep the slot moving (default 10s)',
+    )
+    .option(
+      '--silence-timeout <duration>',
+      'with --source cdc: reconnect when the stream says nothing for this long (default 30s, more than --heartbeat)',
     )
     .option('--batch-size <n>', 'events claimed per batch (default 500)', integerOption(1, 10_000))
     .option(
@@ -148,8 +170,87 @@ function commaList(value: string): string[] {
     .filter((s) => s.length > 0);
 }
 
+/** `--source poll|cdc` picks the relay; any other value is the CloudEvents source (deprecated). */
+type RelayKind = 'poll' | 'cdc';
+const RELAY_KINDS: ReadonlySet<string> = new Set(['poll', 'cdc']);
+
+/**
+ * The relay kind and the CloudEvents source, from `--source` and `--ce-source`. `--source` was the
+ * CloudEvents source until the CDC relay; a value other than poll or cdc still means that, with a
+ * deprecation warning (after it is known to be valid, so bad usage stays one error line).
+ */
+export function relaySourceFlags(options: { readonly source?: string; readonly ceSource?: string }): {
+  kind: RelayKind;
+  ceSource?: string;
+  ceSourceFlag?: string;
+  deprecated: boolean;
+} {
+  const { source, ceSource } = options;
+  if (source === undefined || RELAY_KINDS.has(source)) {
+    const kind = (source ?? 'poll') as RelayKind;
+    return ceSource === undefined
+      ? { kind, deprecated: false }
+      : { kind, ceSource, ceSourceFlag: '--ce-source', deprecated: false };
+  }
+  if (ceSource !== undefined) {
+    throw usageError(
+      `--source ${JSON.stringify(source)} is the deprecated spelling of --ce-source, which is given too; keep --ce-source only (--source now takes poll or cdc)`,
+    );
+  }
+  return { kind: 'poll', ceSource: source, ceSourceFlag: '--source', deprecated: true };
+}
+
+/** Rejects CDC-only flags on a polling relay (they would be ignored silently otherwise). */
+function checkCdcFlags(options: RelayCliOptions, kind: RelayKind): void {
+  if (kind === 'cdc') return;
+  const given = (
+    [
+      ['--slot', options.slot],
+      ['--publication', options.publication],
+      ['--heartbeat', options.heartbeat],
+      ['--silence-timeout', options.silenceTimeout],
+    ] as const
+  ).filter(([, v]) => v !== undefined);
+  if (given.length > 0) throw usageError(`${given.map(([f]) => f).join(', ')} need --source cdc`);
+}
+
+/** The CDC settings from the flags; the defaults are the CDC relay's own. */
+export function cdcFlags(options: {
+  readonly slot?: string;
+  readonly publication?: string;
+  readonly heartbeat?: string;
+  readonly silenceTimeout?: string;
+}): { slot?: string; publication?: string; heartbeatMs?: number; silenceTimeoutMs?: number } {
+  const heartbeatMs =
+    options.heartbeat === undefined ? undefined : parseDuration('--heartbeat', options.heartbeat);
+  const silenceTimeoutMs =
+    options.silenceTimeout === undefined
+      ? undefined
+      : parseDuration('--silence-timeout', options.silenceTimeout);
+  if ((silenceTimeoutMs ?? 30_000) <= (heartbeatMs ?? 10_000)) {
+    throw usageError(
+      `--silence-timeout (${silenceTimeoutMs ?? 30_000} ms) must be longer than --heartbeat (${heartbeatMs ?? 10_000} ms): the heartbeat is what breaks the silence`,
+    );
+  }
+  return {
+    ...(options.slot === undefined ? {} : { slot: options.slot }),
+    ...(options.publication === undefined ? {} : { publication: options.publication }),
+    ...(heartbeatMs === undefined ? {} : { heartbeatMs }),
+    ...(silenceTimeoutMs === undefined ? {} : { silenceTimeoutMs }),
+  };
+}
+
 async function runRelay(options: RelayCliOptions): Promise<void> {
-  const source = await publisherSource(options);
+  const flags = relaySourceFlags(options);
+  checkCdcFlags(options, flags.kind);
+  const cdc = flags.kind === 'cdc' ? cdcFlags(options) : undefined;
+  const source = await publisherSource(options, flags);
+  if (flags.deprecated) {
+    process.emitWarning(
+      '--source <uri> for the CloudEvents source is deprecated, use --ce-source <uri> (--source now takes poll or cdc; the old meaning goes in the next minor version)',
+      { type: 'DeprecationWarning', code: 'TXO_DEPRECATED_OPTION' },
+    );
+  }
   const url = databaseUrl(options);
   const logger = createLogger(options.logLevel);
   warnSecretsOnCommandLine(
@@ -172,8 +273,13 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
     source.kind === 'config' ? { file: source.file, metrics: source.config.metrics } : undefined,
   );
   // One connection more for the readiness check of /readyz.
-  // One more for the background pruner's run (--prune).
-  const pool = createPool(url, logger, (endpoint === undefined ? 5 : 6) + (options.prune ? 1 : 0));
+  // One more for the background pruner's run (--prune), one for the CDC relay's heartbeat and
+  // polling path (its stream has a replication connection of its own, outside the pool).
+  const pool = createPool(
+    url,
+    logger,
+    (endpoint === undefined ? 5 : 6) + (options.prune ? 1 : 0) + (cdc === undefined ? 0 : 1),
+  );
   const registry = endpoint === undefined ? undefined : relayRegistry();
   let publisher: Publisher | undefined;
   let metrics: MetricsServer | undefined;
@@ -186,7 +292,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       source.kind === 'config'
         ? await publisherFromConfig(source.config, secret)
         : await publisherFromSpec(source.spec, secret);
-    const relay = createRelay({
+    const relayOptions: RelayOptions = {
       pool,
       publisher,
       schema: options.schema,
@@ -201,12 +307,18 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       ...(options.prune ? { prune: relayPruneFlag(options.pruneInterval) } : {}),
       logger: logger.child({ component: 'relay' }),
       ...(registry === undefined ? {} : { metrics: registry }),
-    });
+    };
+    const relay =
+      cdc === undefined
+        ? createRelay(relayOptions)
+        : await startCdcRelay({ ...relayOptions, ...cdc, logger: logger.child({ component: 'cdc-relay' }) });
     if (endpoint !== undefined && registry !== undefined) {
       metrics = await serveRelayMetrics(endpoint, { pool, relay, registry, logger });
     }
     await serve(relay, logger, signals.first, {
       schema: options.schema,
+      source: flags.kind,
+      ...(cdc === undefined ? {} : { slot: cdc.slot ?? `txo_${options.schema}` }),
       publisher:
         source.kind === 'config' ? { config: source.file, publisher: publisher.name } : describe(source.spec),
       pending: status.pending,
@@ -240,7 +352,10 @@ type Source =
 const PUBLISHER_FLAGS = ['nats', 'webhook', 'kafka', 'rabbitmq', 'redis', 'mqtt'] as const;
 
 /** Exactly one publisher flag, or a config file (given, or found in the working directory). */
-async function publisherSource(options: RelayCliOptions): Promise<Source> {
+async function publisherSource(
+  options: RelayCliOptions,
+  { ceSource, ceSourceFlag = '--ce-source' }: { ceSource?: string; ceSourceFlag?: string },
+): Promise<Source> {
   const flags = PUBLISHER_FLAGS.filter((f) => options[f] !== undefined);
   if (flags.length > 1) {
     throw usageError(
@@ -250,8 +365,10 @@ async function publisherSource(options: RelayCliOptions): Promise<Source> {
   if (flags.length === 1 && options.config !== undefined) {
     throw usageError(`choose --${flags[0]} or --config, not both`);
   }
-  if (flags.length === 0 && options.source !== undefined) {
-    throw usageError('--source goes with a publisher flag; in a config file, give "source" per publisher');
+  if (flags.length === 0 && ceSource !== undefined) {
+    throw usageError(
+      `${ceSourceFlag} goes with a publisher flag; in a config file, give "source" per publisher`,
+    );
   }
   checkPublisherOptions(options);
   if (flags.length === 0) {
@@ -263,12 +380,16 @@ async function publisherSource(options: RelayCliOptions): Promise<Source> {
     }
     return { kind: 'config', file, config: await loadConfig(file) };
   }
-  return { kind: 'spec', spec: specFromFlags(options) };
+  return { kind: 'spec', spec: specFromFlags(options, ceSource, ceSourceFlag) };
 }
 
-function specFromFlags(options: RelayCliOptions): PublisherSpec {
+function specFromFlags(
+  options: RelayCliOptions,
+  ceSource: string | undefined,
+  flag = '--ce-source',
+): PublisherSpec {
   const spec = publisherFlag(options);
-  return options.source === undefined ? spec : { ...spec, source: sourceOf(options.source, '--source') };
+  return ceSource === undefined ? spec : { ...spec, source: sourceOf(ceSource, flag) };
 }
 
 function publisherFlag(options: RelayCliOptions): PublisherSpec {

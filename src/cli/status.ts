@@ -1,12 +1,17 @@
 /** `tx-outbox status`: backlog, failures, partition owners and relays, as a table or JSON. */
 
 import type { Command } from 'commander';
+import type pg from 'pg';
+import { type CdcSlotStatus, cdcSlotStatus } from '../cdc/setup.js';
 import { type OutboxStatus, outboxStatus, type PartitionStatus } from '../ops/status.js';
+import { addCdcNameOptions, formatCdcLines } from './cdc.js';
 import { type DatabaseCommandOptions, withDatabaseOptions, withPool } from './command.js';
 
 interface StatusCliOptions extends DatabaseCommandOptions {
   readonly json?: boolean;
   readonly exact?: boolean;
+  readonly slot?: string;
+  readonly publication?: string;
 }
 
 /** Registers `tx-outbox status [--json]`. */
@@ -19,6 +24,7 @@ export function registerStatus(program: Command): void {
       '--exact',
       'count every event: a SCAN of the whole events table (seconds at millions of rows); default: an O(partitions) read, estimated beyond 10,000 rows',
     );
+  addCdcNameOptions(command);
   withDatabaseOptions(command);
   command.action((options: StatusCliOptions) => runStatus(options));
 }
@@ -26,15 +32,34 @@ export function registerStatus(program: Command): void {
 async function runStatus(options: StatusCliOptions): Promise<void> {
   await withPool(options, 1, async (pool) => {
     const status = await outboxStatus(pool, { schema: options.schema, exact: options.exact === true });
+    // The CDC relay's slot, when there is one (a schema without CDC prints nothing more).
+    const cdc = await cdcSlot(pool, options);
     const text = options.json
-      ? JSON.stringify({ schema: options.schema, ...status })
-      : formatStatus(options.schema, status);
+      ? JSON.stringify({ schema: options.schema, ...status, ...(cdc === undefined ? {} : { cdc }) })
+      : formatStatus(options.schema, status, cdc);
     process.stdout.write(`${text}\n`);
   });
 }
 
-/** The human view: summary, partitions grouped by owner, relays. */
-export function formatStatus(schema: string, status: OutboxStatus): string {
+/** The slot, when it exists; none on a schema from before migration 11 (no cdc_state to read). */
+async function cdcSlot(pool: pg.Pool, options: StatusCliOptions): Promise<CdcSlotStatus | undefined> {
+  try {
+    const slot = await cdcSlotStatus(pool, {
+      schema: options.schema,
+      ...(options.slot === undefined ? {} : { slot: options.slot }),
+      ...(options.publication === undefined ? {} : { publication: options.publication }),
+    });
+    return slot.exists ? slot : undefined;
+  } catch (error) {
+    if ((error as { code?: unknown }).code === UNDEFINED_TABLE) return undefined;
+    throw error;
+  }
+}
+
+const UNDEFINED_TABLE = '42P01';
+
+/** The human view: summary, partitions grouped by owner, relays, and the CDC slot if any. */
+export function formatStatus(schema: string, status: OutboxStatus, cdc?: CdcSlotStatus): string {
   const about = status.exact ? '' : '~';
   const lines = [
     `Outbox "${schema}"${status.exact ? '' : `  (estimated: ~ marks figures scaled from the first ${status.sampled} events)`}`,
@@ -64,6 +89,7 @@ export function formatStatus(schema: string, status: OutboxStatus): string {
     ]);
     lines.push(...table(['RELAY', 'HOST', 'PID', 'LAST HEARTBEAT'], rows));
   }
+  if (cdc !== undefined) lines.push('', 'CDC', ...formatCdcLines(cdc));
   return lines.join('\n');
 }
 

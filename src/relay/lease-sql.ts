@@ -65,3 +65,34 @@ UPDATE {{schema}}.partitions p
 SET sleeping = $4
 FROM held
 WHERE p.partition = held.partition AND p.sleeping <> $4`;
+
+/**
+ * Exclusive mode (the CDC relay): every partition in one statement, or none. All rows are locked
+ * in partition order first, so two standbys racing queue on partition 0 and never split them; the
+ * second then sees the first's fresh leases (READ COMMITTED re-reads a locked row) and gets none.
+ * Taken only when no other live owner holds any; expired leases of a dead owner count as free.
+ */
+export const ACQUIRE_ALL_SQL = `
+WITH locked AS (
+  SELECT partition, owner, lease_until
+  FROM {{schema}}.partitions
+  ORDER BY partition
+  FOR UPDATE
+), free AS (
+  SELECT NOT EXISTS (
+    SELECT 1 FROM locked WHERE owner IS NOT NULL AND owner <> $1 AND lease_until >= now()
+  ) AS ok
+)
+UPDATE {{schema}}.partitions p
+SET owner = $1, epoch = p.epoch + 1, lease_until = now() + $2 * interval '1 millisecond', sleeping = false
+FROM locked, free
+WHERE free.ok AND p.partition = locked.partition
+RETURNING p.partition, p.epoch::text AS epoch`;
+
+/** Who holds live leases other than this relay, and how many: why an exclusive acquire got none. */
+export const OTHER_HOLDERS_SQL = `
+SELECT owner, count(*)::int AS partitions
+FROM {{schema}}.partitions
+WHERE owner IS NOT NULL AND owner <> $1 AND lease_until >= now()
+GROUP BY owner
+ORDER BY owner`;

@@ -4,9 +4,11 @@ import type { Logger } from '../logger.js';
 import { NOOP_RELAY_METRICS, type RelayMetrics } from '../metrics/relay-metrics.js';
 import { withSchema } from '../schema/identifiers.js';
 import {
+  ACQUIRE_ALL_SQL,
   ACQUIRE_SQL,
   HEARTBEAT_SQL,
   LIVE_RELAYS_SQL,
+  OTHER_HOLDERS_SQL,
   RELEASE_SQL,
   RENEW_SQL,
   SET_SLEEPING_SQL,
@@ -21,7 +23,20 @@ interface Statements {
   readonly acquire: string;
   readonly unregister: string;
   readonly sleeping: string;
+  readonly acquireAll: string;
+  readonly otherHolders: string;
 }
+
+export interface PartitionLeaseOptions {
+  /**
+   * All or nothing (the CDC relay, which streams every partition's events from one slot): the
+   * relay holds every partition or none, and takes them only when no other live relay holds any.
+   */
+  readonly exclusive?: boolean;
+}
+
+/** How often the same "why I got no partitions" explanation is repeated while it holds. */
+const STANDBY_REPEAT_MS = 60_000;
 
 /** The fair share of `partitions` for the relay at `rank` among `relays` live relays. */
 export function fairShare(partitions: number, relays: number, rank: number): number {
@@ -41,6 +56,9 @@ export class PartitionLeases {
   private readonly sql: Statements;
   private chain: Promise<unknown> = Promise.resolve();
   private registered = false;
+  readonly exclusive: boolean;
+  /** The last standby explanation logged, and when: repeated at most every STANDBY_REPEAT_MS. */
+  private standbyNote: { key: string; at: number } | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -50,7 +68,9 @@ export class PartitionLeases {
     private readonly totalPartitions: () => Promise<number>,
     private readonly logger: Logger,
     private readonly metrics: RelayMetrics = NOOP_RELAY_METRICS,
+    options: PartitionLeaseOptions = {},
   ) {
+    this.exclusive = options.exclusive === true;
     this.sql = {
       heartbeat: withSchema(HEARTBEAT_SQL, quotedSchema),
       live: withSchema(LIVE_RELAYS_SQL, quotedSchema),
@@ -59,6 +79,8 @@ export class PartitionLeases {
       acquire: withSchema(ACQUIRE_SQL, quotedSchema),
       unregister: withSchema(UNREGISTER_SQL, quotedSchema),
       sleeping: withSchema(SET_SLEEPING_SQL, quotedSchema),
+      acquireAll: withSchema(ACQUIRE_ALL_SQL, quotedSchema),
+      otherHolders: withSchema(OTHER_HOLDERS_SQL, quotedSchema),
     };
   }
 
@@ -110,6 +132,7 @@ export class PartitionLeases {
    * Resolves to true when the relay holds less than its share (some are still leased by others).
    */
   rebalance(): Promise<boolean> {
+    if (this.exclusive) return this.serial(() => this.rebalanceExclusive());
     return this.serial(async () => {
       await this.heartbeat();
       const { rows } = await this.pool.query<{ relay_id: string }>(this.sql.live);
@@ -145,6 +168,78 @@ export class PartitionLeases {
       }
       return this.owned.size < share;
     });
+  }
+
+  /**
+   * Exclusive mode: keeps every partition, or takes them all when no other live relay holds any.
+   * Holding some but not all (a polling relay shares the schema, or a pause lost some to another
+   * CDC relay) is never kept: they are released. Resolves to true while the relay is a standby.
+   */
+  private async rebalanceExclusive(): Promise<boolean> {
+    await this.heartbeat();
+    const total = await this.totalPartitions();
+    if (this.owned.size === total) return false;
+    if (this.owned.size > 0) {
+      const { partitions, epochs } = this.snapshot();
+      await this.pool.query(this.sql.release, [this.relayId, partitions, epochs]);
+      this.owned.clear();
+      this.metrics.leases('released', partitions.length);
+      this.logger.warn(
+        { relayId: this.relayId, released: partitions, total },
+        'held only some partitions in exclusive (CDC) mode: released them. Another relay holds the rest: ' +
+          'CDC and polling relays must not share a schema',
+      );
+    }
+    const got = await this.pool.query<{ partition: number; epoch: string }>(this.sql.acquireAll, [
+      this.relayId,
+      this.leaseMs,
+    ]);
+    for (const r of got.rows) this.owned.set(r.partition, r.epoch);
+    this.metrics.leases('acquired', got.rows.length);
+    if (got.rows.length > 0) {
+      this.standbyNote = undefined;
+      this.logger.info(
+        { relayId: this.relayId, partitions: got.rows.length },
+        'acquired every partition (exclusive)',
+      );
+      return this.owned.size < total;
+    }
+    await this.explainStandby(total);
+    return true;
+  }
+
+  /** Why an exclusive acquire got nothing: another CDC relay (all partitions), or a polling relay (some). */
+  private async explainStandby(total: number): Promise<void> {
+    const { rows } = await this.pool.query<{ owner: string; partitions: number }>(this.sql.otherHolders, [
+      this.relayId,
+    ]);
+    const holders = Object.fromEntries(rows.map((r) => [r.owner, r.partitions]));
+    const shared = !(rows.length === 1 && rows[0]!.partitions === total);
+    const key = JSON.stringify(holders);
+    const now = performance.now();
+    if (this.standbyNote?.key === key && now - this.standbyNote.at < STANDBY_REPEAT_MS) return;
+    this.standbyNote = { key, at: now };
+    if (shared && rows.length > 0) {
+      this.logger.warn(
+        { relayId: this.relayId, holders, total },
+        'standby: no partition taken because other relays hold some of them (a polling relay?); a CDC ' +
+          'relay needs every partition: CDC and polling relays must not share a schema',
+      );
+    } else {
+      this.logger.info(
+        { relayId: this.relayId, holders, total },
+        'standby: another relay holds every partition',
+      );
+    }
+  }
+
+  /**
+   * Renews, then says whether this relay still holds every partition (exclusive mode: what the
+   * CDC relay checks right before it takes the slot over).
+   */
+  async verifyAll(): Promise<boolean> {
+    await this.renew();
+    return this.owned.size > 0 && this.owned.size === (await this.totalPartitions());
   }
 
   /** Gives every partition back (graceful stop) and leaves the relay list. */
