@@ -8,7 +8,9 @@
  * whole system's cost on this 2-core machine. (b) again with `maxPending` set: the backpressure
  * check's cost (one cached read of the published backlog a second per process). (b) with caller
  * versions (`sequence` given: each connection's aggregates count their own versions, as a
- * business row's version column would): no sequence row.
+ * business row's version column would): no sequence row. (b) in WAL mode (`via: 'wal'`): the
+ * sequence row and a logical message, no event row (a pgoutput slot exists; nothing reads it
+ * during the round, so this is the producer's cost only — decoding is the CDC relay's).
  */
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
@@ -21,6 +23,7 @@ export const PRODUCER_VARIANTS = [
   'business + bare INSERT',
   'business + enqueue',
   'business + enqueue, caller version',
+  'business + enqueue via WAL',
   'business + enqueue with maxPending',
   'business + enqueue, relay draining meanwhile',
 ] as const;
@@ -50,8 +53,10 @@ export async function producerRuns(
   const ctx = await benchContext(pool);
   const s = `"${ctx.schema}"`;
   let relay: RelayChild | undefined;
+  const slot = `txo_${ctx.schema}`;
   try {
     await migrate(pool, { schema: ctx.schema });
+    await pool.query(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, [slot]);
     await pool.query(`CREATE TABLE ${s}.orders (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`);
     await pool.query(`CREATE TABLE ${s}.bare (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`);
     const startRelay = async (): Promise<void> => {
@@ -112,6 +117,18 @@ export async function producerRuns(
                   },
                   { schema: ctx.schema },
                 );
+              } else if (variant === 'business + enqueue via WAL') {
+                await enqueue(
+                  client,
+                  {
+                    aggregateType: 'order',
+                    aggregateId: `c${c}-${n % 500}`,
+                    type: 'order.placed',
+                    topic,
+                    payload,
+                  },
+                  { schema: ctx.schema, via: 'wal' },
+                );
               } else if (variant !== 'business only') {
                 await enqueue(
                   client,
@@ -166,6 +183,11 @@ export async function producerRuns(
     return { tps: result, databaseCpuUs, clientCpuUs };
   } finally {
     if (relay) await stopRelay(relay);
+    // An abandoned slot would retain WAL for everyone.
+    await pool.query(
+      'SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1',
+      [slot],
+    );
     await ctx.close();
   }
 }

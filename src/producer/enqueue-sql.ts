@@ -20,8 +20,12 @@
  * lock): the event row only — no sequence row is read or written, `sequence_base` 0.
  */
 
-/** One event with the next gap-free sequence of its aggregate, for any aggregate. */
-const INSERT_ONE = `
+/**
+ * The sequence CTEs of one event, for any aggregate: `part` (its partition) and `seq` (its
+ * `last_sequence`, `sequence_base`). Shared with the WAL statements (enqueue-wal-sql.ts), so both
+ * modes hand out sequences by the same text.
+ */
+export const ONE_SEQUENCE_CTES = `
 WITH part AS (
   SELECT {{schema}}.partition_of($2::text, $3::text) AS p
 ), bumped AS (
@@ -36,7 +40,10 @@ WITH part AS (
   RETURNING s.last_sequence, s.sequence_base
 ), seq AS (
   SELECT last_sequence, sequence_base FROM bumped UNION ALL SELECT last_sequence, sequence_base FROM created
-){{wake}}
+)`;
+
+/** One event with the next gap-free sequence of its aggregate, for any aggregate. */
+const INSERT_ONE = `${ONE_SEQUENCE_CTES}{{wake}}
 INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
 SELECT $1::uuid, part.p,
@@ -45,20 +52,23 @@ SELECT $1::uuid, part.p,
 FROM seq CROSS JOIN part{{join}}
 RETURNING sequence::text AS sequence`;
 
-/**
- * One event of an aggregate this process has seen a sequence row of: the UPDATE and the insert in
- * one statement, without the sequence row's insert (whose setup the statement would pay for on
- * every event). No row (the aggregate was pruned since): no event either — `enqueue` then runs
- * INSERT_ONE, whose UPDATE finds nothing after the same wait and inserts the row above the floor.
- */
-const INSERT_ONE_KNOWN = `
+/** The CTEs of INSERT_ONE_KNOWN: `seq` from the UPDATE alone (no row: no row), and `part`. */
+export const KNOWN_SEQUENCE_CTES = `
 WITH seq AS (
   UPDATE {{schema}}.aggregate_sequences s SET last_sequence = s.last_sequence + 1, written_at = now()
   WHERE s.aggregate_type = $2::text AND s.aggregate_id = $3::text
   RETURNING s.last_sequence, s.sequence_base
 ), part AS (
   SELECT {{schema}}.partition_of($2::text, $3::text) AS p
-){{wake}}
+)`;
+
+/**
+ * One event of an aggregate this process has seen a sequence row of: the UPDATE and the insert in
+ * one statement, without the sequence row's insert (whose setup the statement would pay for on
+ * every event). No row (the aggregate was pruned since): no event either — `enqueue` then runs
+ * INSERT_ONE, whose UPDATE finds nothing after the same wait and inserts the row above the floor.
+ */
+const INSERT_ONE_KNOWN = `${KNOWN_SEQUENCE_CTES}{{wake}}
 INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
 SELECT $1::uuid, part.p, $2, $3, seq.last_sequence, seq.sequence_base, $4::text, $5::int, $6::text, $7::jsonb,
@@ -66,11 +76,14 @@ SELECT $1::uuid, part.p, $2, $3, seq.last_sequence, seq.sequence_base, $4::text,
 FROM seq CROSS JOIN part{{join}}
 RETURNING sequence::text AS sequence`;
 
-/** One event with the caller's sequence ($11); nothing returned (the caller knows it; RETURNING cost 3 %). */
-const INSERT_ONE_VERSIONED = `
+/** The partition of one event's aggregate ($2, $3), for the caller-version statements. */
+export const PART_CTE = `
 WITH part AS (
   SELECT {{schema}}.partition_of($2::text, $3::text) AS p
-){{wake}}
+)`;
+
+/** One event with the caller's sequence ($11); nothing returned (the caller knows it; RETURNING cost 3 %). */
+const INSERT_ONE_VERSIONED = `${PART_CTE}{{wake}}
 INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
 SELECT $1::uuid, part.p, $2, $3, $11::bigint, 0, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb,
@@ -95,14 +108,12 @@ FROM parted i{{join}}
 ORDER BY i.ord
 RETURNING event_id::text AS event_id, sequence::text AS sequence`;
 
-/** A batch: arrays in, per-aggregate counts reserved in one update and one insert (in key order, against deadlocks). */
-const INSERT_MANY = `
-WITH input AS (
-  SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[],
-                       $7::jsonb[], $8::bytea[], $9::jsonb[], $10::timestamptz[])
-    WITH ORDINALITY AS i(event_id, aggregate_type, aggregate_id, event_type, schema_version, topic,
-                         payload, payload_bytes, headers, deliver_after, ord)
-), parted AS (
+/**
+ * The sequence CTEs of a batch, after its `input` CTE (aggregate_type, aggregate_id, ord …):
+ * `parted` (the input with its partition p), `counts`, `locked`, `bumped`, `created` and `seq`
+ * (per aggregate: last_sequence after the batch, sequence_base). Shared with the WAL batch.
+ */
+export const MANY_SEQUENCE_CTES = `, parted AS (
   SELECT i.*, {{schema}}.partition_of(i.aggregate_type, i.aggregate_id) AS p
   FROM input i
 ), counts AS (
@@ -134,7 +145,16 @@ WITH input AS (
 ), seq AS (
   SELECT aggregate_type, aggregate_id, last_sequence, sequence_base FROM bumped
   UNION ALL SELECT aggregate_type, aggregate_id, last_sequence, sequence_base FROM created
-){{wake}}
+)`;
+
+/** A batch: arrays in, per-aggregate counts reserved in one update and one insert (in key order, against deadlocks). */
+const INSERT_MANY = `
+WITH input AS (
+  SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[],
+                       $7::jsonb[], $8::bytea[], $9::jsonb[], $10::timestamptz[])
+    WITH ORDINALITY AS i(event_id, aggregate_type, aggregate_id, event_type, schema_version, topic,
+                         payload, payload_bytes, headers, deliver_after, ord)
+)${MANY_SEQUENCE_CTES}{{wake}}
 INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
 SELECT i.event_id, i.p,

@@ -1,3 +1,4 @@
+import { encodeWalBody } from '../cdc/wal-message.js';
 import { OutboxError, OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { quoteSchema } from '../schema/identifiers.js';
@@ -5,10 +6,12 @@ import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { namedStatement, type Statement } from '../schema/statement.js';
 import { type BackpressureMode, backpressureGate } from './backpressure.js';
 import { enqueueStatements, wakeChannel } from './enqueue-sql.js';
+import { walStatements } from './enqueue-wal-sql.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, type OutboxEvent, type PreparedEvent, prepareEvent } from './event.js';
 import { newEventId } from './event-id.js';
 import { assertInTransaction, type SqlExecutor, sendInTransaction } from './executor.js';
 import { activeTraceHeaders, activeTraceHeadersNow } from './trace.js';
+import { walSlotGate, walSlotName } from './wal-slot.js';
 
 export interface EnqueueOptions {
   /** Outbox schema. Default `outbox`. */
@@ -35,6 +38,16 @@ export interface EnqueueOptions {
   readonly onBackpressure?: BackpressureMode;
   /** Where `onBackpressure: 'warn'` logs; without one, a process warning (code TXO_BACKPRESSURE). */
   readonly logger?: Logger;
+  /**
+   * Where the events go. `'table'` (default): rows of `<schema>.events`, for any relay. `'wal'`:
+   * WAL messages only (`pg_logical_emit_message`, transactional), for the CDC relay — no events
+   * row, nothing to delete; the sequences are the table mode's. Refused for `deliverAfter`, and
+   * (TXO_CDC_NO_SLOT, TXO_CDC_WAL_LEVEL) without a slot that decodes them: checked once per 5 s.
+   * `notify` does not apply.
+   */
+  readonly via?: 'table' | 'wal';
+  /** With `via: 'wal'`: the CDC relay's replication slot. Default `txo_<schema>`. */
+  readonly slot?: string;
 }
 
 export interface EnqueueResult {
@@ -71,6 +84,31 @@ function statementsFor(schema: string, notify: boolean, prepared: boolean): Stat
       manyVersioned: namedStatement('txo_enqueue', sql.manyVersioned, prepared),
     };
     variants[slot] = found;
+  }
+  return found;
+}
+
+/** Per schema: the WAL statements, unprepared [0] and prepared [1]. */
+const walVariants = new Map<string, Statements[]>();
+
+function walStatementsFor(schema: string, prepared: boolean): Statements {
+  let variants = walVariants.get(schema);
+  if (!variants) {
+    variants = [];
+    walVariants.set(schema, variants);
+  }
+  const index = prepared ? 1 : 0;
+  let found = variants[index];
+  if (!found) {
+    const sql = walStatements(schema, quoteSchema(schema));
+    found = {
+      one: namedStatement('txo_enqueue_wal', sql.one, prepared),
+      oneKnown: namedStatement('txo_enqueue_wal_known', sql.oneKnown, prepared),
+      many: namedStatement('txo_enqueue_wal', sql.many, prepared),
+      oneVersioned: namedStatement('txo_enqueue_wal', sql.oneVersioned, prepared),
+      manyVersioned: namedStatement('txo_enqueue_wal', sql.manyVersioned, prepared),
+    };
+    variants[index] = found;
   }
   return found;
 }
@@ -137,13 +175,22 @@ export async function enqueue(
   }
   const schema = options.schema ?? DEFAULT_SCHEMA;
   const prepareStatements = options.prepared ?? true;
-  const sql = statementsFor(schema, options.notify ?? true, prepareStatements);
+  const via = options.via ?? 'table';
+  if (via !== 'table' && via !== 'wal') {
+    throw new OutboxValidationError('via', `is ${String(via)}`, "Pass 'table' or 'wal'.");
+  }
+  const wal = via === 'wal';
+  const slot = wal || options.slot !== undefined ? walSlotName(schema, options.slot) : '';
+  const sql = wal
+    ? walStatementsFor(schema, prepareStatements)
+    : statementsFor(schema, options.notify ?? true, prepareStatements);
   assertInTransaction(tx);
   if (events.length === 0) return [];
 
   const traceHeaders = activeTraceHeadersNow() ?? (await activeTraceHeaders());
   if (single) {
     const p = prepareEvent(input as OutboxEvent, 'event', { maxPayloadBytes, newEventId, traceHeaders });
+    if (wal) refuseScheduled(p, 'event');
     if (p.bytes > maxBatchBytes) {
       throw new OutboxValidationError(
         'event',
@@ -153,7 +200,8 @@ export async function enqueue(
     }
     if (maxPending !== undefined)
       await checkBackpressure(tx, schema, maxPending, onBackpressure, prepareStatements, options);
-    return insertOne(tx, sql, p);
+    if (wal) await walSlotGate.check(tx, schema, slot, prepareStatements);
+    return insertOne(tx, sql, p, wal);
   }
   const prepared: PreparedEvent[] = [];
   const seen = new Set<string>();
@@ -162,6 +210,7 @@ export async function enqueue(
   for (let i = 0; i < events.length; i++) {
     const field = `events[${i}]`;
     const p = prepareEvent(events[i]!, field, { maxPayloadBytes, newEventId, traceHeaders });
+    if (wal) refuseScheduled(p, field);
     bytes += p.bytes;
     if (bytes > maxBatchBytes) {
       throw new OutboxValidationError(
@@ -183,23 +232,32 @@ export async function enqueue(
   }
   if (maxPending !== undefined)
     await checkBackpressure(tx, schema, maxPending, onBackpressure, prepareStatements, options);
+  if (wal) await walSlotGate.check(tx, schema, slot, prepareStatements);
 
   const assigned = versions.any ? prepared.filter((p) => p.sequence === null) : prepared;
   const versioned = versions.any ? prepared.filter((p) => p.sequence !== null) : [];
   const sequences = new Map<string, number>();
   if (assigned.length === 1) {
-    const r = await insertOne(tx, sql, assigned[0]!);
+    const r = await insertOne(tx, sql, assigned[0]!, wal);
     sequences.set(r.eventId, r.sequence);
   } else if (assigned.length > 1) {
-    await insertMany(tx, sql.many, columns(assigned), sequences);
+    if (wal) await emitMany(tx, sql.many, assigned, sequences);
+    else await insertMany(tx, sql.many, columns(assigned), sequences);
   }
   if (versioned.length === 1) {
-    const r = await insertOne(tx, sql, versioned[0]!);
+    const r = await insertOne(tx, sql, versioned[0]!, wal);
     sequences.set(r.eventId, r.sequence);
   } else if (versioned.length > 1) {
-    const values = columns(versioned);
-    values.push(versioned.map((e) => e.sequence));
-    await insertMany(tx, sql.manyVersioned, values, sequences);
+    if (wal) {
+      const values = walColumns(versioned);
+      values.push(versioned.map((e) => e.sequence));
+      await run(tx, sql.manyVersioned, values);
+      for (const p of versioned) sequences.set(p.eventId, p.sequence!);
+    } else {
+      const values = columns(versioned);
+      values.push(versioned.map((e) => e.sequence));
+      await insertMany(tx, sql.manyVersioned, values, sequences);
+    }
   }
   return prepared.map((p) => ({ eventId: p.eventId, sequence: sequences.get(p.eventId) ?? 0 }));
 }
@@ -215,8 +273,23 @@ function checkBackpressure(
   return backpressureGate.check(tx, { schema, maxPending, mode, prepared, logger: options.logger });
 }
 
-async function insertOne(tx: SqlExecutor, sql: Statements, p: PreparedEvent): Promise<EnqueueResult> {
-  const values = scalars(p);
+/** WAL mode has no deliverAfter: nothing in the stream can wait, and the table can. */
+function refuseScheduled(p: PreparedEvent, field: string): void {
+  if (p.deliverAfter === null) return;
+  throw new OutboxValidationError(
+    `${field}.deliverAfter`,
+    "is set, and a WAL-mode event (via: 'wal') is published as it streams by: it cannot wait",
+    "Use the table for scheduled events: enqueue them without via: 'wal'.",
+  );
+}
+
+async function insertOne(
+  tx: SqlExecutor,
+  sql: Statements,
+  p: PreparedEvent,
+  wal: boolean,
+): Promise<EnqueueResult> {
+  const values = wal ? [encodeWalBody(p), p.aggregateType, p.aggregateId] : scalars(p);
   if (p.sequence !== null) {
     values.push(p.sequence);
     await run(tx, sql.oneVersioned, values);
@@ -319,6 +392,29 @@ class VersionRun {
       );
     }
   }
+}
+
+/** A WAL batch: one row back per event, in the order given. */
+async function emitMany(
+  tx: SqlExecutor,
+  statement: Statement,
+  events: readonly PreparedEvent[],
+  into: Map<string, number>,
+): Promise<void> {
+  const { rows } = await run<{ sequence: string }>(tx, statement, walColumns(events));
+  if (rows.length !== events.length) {
+    throw new OutboxError(
+      `the WAL-mode batch statement returned ${rows.length} rows for ${events.length} events`,
+      {
+        code: 'TXO_INTERNAL',
+      },
+    );
+  }
+  for (let i = 0; i < events.length; i++) into.set(events[i]!.eventId, Number(rows[i]!.sequence));
+}
+
+function walColumns(events: readonly PreparedEvent[]): unknown[] {
+  return [events.map(encodeWalBody), events.map((e) => e.aggregateType), events.map((e) => e.aggregateId)];
 }
 
 function scalars(e: PreparedEvent): unknown[] {

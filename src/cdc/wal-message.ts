@@ -1,0 +1,226 @@
+/**
+ * The WAL-mode event message: what `enqueue(tx, e, { via: 'wal' })` writes with
+ * `pg_logical_emit_message(true, eventsPrefix(schema), content)` instead of an events row, and what
+ * the CDC relay reads back from the slot (`decodeWalEvent`).
+ *
+ * content, big-endian, version 1:
+ *
+ *   written by the statement (SQL):   u8 version (1) · i64 sequence · i64 sequence_base ·
+ *                                     i16 partition · i64 created_at (µs since the Unix epoch)
+ *   encoded once by the client:       u8 flags (1 = bytes payload, 2 = topic given) · 16 bytes event id ·
+ *                                     u16 + aggregate_type · u16 + aggregate_id · u16 + event_type ·
+ *                                     i32 schema_version · [u16 + topic] · u32 + headers (JSON text;
+ *                                     length 0 for none) · the payload, raw, to the end
+ *
+ * The version byte comes first so a relay can refuse a message it does not know before reading
+ * anything else (the relay dead-letters it); the SQL part is fixed-width, so the statement writes
+ * it with int8send/int2send and a concatenation. The payload is last and raw: the relay hands a
+ * slice of the message to the publisher, never parsing the JSON (it is JSON.stringify's text as
+ * validated by `enqueue`, where the table mode stores jsonb's canonical text of the same value).
+ */
+import { OutboxError } from '../errors.js';
+import type { PreparedEvent } from '../producer/event.js';
+
+/** The format this version writes and reads. */
+export const WAL_FORMAT_VERSION = 1;
+/** Bytes of the statement-written part (version included): the client body starts here. */
+export const WAL_HEADER_BYTES = 1 + 8 + 8 + 2 + 8;
+
+const FLAG_BYTES = 1;
+const FLAG_TOPIC = 2;
+
+/** The message prefix of WAL-mode events of a schema. */
+export function eventsPrefix(schema: string): string {
+  return `tx-outbox:${schema}`;
+}
+
+/** The message prefix of the CDC relay's heartbeats of a schema (non-transactional, empty content). */
+export function heartbeatPrefix(schema: string): string {
+  return `tx-outbox:${schema}:heartbeat`;
+}
+
+/**
+ * The SQL expression of one message's content: the version byte and the fixed header from the
+ * statement's own values, then the client's body. `sequence`, `sequenceBase` are bigint
+ * expressions, `partition` a smallint one, `body` a bytea one.
+ */
+export function walContentSql(
+  sequence: string,
+  sequenceBase: string,
+  partition: string,
+  body: string,
+): string {
+  const version = WAL_FORMAT_VERSION.toString(16).padStart(2, '0');
+  return (
+    `'\\x${version}'::bytea || int8send(${sequence}) || int8send(${sequenceBase}) || int2send(${partition})` +
+    ` || int8send((extract(epoch FROM now()) * 1000000)::bigint) || ${body}`
+  );
+}
+
+/** A WAL-mode event as the relay reads it: everything an `OutboxMessage` needs, plus its partition. */
+export interface WalEvent {
+  readonly eventId: string;
+  readonly aggregateType: string;
+  readonly aggregateId: string;
+  readonly sequence: number;
+  /** 0 unless the aggregate was created after the pruner ran (as `OutboxMessage.sequenceBase`). */
+  readonly sequenceBase: number;
+  /** `partition_of(aggregate_type, aggregate_id)`, computed by the statement. */
+  readonly partition: number;
+  readonly type: string;
+  readonly schemaVersion: number;
+  readonly topic: string | null;
+  /** A slice of the message: the JSON text or the raw bytes, as enqueued. */
+  readonly payload: Buffer;
+  readonly contentType: 'application/json' | 'application/octet-stream';
+  readonly headers: Readonly<Record<string, string>>;
+  /** The producing transaction's `now()` (microseconds truncated to milliseconds). */
+  readonly createdAt: Date;
+}
+
+/** The client's part of the content (after {@link WAL_HEADER_BYTES}), encoded once per event. */
+export function encodeWalBody(e: PreparedEvent): Buffer {
+  const aggregateType = Buffer.byteLength(e.aggregateType);
+  const aggregateId = Buffer.byteLength(e.aggregateId);
+  const type = Buffer.byteLength(e.type);
+  const topic = e.topic === null ? -1 : Buffer.byteLength(e.topic);
+  const headers = e.headers === '{}' ? 0 : Buffer.byteLength(e.headers);
+  const payload = e.payloadBytes ? e.payloadBytes.byteLength : Buffer.byteLength(e.payloadJson ?? 'null');
+  const size =
+    1 +
+    16 +
+    2 +
+    aggregateType +
+    2 +
+    aggregateId +
+    2 +
+    type +
+    4 +
+    (topic < 0 ? 0 : 2 + topic) +
+    4 +
+    headers +
+    payload;
+  const b = Buffer.allocUnsafe(size);
+  let at = b.writeUInt8((e.payloadBytes ? FLAG_BYTES : 0) | (topic < 0 ? 0 : FLAG_TOPIC), 0);
+  at += b.write(e.eventId.replaceAll('-', ''), at, 16, 'hex');
+  at = writeShortText(b, at, e.aggregateType, aggregateType);
+  at = writeShortText(b, at, e.aggregateId, aggregateId);
+  at = writeShortText(b, at, e.type, type);
+  at = b.writeInt32BE(e.schemaVersion, at);
+  if (e.topic !== null) at = writeShortText(b, at, e.topic, topic);
+  at = b.writeUInt32BE(headers, at);
+  if (headers > 0) at += b.write(e.headers, at, headers, 'utf8');
+  if (e.payloadBytes) e.payloadBytes.copy(b, at);
+  else b.write(e.payloadJson ?? 'null', at, payload, 'utf8');
+  return b;
+}
+
+function writeShortText(b: Buffer, at: number, text: string, bytes: number): number {
+  const next = b.writeUInt16BE(bytes, at);
+  return next + b.write(text, next, bytes, 'utf8');
+}
+
+/**
+ * Reads a WAL-mode event message (the `content` of a pgoutput 'M' message with the events
+ * prefix). Throws OutboxError TXO_CDC_BAD_MESSAGE for another format version or a message cut
+ * short: the relay dead-letters it, it never guesses.
+ */
+export function decodeWalEvent(content: Uint8Array): WalEvent {
+  const b = Buffer.isBuffer(content)
+    ? content
+    : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
+  if (b.length === 0) throw bad('is empty');
+  const version = b[0]!;
+  if (version !== WAL_FORMAT_VERSION) {
+    throw bad(
+      `is in format version ${version}, and this tx-outbox reads version ${WAL_FORMAT_VERSION} only: ` +
+        'a producer of another tx-outbox version wrote it; run a relay of the same version as the producers',
+    );
+  }
+  const r = new Reader(b, 1);
+  const sequence = r.int64('sequence');
+  const sequenceBase = r.int64('sequence_base');
+  const partition = r.int16('partition');
+  const createdAtMicros = r.bigint64('created_at');
+  const flags = r.uint8('flags');
+  if ((flags & ~(FLAG_BYTES | FLAG_TOPIC)) !== 0) throw bad(`has unknown flags ${flags}`);
+  const eventId = uuidOf(r.bytes(16, 'event id'));
+  const aggregateType = r.shortText('aggregate_type');
+  const aggregateId = r.shortText('aggregate_id');
+  const type = r.shortText('event_type');
+  const schemaVersion = r.int32('schema_version');
+  const topic = flags & FLAG_TOPIC ? r.shortText('topic') : null;
+  const headersLength = r.uint32('headers length');
+  const headers =
+    headersLength === 0
+      ? {}
+      : (JSON.parse(r.bytes(headersLength, 'headers').toString('utf8')) as Record<string, string>);
+  const bytes = (flags & FLAG_BYTES) !== 0;
+  return {
+    eventId,
+    aggregateType,
+    aggregateId,
+    sequence,
+    sequenceBase,
+    partition,
+    type,
+    schemaVersion,
+    topic,
+    payload: b.subarray(r.at),
+    contentType: bytes ? 'application/octet-stream' : 'application/json',
+    headers,
+    createdAt: new Date(Number(createdAtMicros / 1000n)),
+  };
+}
+
+function bad(problem: string): OutboxError {
+  return new OutboxError(`a WAL-mode event message ${problem}`, { code: 'TXO_CDC_BAD_MESSAGE' });
+}
+
+function uuidOf(b: Buffer): string {
+  const h = b.toString('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+/** Bounds-checked big-endian reads; a short message names the field it ran out in. */
+class Reader {
+  constructor(
+    private readonly b: Buffer,
+    public at: number,
+  ) {}
+
+  private need(n: number, field: string): number {
+    const at = this.at;
+    if (at + n > this.b.length) throw bad(`is cut short in its ${field} (${this.b.length} bytes)`);
+    this.at = at + n;
+    return at;
+  }
+  uint8(field: string): number {
+    return this.b.readUInt8(this.need(1, field));
+  }
+  int16(field: string): number {
+    return this.b.readInt16BE(this.need(2, field));
+  }
+  int32(field: string): number {
+    return this.b.readInt32BE(this.need(4, field));
+  }
+  uint32(field: string): number {
+    return this.b.readUInt32BE(this.need(4, field));
+  }
+  bigint64(field: string): bigint {
+    return this.b.readBigInt64BE(this.need(8, field));
+  }
+  int64(field: string): number {
+    const n = this.bigint64(field);
+    if (n < 0n || n > BigInt(Number.MAX_SAFE_INTEGER)) throw bad(`has a ${field} of ${n}`);
+    return Number(n);
+  }
+  bytes(n: number, field: string): Buffer {
+    const at = this.need(n, field);
+    return this.b.subarray(at, at + n);
+  }
+  shortText(field: string): string {
+    const n = this.b.readUInt16BE(this.need(2, `${field} length`));
+    return this.bytes(n, field).toString('utf8');
+  }
+}

@@ -1,0 +1,107 @@
+/**
+ * The producer's WAL-mode statements (`enqueue(tx, e, { via: 'wal' })`): the sequence rows exactly
+ * as the table mode writes them — the same CTE text (enqueue-sql.ts) — and, instead of the events
+ * INSERT, one transactional `pg_logical_emit_message` per event, in the order given. No events
+ * row, no NOTIFY (the CDC relay streams; it does not listen). The content is the version byte and
+ * fixed header written here from the statement's own values, then the body the client encoded
+ * (src/cdc/wal-message.ts).
+ *
+ * Parameters: $1 the body (bytea, or bytea[] for a batch), $2 aggregate_type, $3 aggregate_id
+ * (the numbering the shared CTEs use), $4 the caller's version(s) where given.
+ */
+import { eventsPrefix, walContentSql } from '../cdc/wal-message.js';
+import { KNOWN_SEQUENCE_CTES, MANY_SEQUENCE_CTES, ONE_SEQUENCE_CTES, PART_CTE } from './enqueue-sql.js';
+
+/** `pg_logical_emit_message(true, prefix, content)`: transactional, so it decodes at commit or never. */
+function emit(
+  prefix: string,
+  sequence: string,
+  sequenceBase: string,
+  partition: string,
+  body: string,
+): string {
+  return `pg_logical_emit_message(true, '${prefix}', ${walContentSql(sequence, sequenceBase, partition, body)})`;
+}
+
+/** One event with the next gap-free sequence, any aggregate (INSERT_ONE's CTEs). */
+const EMIT_ONE = (prefix: string) => `${ONE_SEQUENCE_CTES}
+SELECT seq.last_sequence::text AS sequence,
+       ${emit(prefix, 'seq.last_sequence', 'seq.sequence_base', 'part.p', '$1::bytea')} AS lsn
+FROM seq CROSS JOIN part`;
+
+/** One event of an aggregate this process has a sequence row of (INSERT_ONE_KNOWN's CTEs): no row, no message. */
+const EMIT_ONE_KNOWN = (prefix: string) => `${KNOWN_SEQUENCE_CTES}
+SELECT seq.last_sequence::text AS sequence,
+       ${emit(prefix, 'seq.last_sequence', 'seq.sequence_base', 'part.p', '$1::bytea')} AS lsn
+FROM seq CROSS JOIN part`;
+
+/** One event with the caller's version ($4): no sequence row, sequence_base 0. */
+const EMIT_ONE_VERSIONED = (prefix: string) => `${PART_CTE}
+SELECT ${emit(prefix, '$4::bigint', '0::bigint', 'part.p', '$1::bytea')} AS lsn
+FROM part`;
+
+/**
+ * A batch (INSERT_MANY's CTEs). PostgreSQL evaluates a volatile function of the select list after
+ * the sort (planner.c, make_sort_input_target), so the messages are emitted in `ord` order.
+ */
+const EMIT_MANY = (prefix: string) => `
+WITH input AS (
+  SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[])
+    WITH ORDINALITY AS i(body, aggregate_type, aggregate_id, ord)
+)${MANY_SEQUENCE_CTES}, numbered AS (
+  SELECT i.ord, i.body, i.p, seq.sequence_base,
+         seq.last_sequence - c.n + row_number() OVER (PARTITION BY i.aggregate_type, i.aggregate_id ORDER BY i.ord) AS sequence
+  FROM parted i
+  JOIN counts c USING (aggregate_type, aggregate_id)
+  JOIN seq USING (aggregate_type, aggregate_id)
+)
+SELECT n.sequence::text AS sequence,
+       ${emit(prefix, 'n.sequence', 'n.sequence_base', 'n.p', 'n.body')} AS lsn
+FROM numbered n
+ORDER BY n.ord`;
+
+/** A batch with the callers' versions ($4): the messages only. */
+const EMIT_MANY_VERSIONED = (prefix: string) => `
+WITH parted AS (
+  SELECT i.*, {{schema}}.partition_of(i.aggregate_type, i.aggregate_id) AS p
+  FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bigint[])
+    WITH ORDINALITY AS i(body, aggregate_type, aggregate_id, sequence, ord)
+)
+SELECT ${emit(prefix, 'i.sequence', '0::bigint', 'i.p', 'i.body')} AS lsn
+FROM parted i
+ORDER BY i.ord`;
+
+export interface WalStatements {
+  readonly one: string;
+  readonly oneKnown: string;
+  readonly many: string;
+  readonly oneVersioned: string;
+  readonly manyVersioned: string;
+}
+
+/** The WAL-mode statements of a schema (validated: its name is safe inside the prefix literal). */
+export function walStatements(schema: string, quotedSchema: string): WalStatements {
+  const prefix = eventsPrefix(schema);
+  const fill = (sql: string) => sql.replaceAll('{{schema}}', quotedSchema);
+  return {
+    one: fill(EMIT_ONE(prefix)),
+    oneKnown: fill(EMIT_ONE_KNOWN(prefix)),
+    many: fill(EMIT_MANY(prefix)),
+    oneVersioned: fill(EMIT_ONE_VERSIONED(prefix)),
+    manyVersioned: fill(EMIT_MANY_VERSIONED(prefix)),
+  };
+}
+
+/**
+ * What WAL mode needs of the database: wal_level = logical and a live pgoutput slot of this
+ * database, else the messages would decode for no one (or not be written to the WAL at all).
+ */
+export const WAL_SLOT_CHECK_SQL = `
+SELECT current_setting('wal_level') AS wal_level,
+       s.slot_name IS NOT NULL AS exists,
+       s.plugin,
+       s.slot_type,
+       s.database = current_database() AS here,
+       s.wal_status
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = $1::text`;

@@ -1,0 +1,99 @@
+/**
+ * WAL mode's door check: a WAL-mode event exists only in the WAL, so without a logical slot that
+ * will decode it (wal_level = logical, the slot present, of this database, pgoutput, not lost) it
+ * would be gone as soon as the WAL is recycled. `enqueue` refuses instead, writing nothing. The
+ * check is one small SELECT on the caller's transaction, at most once per 5 s per schema and slot
+ * in this process; its verdict (either way) serves every call meanwhile.
+ */
+import { CDC_WAL_LEVEL, cdcNames } from '../cdc/setup.js';
+import { OutboxError } from '../errors.js';
+import { namedStatement, type Statement } from '../schema/statement.js';
+import { WAL_SLOT_CHECK_SQL } from './enqueue-wal-sql.js';
+import type { SqlExecutor } from './executor.js';
+
+/** How long one check's verdict serves this process, per schema and slot. */
+export const WAL_SLOT_CACHE_MS = 5000;
+
+/** No slot that decodes WAL-mode events (the replication stream's code for a missing slot too). */
+export const CDC_NO_SLOT = 'TXO_CDC_NO_SLOT';
+
+/** The slot WAL-mode events of `schema` are for: `slot`, validated as the CDC relay's, or `txo_<schema>`. */
+export function walSlotName(schema: string, slot: string | undefined): string {
+  return cdcNames({ schema, ...(slot === undefined ? {} : { slot }) }).slot;
+}
+
+interface SlotRow {
+  wal_level: string;
+  exists: boolean;
+  plugin: string | null;
+  slot_type: string | null;
+  here: boolean | null;
+  wal_status: string | null;
+}
+
+interface Verdict {
+  readonly error: OutboxError | undefined;
+  readonly at: number;
+}
+
+/** The refusal for a check's row, or undefined when WAL mode can write. */
+export function slotRefusal(row: SlotRow | undefined, schema: string, slot: string): OutboxError | undefined {
+  const wal = "enqueue(…, { via: 'wal' })";
+  if (row?.wal_level !== 'logical') {
+    return new OutboxError(
+      `${wal} needs wal_level = logical, and this server has wal_level = ${row?.wal_level ?? 'unknown'}: ` +
+        'the events would never be decoded. Set it (ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL, ' +
+        'or enqueue into the table (without via)',
+      { code: CDC_WAL_LEVEL },
+    );
+  }
+  let problem: string | undefined;
+  if (!row.exists) problem = 'does not exist';
+  else if (row.slot_type !== 'logical' || row.plugin !== 'pgoutput')
+    problem = `is not a pgoutput logical slot (${row.slot_type ?? '?'}, plugin ${row.plugin ?? 'none'})`;
+  else if (!row.here) problem = 'belongs to another database';
+  else if (row.wal_status === 'lost') problem = 'is lost (wal_status lost: the WAL it needed was removed)';
+  if (problem === undefined) return undefined;
+  return new OutboxError(
+    `${wal}: the replication slot "${slot}" of schema "${schema}" ${problem}, so WAL-mode events would be ` +
+      `lost; nothing was written. Run \`tx-outbox migrate --cdc${schema === 'outbox' ? '' : ` --schema ${schema}`}\` ` +
+      "(or ensureCdcSlot) to create it, pass the slot option naming the CDC relay's slot, or enqueue into the table (without via)",
+    { code: CDC_NO_SLOT },
+  );
+}
+
+/** The per-process cache of slot checks. */
+export class WalSlotGate {
+  readonly #verdicts = new Map<string, Verdict>();
+  readonly #statements = new Map<boolean, Statement>();
+
+  constructor(private readonly now: () => number = () => performance.now()) {}
+
+  /** Throws TXO_CDC_NO_SLOT / TXO_CDC_WAL_LEVEL unless the slot can decode WAL-mode events. */
+  async check(tx: SqlExecutor, schema: string, slot: string, prepared: boolean): Promise<void> {
+    const key = `${schema}\u0000${slot}`;
+    const cached = this.#verdicts.get(key);
+    const now = this.now();
+    if (cached && now - cached.at < WAL_SLOT_CACHE_MS) {
+      if (cached.error) throw cached.error;
+      return;
+    }
+    let statement = this.#statements.get(prepared);
+    if (!statement) {
+      statement = namedStatement('txo_wal_slot', WAL_SLOT_CHECK_SQL, prepared);
+      this.#statements.set(prepared, statement);
+    }
+    const { rows } = await tx.query<SlotRow>({ ...statement, values: [slot] });
+    const error = slotRefusal(rows[0], schema, slot);
+    this.#verdicts.set(key, { error, at: now });
+    if (error) throw error;
+  }
+
+  /** Forgets every verdict (tests, and after creating a slot in this process). */
+  reset(): void {
+    this.#verdicts.clear();
+  }
+}
+
+/** The process-wide gate `enqueue` uses. */
+export const walSlotGate = new WalSlotGate();
