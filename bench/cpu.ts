@@ -7,8 +7,9 @@
  *
  * Multi-threaded processes (node, nats-server) are read from /proc/<pid>/stat (utime + stime of
  * every thread, dead ones included; 10 ms ticks), single-threaded backends from
- * /proc/<pid>/schedstat (ns). A backend that connects during the timed part is counted from the
- * moment it is first seen, one that exits until it was last seen: sample often enough.
+ * /proc/<pid>/schedstat (ns). A backend that connects during the timed part (a walsender, a pool
+ * connection opened late) is counted whole (its backend_start is after the first sample); one
+ * that exits is counted until it was last seen: sample often enough.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import type pg from 'pg';
@@ -78,9 +79,10 @@ class Readings {
   readonly #first = new Map<number, number>();
   readonly #last = new Map<number, number>();
 
-  record(pid: number, us: number | undefined): void {
+  /** `bornDuring`: the process started after the first sample, so all its CPU is the run's. */
+  record(pid: number, us: number | undefined, bornDuring = false): void {
     if (us === undefined) return;
-    if (!this.#first.has(pid)) this.#first.set(pid, us);
+    if (!this.#first.has(pid)) this.#first.set(pid, bornDuring ? 0 : us);
     this.#last.set(pid, us);
   }
 
@@ -106,6 +108,8 @@ export class CpuMeter {
   readonly #postgres = new Readings();
   readonly #nats = new Readings();
   readonly #natsPid = findNatsPid();
+  /** The database clock at the first sample (epoch ms). */
+  #since: number | undefined;
 
   constructor(pool: pg.Pool, options: CpuMeterOptions) {
     this.#pool = pool;
@@ -113,12 +117,23 @@ export class CpuMeter {
   }
 
   async sample(): Promise<void> {
-    const { rows } = await this.#pool.query<{ pid: number }>(
-      `SELECT pid FROM pg_stat_activity WHERE application_name = $1
-       UNION SELECT active_pid FROM pg_replication_slots WHERE slot_name = $2 AND active_pid IS NOT NULL`,
+    const { rows } = await this.#pool.query<{ pid: number; started: number }>(
+      `SELECT pid, extract(epoch FROM backend_start) * 1000 AS started
+       FROM pg_stat_activity
+       WHERE application_name = $1
+          OR pid = (SELECT active_pid FROM pg_replication_slots WHERE slot_name = $2)`,
       [this.#options.applicationName, this.#options.slot ?? ''],
     );
-    for (const { pid } of rows) this.#postgres.record(pid, threadCpuUs(pid));
+    const since = this.#since;
+    for (const { pid, started } of rows) {
+      this.#postgres.record(pid, threadCpuUs(pid), since !== undefined && Number(started) > since);
+    }
+    if (since === undefined) {
+      const { rows: clock } = await this.#pool.query<{ now: number }>(
+        'SELECT extract(epoch FROM clock_timestamp()) * 1000 AS now',
+      );
+      this.#since = Number(clock[0]!.now);
+    }
     for (const pid of this.#options.relayPids) this.#relay.record(pid, processCpuUs(pid));
     if (this.#natsPid !== undefined) this.#nats.record(this.#natsPid, processCpuUs(this.#natsPid));
   }

@@ -211,7 +211,7 @@ export function txOutboxSystem(
       try {
         while ((await deliveredSoFar(ctx, workload, stream)) < workload.events) {
           await new Promise((r) => setTimeout(r, 20));
-          if (++polls % 10 === 0) await cpu.sample();
+          if (++polls % 5 === 0) await cpu.sample();
         }
       } finally {
         await stream?.close();

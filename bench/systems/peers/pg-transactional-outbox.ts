@@ -182,7 +182,7 @@ function pgTransactionalOutboxSystem(mode: Mode): DrainSystem {
           throw new Error(`no broker ack for 60 s (${now}/${workload.events} stored)`);
         }
         stored = now;
-        if (++polls % 10 === 0) await cpu.sample();
+        if (++polls % 5 === 0) await cpu.sample();
       }
     } finally {
       await stream.close();
