@@ -143,6 +143,19 @@ function cdcNote(relay: RelayChild): string | undefined {
   return parts.length > 0 ? parts.join(', ') : undefined;
 }
 
+/** Waits (up to 10 s) until the CDC relay's replication connection holds the slot: it streams. */
+async function slotActive(ctx: BenchContext): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const { rows } = await ctx.pool.query<{ active: boolean }>(
+      'SELECT active FROM pg_replication_slots WHERE slot_name = $1',
+      [cdcNamesOf(ctx).slot],
+    );
+    if (rows[0]?.active) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('the CDC relay did not start streaming within 10 s');
+}
+
 /** A paused relay's leases and silence timeout: longer than any backlog load takes. */
 const PAUSED_MS = 120_000;
 
@@ -181,7 +194,8 @@ export function txOutboxSystem(
         });
         relays = [relay];
         await whenStarted(relay);
-        await new Promise((r) => setTimeout(r, 500)); // streaming from the slot by now
+        await slotActive(ctx);
+        await new Promise((r) => setTimeout(r, 200));
         relay.child.kill('SIGSTOP');
       }
       await loadOutbox(ctx, workload, { source, via });
