@@ -1,5 +1,6 @@
 export { pgErrorCode, pgTransactions } from './adapters/pg.js';
 export { abortedTransaction, findErrorCode, type TransactionRunner } from './adapters/transactions.js';
+export { type CdcRelay, type CdcRelayOptions, type CdcStats, createCdcRelay } from './cdc/relay.js';
 export {
   type CdcNameOptions,
   type CdcSlotStatus,

@@ -71,11 +71,16 @@ export interface ClaimerParts {
   readonly statement: Statement;
   readonly relayId: string;
   readonly batchSize: number;
-  readonly leases: PartitionLeases;
+  readonly leases: Pick<PartitionLeases, 'snapshot'>;
   readonly holdBack: HoldBack;
   readonly refused: RefusedAggregates;
   readonly faults: SequenceFaults;
   readonly watch: Stopwatch;
+  /**
+   * Asked at every claim: more ids to leave out and parameters after the six (the CDC relay's
+   * polling path: the ids its stream has in flight, and the polled aggregates, `$7`).
+   */
+  readonly scope?: () => { readonly exclude: readonly string[]; readonly values: readonly unknown[] };
 }
 
 /**
@@ -93,9 +98,18 @@ export class Claimer {
     const client = await p.session.get();
     p.holdBack.claimStarting();
     const started = performance.now();
+    const scope = p.scope?.();
     const { rows } = await client.query<ClaimedRow>({
       ...p.statement,
-      values: [partitions, epochs, p.relayId, p.batchSize, exclude, p.holdBack.excluded(p.refused.waiting())],
+      values: [
+        partitions,
+        epochs,
+        p.relayId,
+        p.batchSize,
+        scope ? [...exclude, ...scope.exclude] : exclude,
+        p.holdBack.excluded(p.refused.waiting()),
+        ...(scope?.values ?? []),
+      ],
     });
     if (rows.length > 0) p.watch.add(performance.now() - started);
     const messages: OutboxMessage[] = [];

@@ -1,0 +1,143 @@
+import { CLAIM_SQL } from '../relay/claim-sql.js';
+
+/**
+ * The fence of every write of the CDC relay: the partition rows it holds under the epochs it
+ * acquired them with, locked FOR SHARE (a takeover raises the epochs and waits for this
+ * statement, or this statement sees the new epochs and writes nothing). The relay holds every
+ * partition, so `$4` (the count it holds) must all match.
+ */
+const FENCE = `
+fence AS (
+  SELECT p.partition
+  FROM {{schema}}.partitions p
+  JOIN unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
+  WHERE p.owner = $1 AND p.epoch = o.epoch
+  FOR SHARE OF p
+), held AS (
+  SELECT count(*) = $4 AS ok FROM fence
+)`;
+
+/**
+ * Handover of streamed events to the polling path, in one statement run with
+ * synchronous_commit = on (the stream confirms past these events once it commits, so the rows
+ * must survive a server crash): the WAL-mode events' rows (`$5`…`$21`: failed ones with their
+ * attempt, status and error, later ones pending), and each aggregate's progress where it first
+ * leaves the stream (`$22`…`$25`: delivered up to the event before, blocked until its retry;
+ * a null block leaves it as it is, -1 blocks for good: a dead head). Returns whether the fence
+ * held and the transaction's id (the stream sees this insert again and must skip it); a
+ * transactional message with the handover prefix (`$26`) marks the transaction as the relay's
+ * own for a relay that does not know its id (a restart streams it again).
+ */
+export const HANDOVER_SQL = `
+WITH ${FENCE}, inserted AS (
+  INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
+                                 event_type, schema_version, topic, payload, payload_bytes, headers, created_at,
+                                 next_attempt_at, attempts, last_error, status, dead_at)
+  SELECT x.event_id, x.partition, x.aggregate_type, x.aggregate_id, x.sequence, x.sequence_base,
+         x.event_type, x.schema_version, x.topic,
+         CASE WHEN x.json THEN convert_from(x.payload, 'UTF8')::jsonb END,
+         CASE WHEN NOT x.json THEN x.payload END,
+         x.headers::jsonb, x.created_at,
+         now() + x.delay_ms * interval '1 millisecond', x.attempts, x.error, x.status,
+         CASE WHEN x.status = 'dead' THEN now() END
+  FROM unnest($5::uuid[], $6::smallint[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[],
+              $12::integer[], $13::text[], $14::bytea[], $15::boolean[], $16::text[], $17::timestamptz[],
+              $18::bigint[], $19::integer[], $20::text[], $21::text[])
+       AS x(event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type,
+            schema_version, topic, payload, json, headers, created_at, delay_ms, attempts, error, status)
+  WHERE (SELECT ok FROM held)
+    -- Streamed again after a reconnect: handed over already, or delivered by P since.
+    AND NOT EXISTS (SELECT 1 FROM {{schema}}.events e WHERE e.event_id = x.event_id)
+    AND NOT EXISTS (SELECT 1 FROM {{schema}}.aggregate_progress g
+                    WHERE g.aggregate_type = x.aggregate_type AND g.aggregate_id = x.aggregate_id
+                      AND g.delivered_sequence >= x.sequence)
+  RETURNING 1
+), progress AS (
+  INSERT INTO {{schema}}.aggregate_progress AS g (aggregate_type, aggregate_id, delivered_sequence, blocked_until, delivered_at)
+  SELECT y.aggregate_type, y.aggregate_id, y.delivered,
+         CASE WHEN y.block_ms < 0 THEN 'infinity'::timestamptz
+              WHEN y.block_ms IS NOT NULL THEN now() + y.block_ms * interval '1 millisecond' END,
+         now()
+  FROM unnest($22::text[], $23::text[], $24::bigint[], $25::bigint[]) AS y(aggregate_type, aggregate_id, delivered, block_ms)
+  WHERE (SELECT ok FROM held)
+  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
+  SET delivered_sequence = greatest(g.delivered_sequence, excluded.delivered_sequence),
+      blocked_until = CASE WHEN excluded.blocked_until IS NULL THEN g.blocked_until ELSE excluded.blocked_until END,
+      delivered_at = excluded.delivered_at
+)
+SELECT (SELECT ok FROM held) AS ok, pg_current_xact_id()::text AS xid,
+       pg_logical_emit_message(true, $26::text, ''::text)::text AS marker`;
+
+/**
+ * Whether the transactions `$1` (32-bit ids, as the stream gives them) are visible to a snapshot
+ * taken now. The stream may deliver a commit before it is visible: PostgreSQL writes (and the
+ * walsender sends) the commit record before the transaction leaves the running set, so an outcome
+ * statement run at once might not see the rows it deletes. Ids are widened to xid8 against the
+ * snapshot's xmax (a transaction streamed now is less than 2^31 transactions old).
+ */
+export const VISIBLE_SQL = `
+WITH s AS (
+  SELECT pg_current_snapshot() AS snap, pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax
+)
+SELECT coalesce(bool_and(pg_visible_in_snapshot(
+         (CASE WHEN x <= (s.xmax & 4294967295) THEN (s.xmax & ~4294967295::bigint) | x
+               ELSE ((s.xmax & ~4294967295::bigint) - 4294967296) | x END)::text::xid8, s.snap)), true) AS visible
+FROM s, unnest($1::bigint[]) AS x`;
+
+/**
+ * Once the stream has settled everything committed before the polled set was read (`$5`: those
+ * aggregates), the table holds every event of theirs not delivered: WAL-mode events the stream
+ * delivered wrote no progress, so each one's progress is raised to just below its lowest row —
+ * else P would wait out the gap grace before publishing across what WAL mode delivered.
+ */
+export const CAUGHT_UP_SQL = `
+WITH ${FENCE}, lowest AS (
+  SELECT aggregate_type, aggregate_id, min(sequence) - 1 AS delivered
+  FROM {{schema}}.events
+  WHERE (aggregate_type || chr(31) || aggregate_id) = ANY ($5::text[])
+  GROUP BY aggregate_type, aggregate_id
+)
+INSERT INTO {{schema}}.aggregate_progress AS g (aggregate_type, aggregate_id, delivered_sequence, delivered_at)
+SELECT l.aggregate_type, l.aggregate_id, l.delivered, now() FROM lowest l
+WHERE (SELECT ok FROM held)
+ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
+SET delivered_sequence = excluded.delivered_sequence
+WHERE g.delivered_sequence < excluded.delivered_sequence`;
+
+/**
+ * The polled set at start (and after each reconnect): every aggregate with a row in the table,
+ * whatever its status, with its highest sequence there. The table holds only what is not
+ * delivered yet, so this reads the undelivered rows once.
+ */
+export const POLLED_SET_SQL = `
+SELECT aggregate_type || chr(31) || aggregate_id AS key, max(sequence)::text AS max_sequence
+FROM {{schema}}.events
+GROUP BY aggregate_type, aggregate_id`;
+
+/** Of the polled aggregates `$1`, those with a row left in the table. */
+export const STILL_POLLED_SQL = `
+SELECT DISTINCT aggregate_type || chr(31) || aggregate_id AS key
+FROM {{schema}}.events
+WHERE (aggregate_type || chr(31) || aggregate_id) = ANY ($1::text[])`;
+
+/** The scan filter {@link POLLED_CLAIM_SQL} adds after the claim's hold-back filter. */
+const HELD_BACK_FILTER =
+  'AND (e.aggregate_type || chr(31) || e.aggregate_id) NOT IN (SELECT unnest($6::text[]))';
+
+function polledVariant(): string {
+  if (!CLAIM_SQL.includes(HELD_BACK_FILTER)) throw new Error('claim statement changed shape');
+  // A jsonb object lookup is a binary search over its sorted keys: O(log n) per row scanned,
+  // where a join with unnest() would be planned as a nested loop over every key.
+  return CLAIM_SQL.replace(
+    HELD_BACK_FILTER,
+    `${HELD_BACK_FILTER}
+    AND e.sequence <= coalesce(($7::jsonb ->> (e.aggregate_type || chr(31) || e.aggregate_id))::bigint, 0)`,
+  );
+}
+
+/**
+ * The polling relay's claim ({@link CLAIM_SQL}) restricted to the polled aggregates: `$7` a JSON
+ * object of aggregate key → the sequence the stream has handed over so far (see
+ * `Handover.claimableUpTo`); rows of other aggregates, or above it, are not candidates.
+ */
+export const POLLED_CLAIM_SQL = polledVariant();

@@ -1,0 +1,247 @@
+import type { Pool, PoolClient } from 'pg';
+import { OutboxError } from '../errors.js';
+import type { Failure } from '../relay/verdicts.js';
+import { withSchema } from '../schema/identifiers.js';
+import { POLLED_SET_SQL, STILL_POLLED_SQL, VISIBLE_SQL } from './handover-sql.js';
+import type { StreamEvent } from './stream-batch.js';
+
+/** A polled aggregate: the polling path owns it until it has nothing left in the table. */
+interface PolledEntry {
+  /** Its highest sequence in the table (or handed over to it): the stream skips up to it. */
+  maxTableSeq: number;
+  /**
+   * P claims the aggregate's rows up to here: raised only once the stream has handed over (and
+   * committed) everything before, so a table-mode row never overtakes a WAL-mode event of its
+   * aggregate that is still on its way into the table (P would take it for a gap, and bridge it).
+   */
+  claimable: number;
+  /** Raised at every handover: a release check that started before one keeps the aggregate. */
+  version: number;
+}
+
+/** A WAL-mode event going into the table: failed (its attempt recorded) or pending behind one. */
+export interface HandoverRow {
+  readonly event: StreamEvent;
+  readonly failure?: Failure;
+}
+
+/** Where an aggregate leaves the stream: delivered up to `delivered`, blocked per `blockMs`. */
+export interface ProgressRow {
+  readonly key: string;
+  readonly delivered: number;
+  /** null: unchanged; -1: for good (dead); else ms from now. */
+  readonly blockMs: number | null;
+}
+
+/** The fence a write is made under: every partition, with the epochs held. */
+export interface Fence {
+  readonly relayId: string;
+  readonly partitions: number[];
+  readonly epochs: string[];
+}
+
+/** Thrown when a write found the epochs raised: another relay took over. */
+export class FencedError extends OutboxError {
+  constructor() {
+    super('the partition leases were taken over: this relay stops streaming', { code: 'TXO_CDC_FENCED' });
+  }
+}
+
+const LRU_SIZE = 100_000;
+const MAX_KEYS_PER_CLAIM = 5000;
+
+function splitKey(key: string): [string, string] {
+  const i = key.indexOf('\u001f');
+  return [key.slice(0, i), key.slice(i + 1)];
+}
+
+/**
+ * The handover rule between the stream (S) and the polling path (P). An aggregate is polled
+ * while it has rows in the table — failed, dead, scheduled, or there when the relay started —
+ * and then P alone publishes it: S skips what the table holds already (up to `maxTableSeq`) and
+ * what P delivered (a bounded memory of P's last sequence per aggregate), and hands anything
+ * newer over. An aggregate leaves the polled set once nothing of it is left in the table nor in
+ * flight ({@link release}); S publishes its next event.
+ */
+export class Handover {
+  readonly #polled = new Map<string, PolledEntry>();
+  /** P's last delivered sequence per aggregate, least recently touched first. */
+  readonly #pDelivered = new Map<string, number>();
+  #cursor = 0;
+  readonly #sql: { polledSet: string; stillPolled: string; handover: string; visible: string };
+
+  constructor(
+    quotedSchema: string,
+    handoverSql: string,
+    /** The prefix of the message that marks a handover transaction (`handoverPrefix`). */
+    private readonly marker = '',
+  ) {
+    this.#sql = {
+      polledSet: withSchema(POLLED_SET_SQL, quotedSchema),
+      stillPolled: withSchema(STILL_POLLED_SQL, quotedSchema),
+      handover: handoverSql,
+      visible: withSchema(VISIBLE_SQL, quotedSchema),
+    };
+  }
+
+  get size(): number {
+    return this.#polled.size;
+  }
+
+  isPolled(key: string): boolean {
+    return this.#polled.has(key);
+  }
+
+  /**
+   * The stream must not publish this event: P delivered it, or (table mode) its row is, or was,
+   * in the table. A WAL-mode event at or below `maxTableSeq` may be one the table never had (a
+   * reconnect streams again what was not confirmed): it is handed over, and the handover
+   * statement leaves out what the table has or P delivered.
+   */
+  skips(key: string, sequence: number, via: 'table' | 'wal'): boolean {
+    const entry = this.#polled.get(key);
+    if (via === 'table' && entry && sequence <= entry.maxTableSeq) return true;
+    const delivered = this.#pDelivered.get(key);
+    return delivered !== undefined && sequence <= delivered;
+  }
+
+  /** The aggregate is (now) P's, up to `sequence`: raised before the row is written. */
+  enter(key: string, sequence: number): void {
+    const entry = this.#polled.get(key);
+    if (entry) {
+      entry.maxTableSeq = Math.max(entry.maxTableSeq, sequence);
+      entry.version += 1;
+    } else this.#polled.set(key, { maxTableSeq: sequence, claimable: 0, version: 0 });
+  }
+
+  /** The aggregate's rows up to `sequence` are in the table, and everything before them: P may claim them. */
+  claimableUpTo(key: string, sequence: number): void {
+    const entry = this.#polled.get(key);
+    if (entry) entry.claimable = Math.max(entry.claimable, sequence);
+  }
+
+  /** P delivered this event. */
+  deliveredByPoll(key: string, sequence: number): void {
+    const last = this.#pDelivered.get(key);
+    this.#pDelivered.delete(key);
+    this.#pDelivered.set(key, Math.max(last ?? 0, sequence));
+    if (this.#pDelivered.size > LRU_SIZE) {
+      const oldest = this.#pDelivered.keys().next().value;
+      if (oldest !== undefined) this.#pDelivered.delete(oldest);
+    }
+  }
+
+  /**
+   * The next claim's polled aggregates and how far P may claim each (`$7` of POLLED_CLAIM_SQL, a
+   * JSON object): all of them, or the next 5,000 round-robin.
+   */
+  claimScope(): Record<string, number> {
+    let entries = [...this.#polled.entries()].filter(([, e]) => e.claimable > 0);
+    if (entries.length > MAX_KEYS_PER_CLAIM) {
+      if (this.#cursor >= entries.length) this.#cursor = 0;
+      entries = entries.slice(this.#cursor, this.#cursor + MAX_KEYS_PER_CLAIM);
+      this.#cursor += MAX_KEYS_PER_CLAIM;
+    }
+    return Object.fromEntries(entries.map(([key, e]) => [key, e.claimable]));
+  }
+
+  /** Reads the polled set from the table (start, reconnect); returns its keys. */
+  async rebuild(pool: Pool): Promise<string[]> {
+    const { rows } = await pool.query<{ key: string; max_sequence: string }>(this.#sql.polledSet);
+    this.#polled.clear();
+    for (const r of rows) {
+      const max = Number(r.max_sequence);
+      this.#polled.set(r.key, { maxTableSeq: max, claimable: max, version: 0 });
+    }
+    return rows.map((r) => r.key);
+  }
+
+  /**
+   * Drops the polled aggregates with no row left in the table, none of `busy` (in flight in P,
+   * or on their way into the table). Run by P between its batches.
+   */
+  async release(pool: Pool, busy: (key: string) => boolean): Promise<number> {
+    const candidates = [...this.#polled.entries()].filter(([key]) => !busy(key));
+    if (candidates.length === 0) return 0;
+    const versions = new Map(candidates.map(([key, e]) => [key, e.version]));
+    const keys = [...versions.keys()];
+    const still = new Set<string>();
+    for (let i = 0; i < keys.length; i += MAX_KEYS_PER_CLAIM) {
+      const { rows } = await pool.query<{ key: string }>(this.#sql.stillPolled, [
+        keys.slice(i, i + MAX_KEYS_PER_CLAIM),
+      ]);
+      for (const r of rows) still.add(r.key);
+    }
+    let released = 0;
+    for (const [key, version] of versions) {
+      const entry = this.#polled.get(key);
+      if (!entry || still.has(key) || entry.version !== version || busy(key)) continue;
+      this.#polled.delete(key);
+      released += 1;
+    }
+    return released;
+  }
+
+  /**
+   * Waits until the streamed transactions `xids` are visible to new snapshots (see VISIBLE_SQL):
+   * nearly always at once; a few ms when the stream outran the commit.
+   */
+  async visible(client: Pick<PoolClient, 'query'>, xids: readonly number[]): Promise<void> {
+    if (xids.length === 0) return;
+    const unique = [...new Set(xids)];
+    for (let attempt = 0; ; attempt++) {
+      const { rows } = await client.query<{ visible: boolean }>(this.#sql.visible, [unique]);
+      if (rows[0]?.visible) return;
+      if (attempt >= 2000) {
+        throw new OutboxError('streamed transactions did not become visible within 10 s', {
+          code: 'TXO_CDC_INVISIBLE',
+        });
+      }
+      await new Promise((resolve) => setTimeout(resolve, attempt < 10 ? 1 : 5));
+    }
+  }
+
+  /**
+   * Writes a handover: WAL-mode rows and progress, fenced, in one statement on `client` (whose
+   * session has synchronous_commit on). Returns the transaction's id; throws {@link FencedError}.
+   */
+  async write(
+    client: PoolClient,
+    fence: Fence,
+    rows: readonly HandoverRow[],
+    progress: readonly ProgressRow[],
+  ): Promise<string> {
+    const wal = rows.map((r) => ({ w: r.event.wal!, f: r.failure }));
+    const progressKeys = progress.map((p) => splitKey(p.key));
+    const { rows: result } = await client.query<{ ok: boolean; xid: string }>(this.#sql.handover, [
+      fence.relayId,
+      fence.partitions,
+      fence.epochs,
+      fence.partitions.length,
+      wal.map((r) => r.w.eventId),
+      wal.map((r) => r.w.partition),
+      wal.map((r) => r.w.aggregateType),
+      wal.map((r) => r.w.aggregateId),
+      wal.map((r) => r.w.sequence),
+      wal.map((r) => r.w.sequenceBase),
+      wal.map((r) => r.w.type),
+      wal.map((r) => r.w.schemaVersion),
+      wal.map((r) => r.w.topic),
+      wal.map((r) => r.w.payload),
+      wal.map((r) => r.w.contentType === 'application/json'),
+      wal.map((r) => JSON.stringify(r.w.headers)),
+      wal.map((r) => r.w.createdAt),
+      wal.map((r) => r.f?.delayMs ?? 0),
+      wal.map((r) => (r.f ? 1 : 0)),
+      wal.map((r) => r.f?.error ?? null),
+      wal.map((r) => r.f?.status ?? 'pending'),
+      progressKeys.map((k) => k[0]),
+      progressKeys.map((k) => k[1]),
+      progress.map((p) => p.delivered),
+      progress.map((p) => p.blockMs),
+      this.marker,
+    ]);
+    if (!result[0]?.ok) throw new FencedError();
+    return result[0].xid;
+  }
+}

@@ -1,0 +1,91 @@
+import type pg from 'pg';
+import { OutboxValidationError } from '../errors.js';
+import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from '../relay/options.js';
+import { cdcNames } from './setup.js';
+
+/** The polling relay's options (`listen` ignored: the stream is the wake-up), and the stream's own. */
+export interface CdcRelayOptions extends RelayOptions {
+  /** Replication slot. Default `txo_<schema>`. */
+  readonly slot?: string;
+  /** Publication of `<schema>.events`. Default `txo_<schema>`. */
+  readonly publication?: string;
+  /**
+   * How often the relay writes a heartbeat message into the WAL, ms: on an idle database it lets
+   * the slot's confirmed position move on (and proves the stream alive). Default 10000.
+   */
+  readonly heartbeatMs?: number;
+  /** Nothing received on the stream for this long: reconnect, ms. Default 30000; above heartbeatMs. */
+  readonly silenceTimeoutMs?: number;
+  /** Standby status (confirmed position) sent this often, ms. Default 1000. */
+  readonly statusIntervalMs?: number;
+  /** The replication connection's settings. Default: the pool's. */
+  readonly connection?: pg.ClientConfig;
+  /** Events read from the stream but not settled yet; above it the stream is paused. Default 10000. */
+  readonly maxInFlight?: number;
+}
+
+export interface ResolvedCdcRelayOptions {
+  readonly base: ResolvedRelayOptions;
+  readonly slot: string;
+  readonly publication: string;
+  readonly heartbeatMs: number;
+  readonly silenceTimeoutMs: number;
+  readonly statusIntervalMs: number;
+  readonly connection: pg.ClientConfig;
+  readonly maxInFlight: number;
+}
+
+function positive(value: number | undefined, fallback: number, field: string): number {
+  const v = value ?? fallback;
+  if (!Number.isInteger(v) || v < 1 || v > 2 ** 31 - 1) {
+    throw new OutboxValidationError(
+      field,
+      `is ${String(v)}`,
+      `Pass a positive integer (default ${fallback}).`,
+    );
+  }
+  return v;
+}
+
+/**
+ * The CDC relay keeps four pooled connections (stream outcomes, handovers, the polling path's
+ * claims and outcomes) and borrows one at a time for leases, the gap probe, heartbeats and
+ * stats; the replication connection is its own, outside the pool.
+ */
+const POOL_NEEDED = 6;
+
+export function resolveCdcRelayOptions(options: CdcRelayOptions): ResolvedCdcRelayOptions {
+  const base = resolveRelayOptions({ ...options, listen: false });
+  const poolMax = (options.pool as { options?: { max?: unknown } }).options?.max;
+  if (typeof poolMax === 'number' && poolMax < POOL_NEEDED) {
+    throw new OutboxValidationError(
+      'pool',
+      `allows ${poolMax} connections, fewer than the CDC relay needs`,
+      `The CDC relay keeps four (stream outcomes, handovers, polling claims and outcomes) and borrows more: give it max ≥ ${POOL_NEEDED}.`,
+    );
+  }
+  const heartbeatMs = positive(options.heartbeatMs, 10_000, 'heartbeatMs');
+  const silenceTimeoutMs = positive(options.silenceTimeoutMs, 30_000, 'silenceTimeoutMs');
+  if (silenceTimeoutMs <= heartbeatMs) {
+    throw new OutboxValidationError(
+      'silenceTimeoutMs',
+      `is ${silenceTimeoutMs}, not above heartbeatMs (${heartbeatMs})`,
+      'A healthy idle stream carries a heartbeat every heartbeatMs: make the silence timeout longer (e.g. 3×).',
+    );
+  }
+  const { slot, publication } = cdcNames(base.schema, {
+    ...(options.slot === undefined ? {} : { slot: options.slot }),
+    ...(options.publication === undefined ? {} : { publication: options.publication }),
+  });
+  const names = { slot, publication };
+  const poolOptions = (options.pool as { options?: pg.ClientConfig }).options ?? {};
+  return Object.freeze({
+    base,
+    ...names,
+    heartbeatMs,
+    silenceTimeoutMs,
+    statusIntervalMs: positive(options.statusIntervalMs, 1000, 'statusIntervalMs'),
+    connection: options.connection ?? poolOptions,
+    maxInFlight: positive(options.maxInFlight, 10_000, 'maxInFlight'),
+  });
+}

@@ -1,0 +1,260 @@
+import { randomUUID } from 'node:crypto';
+import { aggregateKeyOf } from '../aggregate-key.js';
+import { errorMessage } from '../errors.js';
+import type { OutboxMessage } from '../publishers/contract.js';
+import { type ClaimedRow, toMessage } from '../relay/claim.js';
+import type { AckTracker, AckUnit } from './acks.js';
+import { formatLsn, type Lsn } from './lsn.js';
+import { parseTimestamptz } from './pgoutput.js';
+import type { StreamChange } from './replication.js';
+import { decodeWalEvent, type WalEvent } from './wal-message.js';
+
+/** An event read from the stream: a table-mode insert or a WAL-mode message. */
+export interface StreamEvent {
+  /** The stream unit (transaction) it settles. */
+  readonly unit: AckUnit;
+  /** Its transaction's id (32 bits, as the stream gives it). */
+  readonly xid: number;
+  readonly via: 'table' | 'wal';
+  /** `id` is the row id (table mode) or `wal:<lsn>` (WAL mode: no row). */
+  readonly message: OutboxMessage;
+  readonly key: string;
+  readonly partition: number;
+  /**
+   * Table mode: pending, never attempted, due at its commit (no later `deliverAfter`); else the
+   * polling path's. WAL mode: always.
+   */
+  readonly publishable: boolean;
+  /** WAL mode: the decoded message, for a handover into the table. */
+  readonly wal?: WalEvent;
+  /**
+   * A WAL-mode message this relay cannot read (another format version, damaged): it goes into
+   * the table as a dead event of its own aggregate, its content as the payload, for `dead list`.
+   */
+  readonly undecodable?: string;
+}
+
+/** The aggregate type of the dead rows that keep undecodable WAL-mode messages. */
+export const UNDECODABLE_TYPE = 'tx-outbox.undecodable';
+
+function undecodableEvent(content: Buffer, lsn: Lsn): WalEvent {
+  return {
+    eventId: randomUUID(),
+    aggregateType: UNDECODABLE_TYPE,
+    aggregateId: formatLsn(lsn),
+    sequence: 1,
+    sequenceBase: 0,
+    partition: 0,
+    type: UNDECODABLE_TYPE,
+    schemaVersion: 1,
+    topic: null,
+    payload: Buffer.from(content),
+    contentType: 'application/octet-stream',
+    headers: {},
+    createdAt: new Date(),
+  };
+}
+
+/**
+ * The prefix of the transactional message in every handover transaction: the stream skips that
+ * transaction's inserts even when it does not know its id (another process, after a restart).
+ */
+export function handoverPrefix(schema: string): string {
+  return `tx-outbox:${schema}:handover`;
+}
+
+/** Transactions this relay wrote itself (its handover inserts): their 32-bit xids, the last few thousand. */
+export class OwnTransactions {
+  readonly #xids = new Set<number>();
+
+  /** `xid8` as pg_current_xact_id() gives it. */
+  add(xid8: string): void {
+    this.#xids.add(Number(BigInt(xid8) & 0xffffffffn));
+    if (this.#xids.size > 10_000) {
+      const oldest = this.#xids.values().next().value;
+      if (oldest !== undefined) this.#xids.delete(oldest);
+    }
+  }
+
+  has(xid: number): boolean {
+    return this.#xids.has(xid);
+  }
+}
+
+function text(values: ReadonlyMap<string, string | null>, column: string): string {
+  return values.get(column) ?? '';
+}
+
+/** A streamed insert into `<schema>.events` as the claim statement's row, so `toMessage` serves both. */
+export function insertedRow(
+  columns: readonly string[],
+  values: readonly (string | null)[],
+): ClaimedRow & { status: string } {
+  const v = new Map<string, string | null>();
+  for (let i = 0; i < columns.length; i++) v.set(columns[i]!, values[i] ?? null);
+  const bytes = v.get('payload_bytes');
+  const deliverAfter = v.get('deliver_after');
+  return {
+    gate: 'pass',
+    passed: true,
+    delivered: '0',
+    id: text(v, 'id'),
+    event_id: text(v, 'event_id'),
+    partition: Number(text(v, 'partition')),
+    aggregate_type: text(v, 'aggregate_type'),
+    aggregate_id: text(v, 'aggregate_id'),
+    sequence: text(v, 'sequence'),
+    sequence_base: v.get('sequence_base') ?? '0',
+    event_type: text(v, 'event_type'),
+    schema_version: Number(v.get('schema_version') ?? 1),
+    topic: v.get('topic') ?? null,
+    payload: v.get('payload') ?? null,
+    // bytea in text format: \x followed by hex.
+    payload_bytes: bytes ? Buffer.from(bytes.slice(2), 'hex') : null,
+    headers: v.get('headers') ?? '{}',
+    created_at: parseTimestamptz(text(v, 'created_at')),
+    deliver_after: deliverAfter ? parseTimestamptz(deliverAfter) : null,
+    attempts: Number(v.get('attempts') ?? 0),
+    status: v.get('status') ?? 'pending',
+  };
+}
+
+/** A WAL-mode event as a publisher's message. */
+export function walMessage(event: WalEvent, lsn: Lsn): OutboxMessage {
+  return {
+    id: `wal:${formatLsn(lsn)}`,
+    eventId: event.eventId,
+    aggregateType: event.aggregateType,
+    aggregateId: event.aggregateId,
+    sequence: event.sequence,
+    ...(event.sequenceBase > 0 ? { sequenceBase: event.sequenceBase } : {}),
+    type: event.type,
+    schemaVersion: event.schemaVersion,
+    topic: event.topic,
+    payload: event.payload,
+    contentType: event.contentType,
+    headers: event.headers,
+    createdAt: event.createdAt,
+    attempts: 0,
+  };
+}
+
+interface OpenTransaction {
+  readonly xid: number;
+  readonly commitTime: Date;
+  /** A handover transaction (its marker message came by). */
+  own: boolean;
+  readonly events: StreamEvent[];
+  readonly unit: AckUnit;
+}
+
+/**
+ * Groups streamed changes into units (one per transaction, one per non-transactional message)
+ * in the {@link AckTracker}, and hands out the events of each transaction once its commit came
+ * by, in commit order. A unit without events (a heartbeat, another prefix, the relay's own
+ * handover insert) is settled at once.
+ */
+export class StreamBatcher {
+  #txn: OpenTransaction | undefined;
+  private readonly handoverPrefix: string;
+
+  constructor(
+    private readonly schema: string,
+    private readonly eventPrefix: string,
+    private readonly tracker: AckTracker,
+    private readonly own: OwnTransactions,
+  ) {
+    this.handoverPrefix = handoverPrefix(schema);
+  }
+
+  /** The events of the transactions these changes committed. */
+  add(changes: readonly StreamChange[]): StreamEvent[] {
+    const out: StreamEvent[] = [];
+    for (const { lsn, message: m } of changes) {
+      switch (m.tag) {
+        case 'begin':
+          this.#txn = {
+            xid: m.xid,
+            commitTime: m.commitTime,
+            own: false,
+            events: [],
+            unit: this.tracker.open('transaction'),
+          };
+          break;
+        case 'commit': {
+          const txn = this.#txn;
+          this.#txn = undefined;
+          if (!txn) break;
+          const events = txn.own || this.own.has(txn.xid) ? [] : txn.events;
+          txn.unit.expect(events.length);
+          txn.unit.close(m.endLsn, m.commitTime);
+          out.push(...events);
+          break;
+        }
+        case 'insert': {
+          const txn = this.#txn;
+          if (!txn || m.schema !== this.schema || m.table !== 'events') break;
+          const row = insertedRow(m.columns, m.values);
+          const message = toMessage(row);
+          txn.events.push({
+            unit: txn.unit,
+            xid: txn.xid,
+            via: 'table',
+            message,
+            key: aggregateKeyOf(row.aggregate_type, row.aggregate_id),
+            partition: row.partition,
+            publishable:
+              row.status === 'pending' &&
+              row.attempts === 0 &&
+              (row.deliver_after === null || row.deliver_after.getTime() <= txn.commitTime.getTime()),
+          });
+          break;
+        }
+        case 'message': {
+          if (!m.transactional) {
+            // A heartbeat, or a non-transactional message of another prefix: a unit of its own.
+            const unit = this.tracker.open('message');
+            unit.close(m.lsn);
+            break;
+          }
+          const txn = this.#txn;
+          if (txn && m.prefix === this.handoverPrefix) txn.own = true;
+          if (!txn || m.prefix !== this.eventPrefix) break;
+          const at = m.lsn || lsn;
+          let event: WalEvent;
+          try {
+            event = decodeWalEvent(m.content);
+          } catch (error) {
+            event = undecodableEvent(m.content, at);
+            txn.events.push({
+              unit: txn.unit,
+              xid: txn.xid,
+              via: 'wal',
+              message: walMessage(event, at),
+              key: aggregateKeyOf(event.aggregateType, event.aggregateId),
+              partition: event.partition,
+              publishable: false,
+              wal: event,
+              undecodable: errorMessage(error),
+            });
+            break;
+          }
+          txn.events.push({
+            unit: txn.unit,
+            xid: txn.xid,
+            via: 'wal',
+            message: walMessage(event, at),
+            key: aggregateKeyOf(event.aggregateType, event.aggregateId),
+            partition: event.partition,
+            publishable: true,
+            wal: event,
+          });
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    return out;
+  }
+}
