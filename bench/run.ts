@@ -74,7 +74,7 @@ const PROFILES: Record<'full' | 'quick', Profile> = {
       graphile: 30_000,
       graphileOrdered: 3_000,
       pgboss: 20_000,
-      ptoReplication: 3_000,
+      ptoReplication: 30_000,
       ptoPolling: 300,
     },
     latency: {
