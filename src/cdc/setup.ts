@@ -249,7 +249,7 @@ export function cdcProblems(names: CdcNames, settings: CdcSettings, slot: SlotRo
     warnings.push(
       `max_slot_wal_keep_size is -1: a stopped or stuck CDC relay makes slot "${names.slot}" retain WAL ` +
         'without bound, until the disk is full. Bound it (ALTER SYSTEM SET max_slot_wal_keep_size = ' +
-        "'50GB'; SELECT pg_reload_conf()) and alert on txo_cdc_slot_lag_bytes; past the bound the slot is " +
+        "'50GB'; SELECT pg_reload_conf()) and alert on tx_outbox_cdc_slot_lag_bytes; past the bound the slot is " +
         'lost, which the relay reports instead of skipping events',
     );
   }

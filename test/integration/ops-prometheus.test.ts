@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { CDC_METRICS } from '../../src/cdc/stats.js';
 import { promtool } from '../helpers/promtool.js';
 
 const OPS = fileURLToPath(new URL('../../ops/', import.meta.url));
@@ -49,6 +50,8 @@ const HISTOGRAMS = [
 ];
 const KNOWN = new Set([
   ...COUNTERS_AND_GAUGES,
+  // The CDC relay's, named where they are registered.
+  ...Object.values(CDC_METRICS).map(([name]) => name),
   ...HISTOGRAMS.flatMap((h) => [`${h}_bucket`, `${h}_sum`, `${h}_count`]),
 ]);
 
