@@ -79,7 +79,8 @@ function splitKey(key: string): [string, string] {
 
 /**
  * The handover rule between the stream (S) and the polling path (P). An aggregate is polled
- * while it has rows in the table — failed, dead, scheduled, or there when the relay started —
+ * while it has rows in the table that are P's — failed, dead, scheduled, parked behind one, or
+ * left at start where the stream will not show them again ({@link resolve}, {@link caughtUp}) —
  * and then P alone publishes it: S skips what the table holds already (up to `maxTableSeq`) and
  * what P delivered (a bounded memory of P's last sequence per aggregate), and hands anything
  * newer over. An aggregate leaves the polled set once nothing of it is left in the table nor in
@@ -265,7 +266,11 @@ export class Handover {
         this.#polled.set(r.key, { maxTableSeq: max, claimable: max, version: 0 });
         polled.push(r.key);
       } else {
-        this.#unknown.set(r.key, { minSeq: Number(r.min_sequence), maxSeq: max, delivered: Number(r.delivered) });
+        this.#unknown.set(r.key, {
+          minSeq: Number(r.min_sequence),
+          maxSeq: max,
+          delivered: Number(r.delivered),
+        });
       }
     }
     return { polled, unknown: this.#unknown.size };

@@ -42,8 +42,9 @@ export interface CdcRelay extends Relay {
 /**
  * Creates a CDC relay: holds every partition lease (the fence), streams the slot's inserts into
  * the events table and WAL-mode messages, publishes them in per-aggregate order, and confirms the
- * slot past what is settled. Aggregates with a failure, a scheduled event or rows in the table
- * at start are handed over to a polling path inside the relay (see {@link Handover}).
+ * slot past what is settled. Aggregates with a failure or a scheduled event, and rows left in
+ * the table at start that will not stream again, are handed over to a polling path inside the
+ * relay (see {@link Handover}).
  */
 export function createCdcRelay(options: CdcRelayOptions): CdcRelay {
   return new StreamingRelay(resolveCdcRelayOptions(options));
@@ -644,7 +645,10 @@ class StreamingRelay implements CdcRelay {
         continue;
       }
       // An aggregate of the start read: its first streamed event says whether its rows stream again.
-      if (this.handover.isUnknown(e.key) && this.handover.resolve(e.key, e.message.sequence, e.via) === 'skip') {
+      if (
+        this.handover.isUnknown(e.key) &&
+        this.handover.resolve(e.key, e.message.sequence, e.via) === 'skip'
+      ) {
         skipped.push(e);
         continue;
       }
