@@ -1,0 +1,286 @@
+/**
+ * The CDC failure scenarios that run in both producer modes (issue 14, test 8: tests 1 and 2
+ * again with `via: 'wal'`): cdc-stream*.test.ts and cdc-crash*.test.ts call these with their mode.
+ * Every relay runs in a child process on the built package (test/helpers/cdc-relay-process.ts).
+ */
+import { randomBytes } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import pg from 'pg';
+import { expect } from 'vitest';
+import { migrate } from '../../src/schema/migrate.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
+import {
+  cdcEvents,
+  cdcNames,
+  countIds,
+  dropCdcObjects,
+  duplicatesBeforeConfirmed,
+  eventRows,
+  firstDeliveryOrderViolations,
+  lsnValue,
+  missingIds,
+  produce,
+  slotState,
+  type Via,
+  waitUntil,
+} from '../helpers/cdc.js';
+import { type CdcChildConfig, CdcRelayProcess } from '../helpers/cdc-relay-process.js';
+import { waitFor } from '../helpers/db.js';
+import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
+import { KAFKA_BROKER } from '../helpers/kafka.js';
+import { kafkaReader, readTopic } from '../helpers/kafka-read.js';
+import { deleteStream, readStream, watchSubjects } from '../helpers/nats-stream.js';
+
+/** A test file's schema, its slot and publication, its relay children and clean-ups. */
+export class CdcFixture {
+  readonly children: CdcRelayProcess[] = [];
+  readonly cleanups: Array<() => Promise<void>> = [];
+
+  private constructor(
+    readonly db: { readonly pool: pg.Pool; readonly schema: string },
+    readonly databaseUrl: string,
+  ) {}
+
+  /** A fresh migrated schema `t_<name>_<hex>` on the shared server, or on `databaseUrl`'s. */
+  static async create(name: string, databaseUrl = DATABASE_URL): Promise<CdcFixture> {
+    const schema = `t_${name}_${randomBytes(4).toString('hex')}`;
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 6 });
+    // A private server restarted under the pool: an idle connection's error is no test failure.
+    pool.on('error', () => undefined);
+    await migrate(pool, { schema, partitions: 16 });
+    return new CdcFixture({ pool, schema }, databaseUrl);
+  }
+
+  get schema(): string {
+    return this.db.schema;
+  }
+
+  get slot(): string {
+    return cdcNames(this.db.schema).slot;
+  }
+
+  /** A relay child on this schema (NATS on the shared server unless `config` says otherwise). */
+  relay(config: Partial<CdcChildConfig> & Pick<CdcChildConfig, 'broker'>): CdcRelayProcess {
+    const child = CdcRelayProcess.spawn({
+      databaseUrl: this.databaseUrl,
+      schema: this.db.schema,
+      relayId: `cdc-${randomBytes(3).toString('hex')}`,
+      leaseMs: 2000,
+      heartbeatMs: 1000,
+      silenceTimeoutMs: 5000,
+      statusIntervalMs: 250,
+      ...config,
+    });
+    this.children.push(child);
+    return child;
+  }
+
+  /** Kills every child, runs the clean-ups, drops slot, publication and schema. */
+  async close(): Promise<void> {
+    for (const c of this.children.splice(0)) await c.kill();
+    for (const f of this.cleanups.splice(0).reverse()) await f().catch(() => undefined);
+    const { slot, publication } = cdcNames(this.db.schema);
+    await dropCdcObjects(this.db.pool, slot, publication);
+    await this.db.pool.query(`DROP SCHEMA IF EXISTS "${this.db.schema}" CASCADE`);
+    await this.db.pool.end();
+  }
+}
+
+/** A fresh NATS stream and subject prefix on the shared server, deleted at the fixture's end. */
+export function natsNames(fixture: CdcFixture): {
+  stream: string;
+  prefix: string;
+  nats: CdcChildConfig['nats'];
+} {
+  const tag = randomBytes(4).toString('hex');
+  const stream = `TXO_CDCF_${tag}`;
+  const prefix = `cdcf${tag}`;
+  fixture.cleanups.push(() => deleteStream(NATS_URL, stream));
+  return { stream, prefix, nats: { servers: NATS_URL, stream, subjects: [`${prefix}.>`] } };
+}
+
+/** Messages a JetStream stream holds now (0 while it does not exist). */
+export async function streamCount(stream: string, servers = NATS_URL): Promise<number> {
+  const nc = await connect({ servers });
+  try {
+    const jsm = await jetstreamManager(nc);
+    return (await jsm.streams.info(stream)).state.messages;
+  } catch {
+    return 0;
+  } finally {
+    await nc.close();
+  }
+}
+
+const TOTAL = 100_000;
+const AGGREGATES = 5_000;
+
+/**
+ * Test 1: 100,000 events over 5,000 aggregates, committed while the relay streams: every event
+ * delivered, first deliveries in per-aggregate order, nothing left in the table.
+ */
+export async function streamsEverything(
+  fixture: CdcFixture,
+  via: Via,
+  broker: 'nats' | 'kafka',
+): Promise<void> {
+  const tag = randomBytes(4).toString('hex');
+  let prefix: string;
+  let relay: CdcRelayProcess;
+  if (broker === 'nats') {
+    const n = natsNames(fixture);
+    prefix = n.prefix;
+    relay = fixture.relay({ broker, nats: n.nats, relayId: `stream-${via}-nats` });
+  } else {
+    prefix = `cdcf${tag}`;
+    const { admin, reader } = kafkaReader(`txo-cdcf-${tag}`);
+    fixture.cleanups.push(async () => {
+      await admin.deleteTopics({ topics: [`${prefix}.order`] }).catch(() => undefined);
+      await admin.close();
+      await reader.close();
+    });
+    await admin.createTopics({ topics: [`${prefix}.order`], partitions: 4, replicas: 1 });
+    relay = fixture.relay({ broker, kafka: { brokers: [KAFKA_BROKER] }, relayId: `stream-${via}-kafka` });
+  }
+  await relay.streaming(40_000);
+
+  const started = Date.now();
+  const committed = await produce(fixture.db.pool, fixture.schema, cdcEvents(prefix, TOTAL, AGGREGATES), {
+    via,
+    perTx: 1000,
+  });
+  const producedMs = Date.now() - started;
+
+  let deliveries: Array<{ eventId: string; aggregateId: string; sequence: number }>;
+  if (broker === 'nats') {
+    const stream = relay.config.nats!.stream;
+    await waitUntil(async () => (await streamCount(stream)) >= TOTAL, {
+      timeoutMs: 70_000,
+      intervalMs: 500,
+      what: () =>
+        `${TOTAL} events in the stream (relay: ${JSON.stringify(relay.stats())}, exited ${JSON.stringify(relay.exited)})\n${relay.problems()}`,
+    });
+    deliveries = await readStream(NATS_URL, stream);
+  } else {
+    const { reader } = kafkaReader(`txo-cdcf-read-${tag}`);
+    try {
+      deliveries = await readTopic(reader, `${prefix}.order`, TOTAL, 70_000);
+    } finally {
+      await reader.close();
+    }
+  }
+  const drainedMs = Date.now() - started;
+  const s = relay.stats()!;
+  console.info(
+    `cdc stream ${via}/${broker}: ${TOTAL} events committed in ${producedMs} ms, all delivered ${drainedMs} ms after the first commit; ${deliveries.length} deliveries; stats ${JSON.stringify({ published: s.published, batches: s.batches, cdc: s.cdc })}`,
+  );
+
+  expect(relay.exited, relay.problems()).toBeUndefined();
+  expect(
+    missingIds(
+      committed,
+      deliveries.map((d) => d.eventId),
+    ),
+  ).toEqual([]);
+  expect(countIds(committed)).toBe(TOTAL);
+  // Kafka records are keyed by aggregate: one aggregate's records sit in one partition, in order.
+  expect(firstDeliveryOrderViolations(deliveries)).toEqual([]);
+  if (via === 'table')
+    await waitFor(async () => (await eventRows(fixture.db.pool, fixture.schema)) === 0, {
+      timeoutMs: 20_000,
+      what: 'the events table emptied by the outcome statements',
+    });
+  else expect(await eventRows(fixture.db.pool, fixture.schema)).toBe(0);
+  expect(s.dead).toBe(0);
+  // Streamed, not handed over to the relay's polling path.
+  expect(s.cdc.handovers).toBe(0);
+  expect(s.cdc.reconnects).toBe(0);
+  await relay.stop();
+  expect(relay.exited?.code, relay.problems()).toBe(0);
+}
+
+/**
+ * Test 2: kill -9 of the streaming relay mid-stream, a new relay started: nothing lost, and the
+ * only events delivered twice are ones committed after the slot's confirmed LSN as read just
+ * before the kill.
+ */
+export async function survivesKill9(fixture: CdcFixture, via: Via): Promise<void> {
+  const { stream, prefix, nats } = natsNames(fixture);
+  const watch = await watchSubjects(NATS_URL, `${prefix}.>`);
+  fixture.cleanups.push(() => watch.close());
+  // The first relay publishes through a proxy that adds latency: it reads the stream far ahead of
+  // its publishes, so the kill finds thousands of events read but not acknowledged.
+  const natsUrl = new URL(NATS_URL);
+  const slowLink = await TcpProxy.start({ host: natsUrl.hostname, port: Number(natsUrl.port || 4222) });
+  fixture.cleanups.push(() => slowLink.close());
+  slowLink.delay(30, 120_000);
+  const first = fixture.relay({
+    broker: 'nats',
+    nats: { ...nats!, servers: `nats://127.0.0.1:${slowLink.port}` },
+    relayId: `crash-${via}-first`,
+    batchSize: 200,
+  });
+  await first.streaming(40_000);
+  const atStart = await slotState(fixture.db.pool, fixture.slot);
+
+  // A backlog committed faster than it is published (the relay reads ahead of its publishes),
+  // the kill in the middle of it, then more committed while no relay runs.
+  const total = 30_000;
+  const producing = produce(fixture.db.pool, fixture.schema, cdcEvents(prefix, 20_000, 2_000), {
+    via,
+    perTx: 1000,
+  });
+  await waitFor(() => watch.seen.length >= 3_000, { timeoutMs: 40_000, what: '3,000 events published' });
+  const beforeKill = await slotState(fixture.db.pool, fixture.slot);
+  await first.kill();
+  const seenAtKill = watch.seen.length;
+  const committed = await producing;
+  const committedAtKill = countIds(committed);
+  committed.push(
+    ...(await produce(fixture.db.pool, fixture.schema, cdcEvents(prefix, 10_000, 2_000, 20_000), {
+      via,
+      perTx: 1000,
+    })),
+  );
+
+  expect(
+    beforeKill.confirmed,
+    'the streaming relay confirmed the slot past where it started',
+  ).toBeGreaterThan(atStart.confirmed);
+  expect(seenAtKill, 'the kill landed mid-stream').toBeLessThan(committedAtKill);
+
+  const second = fixture.relay({ broker: 'nats', nats, relayId: `crash-${via}-second`, batchSize: 200 });
+  // Past the last commit, every streamed event was acknowledged by the broker (the contract's
+  // confirmation rule); in table mode the polling path may still be delivering handed-over rows.
+  await second.waitForStats((s) => lsnValue(s.cdc.confirmedLsn) >= committed.at(-1)!.afterLsn, {
+    timeoutMs: 60_000,
+    what: 'the slot confirmed past the last commit',
+  });
+  if (via === 'table')
+    await waitFor(async () => (await eventRows(fixture.db.pool, fixture.schema)) === 0, {
+      timeoutMs: 30_000,
+      what: 'the events table emptied',
+    });
+  // Let the last acknowledgements reach the stream; a shortfall shows as missing ids below.
+  await waitFor(async () => (await streamCount(stream)) >= total, {
+    timeoutMs: 5_000,
+    intervalMs: 250,
+  }).catch(() => undefined);
+
+  const stored = await readStream(NATS_URL, stream);
+  expect(
+    missingIds(
+      committed,
+      stored.map((s) => s.eventId),
+    ),
+  ).toEqual([]);
+  expect(firstDeliveryOrderViolations(stored)).toEqual([]);
+  const { duplicates, violations } = duplicatesBeforeConfirmed(committed, watch.seen, beforeKill.confirmed);
+  console.info(
+    `cdc crash ${via}: killed at ${seenAtKill} published of ${committedAtKill} committed, slot confirmed ${beforeKill.confirmed} before the kill; ${duplicates} events delivered more than once; restarted relay ${JSON.stringify({ published: second.stats()?.published, cdc: second.stats()?.cdc })}`,
+  );
+  expect(violations, 'events confirmed before the kill delivered again').toEqual([]);
+  expect(second.exited, second.problems()).toBeUndefined();
+  expect(second.stats()!.dead).toBe(0);
+}

@@ -1,0 +1,35 @@
+/**
+ * Issue 14, test 1 in WAL mode (`enqueue(…, { via: 'wal' })`, issue test 8): 100,000 events over 5,000 aggregates streamed by a
+ * CDC relay (a child process on the built package) to NATS JetStream and to Kafka: every event
+ * delivered, first deliveries in per-aggregate order. The scenario: cdc-scenarios.ts.
+ */
+import { afterAll, beforeAll, describe, it } from 'vitest';
+import { kafkaAvailable } from '../helpers/kafka.js';
+import { CdcFixture, streamsEverything } from './cdc-scenarios.js';
+
+const kafkaUp = await kafkaAvailable('cdc-wal-stream.test.ts: the Kafka case');
+
+describe('cdc failure: 100,000 events streamed (wal mode)', () => {
+  let nats: CdcFixture;
+  let kafka: CdcFixture;
+  beforeAll(async () => {
+    nats = await CdcFixture.create('cdc_failures_walstream_n');
+    kafka = await CdcFixture.create('cdc_failures_walstream_k');
+  });
+  afterAll(async () => {
+    await nats?.close();
+    await kafka?.close();
+  }, 60_000);
+
+  it('through NATS JetStream: every event delivered, per-aggregate order held', async () => {
+    await streamsEverything(nats, 'wal', 'nats');
+  }, 150_000);
+
+  it.skipIf(!kafkaUp)(
+    'through Kafka: every event delivered, per-aggregate order held',
+    async () => {
+      await streamsEverything(kafka, 'wal', 'kafka');
+    },
+    150_000,
+  );
+});
