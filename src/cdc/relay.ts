@@ -43,8 +43,9 @@ export interface CdcRelay extends Relay {
 /**
  * Creates a CDC relay: holds every partition lease (the fence), streams the slot's inserts into
  * the events table and WAL-mode messages, publishes them in per-aggregate order, and confirms the
- * slot past what is settled. Aggregates with a failure, a scheduled event or rows in the table
- * at start are handed over to a polling path inside the relay (see {@link Handover}).
+ * slot past what is settled. Aggregates with a failure or a scheduled event, and rows left in
+ * the table at start that will not stream again, are handed over to a polling path inside the
+ * relay (see {@link Handover}).
  */
 export function createCdcRelay(options: CdcRelayOptions): CdcRelay {
   return new StreamingRelay(resolveCdcRelayOptions(options));
@@ -414,9 +415,9 @@ class StreamingRelay implements CdcRelay {
         // The slot's holder, if any, is a relay that lost the leases: end its stream.
         if (!(await this.leases.verifyAll())) continue;
         await takeOverSlot(b.pool, this.o.slot, { logger: b.logger });
-        const polled = await this.handover.rebuild(b.pool);
-        const catchUp = polled.length > 0 ? await this.catchUpMark() : 0n;
-        await this.streamOnce(polled, catchUp, () => {
+        const start = await this.handover.rebuild(b.pool);
+        const catchUp = start.polled.length > 0 || start.unknown > 0 ? await this.catchUpMark() : 0n;
+        await this.streamOnce(start.polled, catchUp, () => {
           failures = 0;
           this.loopErrorsInARow = 0;
         });
@@ -595,7 +596,9 @@ class StreamingRelay implements CdcRelay {
     if (lsn > this.cdc.confirmed) this.cdc.confirmed = lsn;
     if (!session.caughtUp && !session.catchingUp && lsn >= session.catchUp) {
       session.catchingUp = true;
-      this.caughtUp(session).then(
+      // At once, before the next batch is taken: what is still unknown never streams again.
+      const fromUnknown = this.handover.caughtUp();
+      this.caughtUp(session, fromUnknown).then(
         () => {
           session.caughtUp = true;
           this.poll.wake();
@@ -609,16 +612,19 @@ class StreamingRelay implements CdcRelay {
   }
 
   /** See {@link CAUGHT_UP_SQL}. */
-  private async caughtUp(session: StreamSession): Promise<void> {
+  private async caughtUp(session: StreamSession, fromUnknown: readonly string[]): Promise<void> {
     const { partitions, epochs } = this.leases.snapshot();
     const { rowCount } = await this.b.pool.query(this.caughtUpSql, [
       this.id,
       partitions,
       epochs,
       partitions.length,
-      session.polledAtStart,
+      [...session.polledAtStart, ...fromUnknown],
     ]);
-    this.b.logger.debug({ relayId: this.id, raised: rowCount }, 'stream caught up with the polled set');
+    this.b.logger.debug(
+      { relayId: this.id, raised: rowCount, fromUnknown: fromUnknown.length },
+      'stream caught up with the start set',
+    );
   }
 
   private settle(session: StreamSession, events: readonly StreamEvent[]): void {
@@ -708,6 +714,14 @@ class StreamingRelay implements CdcRelay {
       const e = queue[i]!;
       if (blocked.has(e.key)) {
         keep.push(e);
+        continue;
+      }
+      // An aggregate of the start read: its first streamed event says whether its rows stream again.
+      if (
+        this.handover.isUnknown(e.key) &&
+        this.handover.resolve(e.key, e.message.sequence, e.via) === 'skip'
+      ) {
+        skipped.push(e);
         continue;
       }
       if (this.handover.skips(e.key, e.message.sequence, e.via)) {
