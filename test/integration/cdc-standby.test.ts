@@ -71,7 +71,7 @@ const one = (id: string) =>
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-describe('CDC relay operations (fixops)', () => {
+describe('CDC relay: standing by, start position, checks', () => {
   it('a polling relay next to a standby CDC relay keeps every partition; the CDC relay says why, once', async () => {
     await reset();
     const { lines, logger } = logRecorder();
