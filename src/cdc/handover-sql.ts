@@ -107,14 +107,25 @@ SET delivered_sequence = excluded.delivered_sequence
 WHERE g.delivered_sequence < excluded.delivered_sequence`;
 
 /**
- * The polled set at start (and after each reconnect): every aggregate with a row in the table,
- * whatever its status, with its highest sequence there. The table holds only what is not
- * delivered yet, so this reads the undelivered rows once.
+ * The start read (at start and after each reconnect), one row per aggregate with rows in the
+ * table: its lowest and highest sequence there, its delivered sequence, and whether it is the
+ * polling path's at once (`polled`): a row failed before (attempts, dead), scheduled for later,
+ * or its aggregate blocked (a retry's backoff, a dead head). The others are "unknown" until the
+ * stream shows whether their rows stream again (see `Handover.resolve`).
  */
-export const POLLED_SET_SQL = `
-SELECT aggregate_type || chr(31) || aggregate_id AS key, max(sequence)::text AS max_sequence
-FROM {{schema}}.events
-GROUP BY aggregate_type, aggregate_id`;
+export const START_SET_SQL = `
+SELECT e.aggregate_type || chr(31) || e.aggregate_id AS key,
+       e.min_sequence::text AS min_sequence, e.max_sequence::text AS max_sequence,
+       coalesce(g.delivered_sequence, 0)::text AS delivered,
+       (e.odd OR g.blocked_until IS NOT NULL) AS polled
+FROM (
+  SELECT aggregate_type, aggregate_id, min(sequence) AS min_sequence, max(sequence) AS max_sequence,
+         bool_or(attempts > 0 OR status <> 'pending' OR deliver_after > now()) AS odd
+  FROM {{schema}}.events
+  GROUP BY aggregate_type, aggregate_id
+) e
+LEFT JOIN {{schema}}.aggregate_progress g
+  ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id`;
 
 /** Of the polled aggregates `$1`, those with a row left in the table. */
 export const STILL_POLLED_SQL = `
