@@ -25,15 +25,17 @@ fence AS (
  * leaves the stream (`$22`…`$25`: delivered up to the event before, blocked until its retry;
  * a null block leaves it as it is, -1 blocks for good: a dead head). Returns whether the fence
  * held and the transaction's id (the stream sees this insert again and must skip it); a
- * transactional message with the handover prefix (`$26`) marks the transaction as the relay's
- * own for a relay that does not know its id (a restart streams it again).
+ * transactional message with the handover prefix (`$26`) whose content is the transaction's own
+ * id marks it as the relay's own for a relay that does not know its id (a restart streams it
+ * again; see `isOwnMarker`). The partition is `partition_of`'s, never the message's (`$6` is not
+ * written: anyone can emit a message, and a row in a partition no lease covers is never claimed).
  */
 export const HANDOVER_SQL = `
 WITH ${FENCE}, inserted AS (
   INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
                                  event_type, schema_version, topic, payload, payload_bytes, headers, created_at,
                                  next_attempt_at, attempts, last_error, status, dead_at)
-  SELECT x.event_id, x.partition, x.aggregate_type, x.aggregate_id, x.sequence, x.sequence_base,
+  SELECT x.event_id, {{schema}}.partition_of(x.aggregate_type, x.aggregate_id), x.aggregate_type, x.aggregate_id, x.sequence, x.sequence_base,
          x.event_type, x.schema_version, x.topic,
          CASE WHEN x.json THEN convert_from(x.payload, 'UTF8')::jsonb END,
          CASE WHEN NOT x.json THEN x.payload END,
@@ -66,7 +68,7 @@ WITH ${FENCE}, inserted AS (
       delivered_at = excluded.delivered_at
 )
 SELECT (SELECT ok FROM held) AS ok, pg_current_xact_id()::text AS xid,
-       pg_logical_emit_message(true, $26::text, ''::text)::text AS marker`;
+       pg_logical_emit_message(true, $26::text, pg_current_xact_id()::text)::text AS marker`;
 
 /**
  * Whether the transactions `$1` (32-bit ids, as the stream gives them) are visible to a snapshot

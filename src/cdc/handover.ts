@@ -1,7 +1,9 @@
 import type { Pool, PoolClient } from 'pg';
 import { OutboxError } from '../errors.js';
+import type { Logger } from '../logger.js';
 import type { Failure } from '../relay/verdicts.js';
 import { withSchema } from '../schema/identifiers.js';
+import { isDataError, writeIsolated } from './handover-data-errors.js';
 import { START_SET_SQL, STILL_POLLED_SQL, VISIBLE_SQL } from './handover-sql.js';
 import type { StreamEvent } from './stream-batch.js';
 
@@ -103,6 +105,7 @@ export class Handover {
     handoverSql: string,
     /** The prefix of the message that marks a handover transaction (`handoverPrefix`). */
     private readonly marker = '',
+    private readonly logger?: Logger,
   ) {
     this.#sql = {
       polledSet: withSchema(START_SET_SQL, quotedSchema),
@@ -325,8 +328,25 @@ export class Handover {
   /**
    * Writes a handover: WAL-mode rows and progress, fenced, in one statement on `client` (whose
    * session has synchronous_commit on). Returns the transaction's id; throws {@link FencedError}.
+   * A data error (a row PostgreSQL refuses) does not fail it: see `writeIsolated`.
    */
   async write(
+    client: PoolClient,
+    fence: Fence,
+    rows: readonly HandoverRow[],
+    progress: readonly ProgressRow[],
+  ): Promise<string> {
+    const statement = (r: readonly HandoverRow[], p: readonly ProgressRow[]) =>
+      this.#write(client, fence, r, p);
+    try {
+      return await statement(rows, progress);
+    } catch (error) {
+      if (!isDataError(error)) throw error;
+      return writeIsolated(client, statement, rows, progress, this.logger);
+    }
+  }
+
+  async #write(
     client: PoolClient,
     fence: Fence,
     rows: readonly HandoverRow[],

@@ -168,6 +168,7 @@ class StreamingRelay implements CdcRelay {
       b.quotedSchema,
       withSchema(HANDOVER_SQL, b.quotedSchema),
       handoverPrefix(b.schema),
+      b.logger,
     );
     this.recorder = new Recorder(
       this.recordSession,
