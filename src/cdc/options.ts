@@ -20,7 +20,10 @@ export interface CdcRelayOptions extends RelayOptions {
   readonly statusIntervalMs?: number;
   /** The replication connection's settings. Default: the pool's. */
   readonly connection?: pg.ClientConfig;
-  /** Events read from the stream but not settled yet; above it the stream is paused. Default 10000. */
+  /**
+   * Events read from the stream but not settled yet (and decoded changes buffered ahead of the
+   * reader); above it the stream is paused. Default 2000: four batches of 500 in flight.
+   */
   readonly maxInFlight?: number;
 }
 
@@ -86,6 +89,6 @@ export function resolveCdcRelayOptions(options: CdcRelayOptions): ResolvedCdcRel
     silenceTimeoutMs,
     statusIntervalMs: positive(options.statusIntervalMs, 1000, 'statusIntervalMs'),
     connection: options.connection ?? poolOptions,
-    maxInFlight: positive(options.maxInFlight, 10_000, 'maxInFlight'),
+    maxInFlight: positive(options.maxInFlight, 2_000, 'maxInFlight'),
   });
 }

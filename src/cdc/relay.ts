@@ -517,6 +517,9 @@ class StreamingRelay implements CdcRelay {
       ...(this.cdc.confirmed > 0n ? { startLsn: this.cdc.confirmed } : {}),
       statusIntervalMs: this.o.statusIntervalMs,
       silenceTimeoutMs: this.o.silenceTimeoutMs,
+      // The stream's own read-ahead is bounded like the relay's: decoded changes waiting for the
+      // reader cost memory as unsettled events do (a 10,000 default each was ~100 MB of RSS).
+      highWaterMark: this.o.maxInFlight,
       logger: b.logger,
     });
     const tracker = new AckTracker();
