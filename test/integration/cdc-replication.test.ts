@@ -16,7 +16,7 @@ import {
 } from '../../src/cdc/replication.js';
 import { waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
-import { startTcpProxy } from '../helpers/tcp-proxy.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { expectNoUnhandledRejections } from '../helpers/unhandled.js';
 
 expectNoUnhandledRejections();
@@ -299,14 +299,14 @@ describe('ReplicationStream', () => {
 
   it('a held network (proxy holds both ways) fails with TXO_CDC_SILENT within silenceTimeoutMs', async () => {
     const url = new URL(DATABASE_URL);
-    const proxy = await startTcpProxy({ port: Number(url.port || 5432), host: url.hostname });
+    const proxy = await TcpProxy.start({ host: url.hostname, port: Number(url.port || 5432) });
     try {
       const silenceTimeoutMs = 1500;
       const stream = open({
         // No connectionString: pg lets its host and port override the proxy's.
         connection: {
           host: '127.0.0.1',
-          port: proxy.port,
+          port: proxy.address.port,
           user: decodeURIComponent(url.username) || 'postgres',
           password: decodeURIComponent(url.password) || undefined,
           database: url.pathname.slice(1) || 'postgres',
@@ -318,7 +318,7 @@ describe('ReplicationStream', () => {
       await pool.query(`INSERT INTO ${schema}.events (id) VALUES (30001)`);
       await collect(stream, (m) => inserts(m).length > 0);
       const heldAt = performance.now();
-      proxy.hold();
+      proxy.stall();
       const outcome = await readUntilFailure(stream);
       const elapsed = performance.now() - heldAt;
       expect(outcome).toMatchObject({ code: 'TXO_CDC_SILENT' });
@@ -326,7 +326,7 @@ describe('ReplicationStream', () => {
       expect(elapsed).toBeLessThan(silenceTimeoutMs + 1000);
       await stream.close();
     } finally {
-      proxy.cut();
+      await proxy.cut();
       await proxy.close();
     }
     // The server notices the dead client only at wal_sender_timeout; free the slot now.

@@ -15,7 +15,7 @@ import { DATABASE_URL } from '../helpers/env.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 import { dropSlotQuietly } from '../helpers/slot-holder.js';
-import { startTcpProxy } from '../helpers/tcp-proxy.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 
 const PARTITIONS = 4;
 const ROLE = `cdc_fixops_norep_${randomBytes(3).toString('hex')}`;
@@ -132,7 +132,7 @@ describe('CDC relay: standing by, start position, checks', () => {
   it('a relay whose replication network is black-holed gives its leases to a standby that can stream', async () => {
     await reset();
     const url = new URL(DATABASE_URL);
-    const proxy = await startTcpProxy({ port: Number(url.port || 5432), host: url.hostname });
+    const proxy = await TcpProxy.start({ host: url.hostname, port: Number(url.port || 5432) });
     try {
       const common = {
         schema: db.schema,
@@ -151,7 +151,7 @@ describe('CDC relay: standing by, start position, checks', () => {
         logger,
         connection: {
           host: '127.0.0.1',
-          port: proxy.port,
+          port: proxy.address.port,
           user: url.username,
           database: url.pathname.slice(1),
         },
@@ -159,7 +159,7 @@ describe('CDC relay: standing by, start position, checks', () => {
       relays.push(held);
       await held.start();
       await waitFor(() => held.stats().cdc.streaming, { what: 'held streams' });
-      proxy.hold(); // the replication connection, and every new one through the proxy, goes silent
+      proxy.stall(); // the replication connection, and every new one through the proxy, goes silent
       const b = new RecordingPublisher();
       const standby = createCdcRelay({ ...common, pool: ownPool(), publisher: b, relayId: 'standby' });
       relays.push(standby);
@@ -173,7 +173,7 @@ describe('CDC relay: standing by, start position, checks', () => {
       const errors = lines.filter((l) => l.level === 'error');
       expect(errors.length).toBeLessThanOrEqual(2);
     } finally {
-      proxy.release();
+      await proxy.resume();
       await proxy.close();
     }
   }, 40_000);
