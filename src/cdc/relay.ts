@@ -9,6 +9,7 @@ import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from 
 import { PartitionLeases } from '../relay/leases.js';
 import { OutageLog, RefusedAggregates } from '../relay/outage.js';
 import { outcomeStatement } from '../relay/outcome-sql.js';
+import { PartitionCount } from '../relay/partition-count.js';
 import { BackgroundPruner } from '../relay/pruner.js';
 import { BatchPublisher } from '../relay/publish-batch.js';
 import { Recorder } from '../relay/record.js';
@@ -129,9 +130,9 @@ class StreamingRelay implements CdcRelay {
   private halt = false;
   private loopErrorsInARow = 0;
   private renewTimer: NodeJS.Timeout | undefined;
+  private readonly partitionCount: PartitionCount;
   private stateTimer: NodeJS.Timeout | undefined;
   private unregisterBacklogGauges: (() => void) | undefined;
-  private partitionCount: number | undefined;
   private readonly cdc = { reconnects: 0, handovers: 0, confirmed: 0n, server: 0n };
   private readonly stateSql: string;
   private readonly caughtUpSql: string;
@@ -143,6 +144,7 @@ class StreamingRelay implements CdcRelay {
   constructor(private readonly o: ResolvedCdcRelayOptions) {
     const b = o.base;
     this.b = b;
+    this.partitionCount = new PartitionCount(b.pool, b.schema, b.quotedSchema);
     this.id = b.relayId;
     this.counters = new RelayCounters(b.metrics);
     this.metrics = new CdcMetrics(b.metricsSink);
@@ -349,22 +351,8 @@ class StreamingRelay implements CdcRelay {
     b.logger.info({ relayId: this.id, ...this.counters.counts, ...this.cdcStats() }, 'CDC relay stopped');
   }
 
-  private async partitions(): Promise<number> {
-    if (this.partitionCount === undefined) {
-      const { rows } = await this.b.pool
-        .query<{ partitions: number }>(`SELECT partitions FROM ${this.b.quotedSchema}.config`)
-        .catch((error: unknown) => {
-          if ((error as { code?: unknown }).code === '42P01') return { rows: [] };
-          throw error;
-        });
-      if (!rows[0]) {
-        throw new OutboxError(`no outbox schema "${this.b.schema}" found; run migrate first`, {
-          code: 'TXO_NO_SCHEMA',
-        });
-      }
-      this.partitionCount = rows[0].partitions;
-    }
-    return this.partitionCount;
+  private partitions(): Promise<number> {
+    return this.partitionCount.get();
   }
 
   private async holdsAll(): Promise<boolean> {

@@ -16,6 +16,7 @@ import { PartitionLeases } from './leases.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
 import { OutageLog, RefusedAggregates } from './outage.js';
 import { outcomeStatement } from './outcome-sql.js';
+import { PartitionCount } from './partition-count.js';
 import { Pipeline } from './pipeline.js';
 import { BackgroundPruner } from './pruner.js';
 import { BatchPublisher } from './publish-batch.js';
@@ -80,10 +81,11 @@ class PollingRelay implements Relay {
   /** Loop errors in a row, for {@link health} (the loop's own count, published). */
   private loopErrorsInARow = 0;
   private renewTimer: NodeJS.Timeout | undefined;
-  private partitionCount: number | undefined;
+  private readonly partitionCount: PartitionCount;
 
   constructor(private readonly o: ResolvedRelayOptions) {
     this.id = o.relayId;
+    this.partitionCount = new PartitionCount(o.pool, o.schema, o.quotedSchema);
     this.counters = new RelayCounters(o.metrics);
     this.outage = new OutageLog(
       o.logger,
@@ -277,22 +279,8 @@ class PollingRelay implements Relay {
     this.o.logger.info({ relayId: this.id, ...this.counters.counts }, 'relay stopped');
   }
 
-  private async partitions(): Promise<number> {
-    if (this.partitionCount === undefined) {
-      const { rows } = await this.o.pool
-        .query<{ partitions: number }>(`SELECT partitions FROM ${this.o.quotedSchema}.config`)
-        .catch((error: unknown) => {
-          if ((error as { code?: unknown }).code === '42P01') return { rows: [] };
-          throw error;
-        });
-      if (!rows[0]) {
-        throw new OutboxError(`no outbox schema "${this.o.schema}" found; run migrate first`, {
-          code: 'TXO_NO_SCHEMA',
-        });
-      }
-      this.partitionCount = rows[0].partitions;
-    }
-    return this.partitionCount;
+  private partitions(): Promise<number> {
+    return this.partitionCount.get();
   }
 
   /**
