@@ -685,14 +685,22 @@ class StreamingRelay implements CdcRelay {
           skipped.push(e);
           continue;
         }
-        if (verdict.kind === 'unknown' || (verdict.kind === 'handover' && (this.busy.has(e.key) || inBatch.has(e.key)))) {
+        if (
+          verdict.kind === 'unknown' ||
+          (verdict.kind === 'handover' && (this.busy.has(e.key) || inBatch.has(e.key)))
+        ) {
           blocked.add(e.key);
           keep.push(e);
           continue;
         }
         if (verdict.kind === 'handover') {
           this.b.logger.warn(
-            { relayId: this.id, aggregate: e.key.replace('\u001f', '/'), sequence: e.message.sequence, delivered: verdict.delivered },
+            {
+              relayId: this.id,
+              aggregate: e.key.replace('\u001f', '/'),
+              sequence: e.message.sequence,
+              delivered: verdict.delivered,
+            },
             verdict.repeat
               ? 'caller version at or below the last published: handed to the polling path (a repeat goes dead)'
               : 'caller version gap: handed to the polling path (bridged after the gap grace)',
@@ -702,7 +710,7 @@ class StreamingRelay implements CdcRelay {
           handovers.push(e);
           continue;
         }
-      }
+      } else this.gate.passed(e);
       batch.push(e);
       inBatch.add(e.key);
     }
@@ -737,7 +745,11 @@ class StreamingRelay implements CdcRelay {
     for (const e of events) {
       if (!this.handover.isPolled(e.key) && !entered.has(e.key)) {
         entered.add(e.key);
-        progress.push({ key: e.key, delivered: delivered.get(e.key) ?? e.message.sequence - 1, blockMs: null });
+        progress.push({
+          key: e.key,
+          delivered: delivered.get(e.key) ?? e.message.sequence - 1,
+          blockMs: null,
+        });
       }
       this.handover.enter(e.key, e.message.sequence);
       session.evicted.delete(e.key);

@@ -1,14 +1,18 @@
 import { FENCE } from './handover-sql.js';
 
 /**
- * The delivered sequence of the aggregates `$1`/`$2` (types, ids) the stream's gate has not seen
- * this session: one primary-key lookup per aggregate, all in one statement. An aggregate without
- * a row is not returned (nothing delivered that the table remembers).
+ * For the aggregates `$1`/`$2` (types, ids) the stream's gate has not seen this session: the
+ * delivered sequence (0 without a progress row) and whether the aggregate has a sequence row —
+ * the table-mode tell: caller versions write none, default sequences always one. Two primary-key
+ * probes per aggregate, all in one statement.
  */
 export const PROGRESS_LOOKUP_SQL = `
-SELECT g.aggregate_type || chr(31) || g.aggregate_id AS key, g.delivered_sequence::text AS delivered
+SELECT k.aggregate_type || chr(31) || k.aggregate_id AS key,
+       coalesce(g.delivered_sequence, 0)::text AS delivered,
+       EXISTS (SELECT 1 FROM {{schema}}.aggregate_sequences s
+               WHERE s.aggregate_type = k.aggregate_type AND s.aggregate_id = k.aggregate_id) AS counted
 FROM unnest($1::text[], $2::text[]) AS k(aggregate_type, aggregate_id)
-JOIN {{schema}}.aggregate_progress g
+LEFT JOIN {{schema}}.aggregate_progress g
   ON g.aggregate_type = k.aggregate_type AND g.aggregate_id = k.aggregate_id`;
 
 /**

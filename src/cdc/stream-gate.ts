@@ -1,6 +1,6 @@
 import type { Pool, PoolClient } from 'pg';
 import { withSchema } from '../schema/identifiers.js';
-import { FencedError, type Fence } from './handover.js';
+import { type Fence, FencedError } from './handover.js';
 import { type Lsn, parseLsn } from './lsn.js';
 import type { StreamEvent } from './stream-batch.js';
 import { PROGRESS_LOOKUP_SQL, WAL_PROGRESS_SQL } from './stream-gate-sql.js';
@@ -30,6 +30,8 @@ interface GateEntry {
   readonly floor: number;
   /** The last sequence the stream published (or has in flight) in this session, else `floor`. */
   last: number;
+  /** Table mode: the aggregate has a sequence row (default sequences): its rows pass untouched. */
+  readonly counted: boolean;
 }
 
 const DEFAULT_SIZE = 100_000;
@@ -49,9 +51,11 @@ function splitKey(key: string): [string, string] {
  * a repeat, a regression, a gap — hands the aggregate over to the polling path with its progress
  * at the last delivered, whose gate marks a repeat dead and bridges a gap after the grace.
  *
- * Gated: every table-mode event (a row does not say whether its sequence is the caller's; the
- * outcome statement records progress for all of them anyway), and WAL-mode events flagged as
- * caller versions. WAL-mode events on default sequences pass untouched: they cannot repeat.
+ * Gated: WAL-mode events flagged as caller versions, and table-mode rows of an aggregate without
+ * a sequence row (a row does not say whether its sequence is the caller's; the lookup does, and
+ * a row with a `sequence_base` is on default sequences). Default sequences pass untouched: they
+ * cannot repeat, and a known aggregate's last still follows them (one aggregate may mix table and
+ * WAL mode, whose default events write no progress).
  */
 export class StreamGate {
   readonly #entries = new Map<string, GateEntry>();
@@ -71,7 +75,7 @@ export class StreamGate {
 
   /** Whether the gate decides on this event (else it passes untouched). */
   static gated(e: StreamEvent): boolean {
-    return e.via === 'table' || e.wal?.callerVersion === true;
+    return e.via === 'table' ? (e.message.sequenceBase ?? 0) === 0 : e.wal?.callerVersion === true;
   }
 
   get known(): number {
@@ -117,18 +121,17 @@ export class StreamGate {
   async lookUp(pool: Pick<Pool, 'query'>, keys: readonly string[]): Promise<void> {
     if (keys.length === 0) return;
     const split = keys.map(splitKey);
-    const { rows } = await pool.query<{ key: string; delivered: string }>(this.#sql.lookUp, [
-      split.map((k) => k[0]),
-      split.map((k) => k[1]),
-    ]);
-    const delivered = new Map(rows.map((r) => [r.key, Number(r.delivered)]));
-    for (const key of keys) this.learn(key, delivered.get(key) ?? 0);
+    const { rows } = await pool.query<{ key: string; delivered: string; counted: boolean }>(
+      this.#sql.lookUp,
+      [split.map((k) => k[0]), split.map((k) => k[1])],
+    );
+    for (const r of rows) this.learn(r.key, Number(r.delivered), r.counted);
   }
 
-  /** The aggregate's delivered sequence as the table knows it. */
-  learn(key: string, delivered: number): void {
+  /** The aggregate's delivered sequence as the table knows it, and whether it has a sequence row. */
+  learn(key: string, delivered: number, counted = false): void {
     this.#entries.delete(key);
-    this.#entries.set(key, { floor: delivered, last: delivered });
+    this.#entries.set(key, { floor: delivered, last: delivered, counted });
     if (this.#entries.size > this.size) {
       const oldest = this.#entries.keys().next().value;
       if (oldest !== undefined) this.#entries.delete(oldest);
@@ -142,6 +145,10 @@ export class StreamGate {
     this.#entries.delete(e.key);
     this.#entries.set(e.key, entry);
     const sequence = e.message.sequence;
+    if (e.via === 'table' && entry.counted) {
+      entry.last = Math.max(entry.last, sequence);
+      return PASS;
+    }
     const expected = Math.max(entry.last, e.message.sequenceBase ?? 0) + 1;
     if (sequence === expected) {
       entry.last = sequence;
@@ -155,6 +162,12 @@ export class StreamGate {
     return { kind: 'handover', delivered: entry.last, repeat: true };
   }
 
+  /** An event the gate does not decide on was published: a known aggregate's last follows it. */
+  passed(e: StreamEvent): void {
+    const entry = this.#entries.get(e.key);
+    if (entry) entry.last = Math.max(entry.last, e.message.sequence);
+  }
+
   /** A passed event came back (refused as unavailable, or behind one): not published after all. */
   unpass(e: StreamEvent): void {
     const entry = this.#entries.get(e.key);
@@ -166,7 +179,11 @@ export class StreamGate {
    * statement, only when there are any), so a restarted relay still knows what was delivered.
    * Throws {@link FencedError} when another relay took the partitions.
    */
-  async recordWal(client: Pick<PoolClient, 'query'>, fence: Fence, delivered: readonly StreamEvent[]): Promise<void> {
+  async recordWal(
+    client: Pick<PoolClient, 'query'>,
+    fence: Fence,
+    delivered: readonly StreamEvent[],
+  ): Promise<void> {
     const highest = new Map<string, number>();
     for (const e of delivered) {
       if (e.via !== 'wal' || e.wal?.callerVersion !== true) continue;
@@ -226,7 +243,10 @@ export class RefusalBound {
         this.#refused.set(key, r);
       }
       r.count += 1;
-      if (this.#delivered > r.deliveredBefore && (r.count >= this.maxRefusals || now - r.since >= this.maxMs)) {
+      if (
+        this.#delivered > r.deliveredBefore &&
+        (r.count >= this.maxRefusals || now - r.since >= this.maxMs)
+      ) {
         out.push(key);
         this.#refused.delete(key);
       }

@@ -110,7 +110,9 @@ export function encodeWalBody(e: PreparedEvent): Buffer {
     payload;
   const b = Buffer.allocUnsafe(size);
   const flags =
-    (e.payloadBytes ? FLAG_BYTES : 0) | (topic < 0 ? 0 : FLAG_TOPIC) | (e.sequence === null ? 0 : FLAG_CALLER);
+    (e.payloadBytes ? FLAG_BYTES : 0) |
+    (topic < 0 ? 0 : FLAG_TOPIC) |
+    (e.sequence === null ? 0 : FLAG_CALLER);
   let at = b.writeUInt8(flags, 0);
   at += b.write(e.eventId.replaceAll('-', ''), at, 16, 'hex');
   at = writeShortText(b, at, e.aggregateType, aggregateType);

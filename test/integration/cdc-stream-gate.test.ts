@@ -74,7 +74,11 @@ async function put(e: OutboxEvent | OutboxEvent[], via: 'table' | 'wal'): Promis
   await inTransaction(admin, (tx) => enqueue(tx, list, { schema, via }));
 }
 
-async function waitFor(check: () => Promise<boolean> | boolean, what: string, timeoutMs = 15_000): Promise<void> {
+async function waitFor(
+  check: () => Promise<boolean> | boolean,
+  what: string,
+  timeoutMs = 15_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await check()) return;
@@ -84,10 +88,14 @@ async function waitFor(check: () => Promise<boolean> | boolean, what: string, ti
 }
 
 function published(p: RecordingPublisher, agg: string): string[] {
-  return p.received.filter((m) => m.aggregateId === agg).map((m) => `${m.sequence}:${JSON.parse(String(m.payload))}`);
+  return p.received
+    .filter((m) => m.aggregateId === agg)
+    .map((m) => `${m.sequence}:${JSON.parse(String(m.payload))}`);
 }
 
-async function rows(agg: string): Promise<{ sequence: number; status: string; attempts: number; last_error: string | null }[]> {
+async function rows(
+  agg: string,
+): Promise<{ sequence: number; status: string; attempts: number; last_error: string | null }[]> {
   const { rows } = await admin.query(
     `SELECT sequence::int, status, attempts, last_error FROM "${schema}".events WHERE aggregate_id = $1 ORDER BY sequence, id`,
     [agg],
@@ -97,12 +105,19 @@ async function rows(agg: string): Promise<{ sequence: number; status: string; at
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Started and streaming: rows written before would be the polled set's at start (another rule). */
+async function streaming(r: CdcRelay): Promise<CdcRelay> {
+  await r.start();
+  await waitFor(() => r.stats().cdc.streaming, 'streaming');
+  return r;
+}
+
 describe('caller versions through the stream', () => {
   for (const via of ['wal', 'table'] as const) {
     it(`${via}: a repeat and a regression go dead (sequence_repeat) and the aggregate carries on`, async () => {
       const agg = `rep-${via}`;
       const p = new RecordingPublisher();
-      await relay(p).start();
+      await streaming(relay(p));
       await put(ev(agg, 'a', 1), via);
       await put(ev(agg, 'b', 2), via);
       await waitFor(() => published(p, agg).length === 2, 'a, b');
@@ -110,7 +125,10 @@ describe('caller versions through the stream', () => {
       await put(ev(agg, 'a-regress', 1), via);
       await put(ev(agg, 'c', 3), via);
       await waitFor(() => published(p, agg).includes('3:c'), 'c');
-      await waitFor(async () => (await rows(agg)).filter((r) => r.status === 'dead').length === 2, 'two dead rows');
+      await waitFor(
+        async () => (await rows(agg)).filter((r) => r.status === 'dead').length === 2,
+        'two dead rows',
+      );
       await sleep(300);
       expect(published(p, agg)).toEqual(['1:a', '2:b', '3:c']);
       const dead = await rows(agg);
@@ -128,10 +146,13 @@ describe('caller versions through the stream', () => {
       // with sequenceBase), the second 5 is a repeat, 6 follows.
       const agg = `f6-${via}`;
       const p = new RecordingPublisher();
-      await relay(p).start();
+      await streaming(relay(p));
       for (const [i, sequence] of [5, 3, 5, 6].entries()) await put(ev(agg, String(i), sequence), via);
       await waitFor(() => published(p, agg).some((m) => m.startsWith('6:')), '6');
-      await waitFor(async () => (await rows(agg)).filter((r) => r.status === 'dead').length === 1, 'a dead row');
+      await waitFor(
+        async () => (await rows(agg)).filter((r) => r.status === 'dead').length === 1,
+        'a dead row',
+      );
       await sleep(300);
       expect(published(p, agg)).toEqual(['3:1', '5:0', '6:3']);
       const mine = p.received.filter((m) => m.aggregateId === agg);
@@ -142,7 +163,7 @@ describe('caller versions through the stream', () => {
 
   it('wal: a gap (1, 2, 4) is bridged after the grace, with sequenceBase 3', async () => {
     const p = new RecordingPublisher();
-    await relay(p).start();
+    await streaming(relay(p));
     const t0 = Date.now();
     await put(ev('gap', 'a', 1), 'wal');
     await put(ev('gap', 'b', 2), 'wal');
@@ -155,20 +176,21 @@ describe('caller versions through the stream', () => {
 
   it('wal: 1, 3, then 2 a moment later are published 1, 2, 3', async () => {
     const p = new RecordingPublisher();
-    await relay(p, { gapGraceMs: 5000 }).start();
+    await streaming(relay(p, { gapGraceMs: 5000 }));
     await put(ev('late', 'a', 1), 'wal');
     await put(ev('late', 'c', 3), 'wal');
     await sleep(800);
     await put(ev('late', 'b', 2), 'wal');
     await waitFor(() => published(p, 'late').length === 3, 'all three');
     expect(published(p, 'late')).toEqual(['1:a', '2:b', '3:c']);
-    expect(p.received.find((m) => m.aggregateId === 'late' && m.sequence === 3)?.sequenceBase).toBeUndefined();
+    expect(
+      p.received.find((m) => m.aggregateId === 'late' && m.sequence === 3)?.sequenceBase,
+    ).toBeUndefined();
   }, 30_000);
 
   it('wal: a restarted relay still knows the delivered versions (progress recorded)', async () => {
     const p1 = new RecordingPublisher();
-    const r1 = relay(p1);
-    await r1.start();
+    const r1 = await streaming(relay(p1));
     await put(ev('restart', 'a', 1), 'wal');
     await put(ev('restart', 'b', 2), 'wal');
     await waitFor(() => published(p1, 'restart').length === 2, 'a, b');
@@ -183,7 +205,7 @@ describe('caller versions through the stream', () => {
     await put(ev('restart', 'b-repeat', 2), 'wal');
     await put(ev('restart', 'c', 3), 'wal');
     const p2 = new RecordingPublisher();
-    await relay(p2).start();
+    await streaming(relay(p2));
     await waitFor(() => published(p2, 'restart').includes('3:c'), 'c');
     await sleep(300);
     expect(published(p2, 'restart')).toEqual(['3:c']);
@@ -191,11 +213,13 @@ describe('caller versions through the stream', () => {
 
   it('default sequences in WAL mode write no progress', async () => {
     const p = new RecordingPublisher();
-    await relay(p).start();
+    await streaming(relay(p));
     await put([ev('plain', 'a'), ev('plain', 'b')], 'wal');
     await waitFor(() => published(p, 'plain').length === 2, 'a, b');
     await sleep(200);
-    const { rows } = await admin.query(`SELECT 1 FROM "${schema}".aggregate_progress WHERE aggregate_id = 'plain'`);
+    const { rows } = await admin.query(
+      `SELECT 1 FROM "${schema}".aggregate_progress WHERE aggregate_id = 'plain'`,
+    );
     expect(rows).toEqual([]);
   }, 30_000);
 });
@@ -208,13 +232,15 @@ describe('one aggregate refused as unavailable', () => {
       down && m.aggregateId === 'down'
         ? { ok: false, retryable: true, error: brokerUnavailable('topic down (test)') }
         : { ok: true };
-    const r = relay(p, { maxInFlight: 50 });
-    await r.start();
+    await streaming(relay(p, { maxInFlight: 50 }));
     await put(ev('down', 0), 'wal');
     await put(ev('down', 1), 'table');
     const { rows: at } = await admin.query('SELECT pg_current_wal_lsn()::text AS l');
     for (let i = 0; i < 100; i++) await put(ev(`up-${i % 10}`, i), i % 2 ? 'wal' : 'table');
-    await waitFor(() => p.received.filter((m) => m.aggregateId.startsWith('up-')).length >= 100, 'the others');
+    await waitFor(
+      () => p.received.filter((m) => m.aggregateId.startsWith('up-')).length >= 100,
+      'the others',
+    );
     await waitFor(async () => {
       const { rows } = await admin.query(
         'SELECT confirmed_flush_lsn >= $2::pg_lsn AS past FROM pg_replication_slots WHERE slot_name = $1',
