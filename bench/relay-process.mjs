@@ -1,10 +1,13 @@
 // One tx-outbox relay in its own process, for the benchmarks (built package, dist/).
-// Config in TXO_BENCH_RELAY (JSON): { databaseUrl, schema, natsUrl, stream, batchSize, relayId, history }.
+// Config in TXO_BENCH_RELAY (JSON): { databaseUrl, schema, natsUrl, stream, batchSize, relayId, history,
+// source: 'poll' (default) | 'cdc', applicationName (of every connection, for bench/cpu.ts), leaseMs,
+// silenceTimeoutMs (cdc) }.
 // On SIGTERM: stops gracefully and prints one JSON line { stats, peakRssMb } to stdout.
 // TXO_BENCH_TRACING=noop|batch registers an OpenTelemetry SDK first (bench/tracing-sdk.mjs).
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
-import { createRelay } from '../dist/index.js';
+// A namespace import: createCdcRelay may be missing from an older build (TXO_BENCH_RELAY_PROCESS).
+import * as txo from '../dist/index.js';
 import { natsPublisher } from '../dist/publishers/nats/index.js';
 
 if (process.env.TXO_BENCH_TRACING) {
@@ -12,13 +15,21 @@ if (process.env.TXO_BENCH_TRACING) {
   registerBenchTracing(process.env.TXO_BENCH_TRACING);
 }
 const cfg = JSON.parse(process.env.TXO_BENCH_RELAY ?? '{}');
-const pool = new pg.Pool({ connectionString: cfg.databaseUrl, max: 4 });
+const pool = new pg.Pool({
+  connectionString: cfg.databaseUrl,
+  // The CDC relay keeps four connections and borrows up to two more (src/cdc/options.ts).
+  max: cfg.source === 'cdc' ? 6 : 4,
+  ...(cfg.applicationName ? { application_name: cfg.applicationName } : {}),
+});
 const publisher = natsPublisher({
   url: cfg.natsUrl,
   stream: cfg.stream,
   ...(cfg.mode ? { mode: cfg.mode } : {}),
 });
-const relay = createRelay({
+if (cfg.source === 'cdc' && typeof txo.createCdcRelay !== 'function') {
+  throw new Error('this build has no createCdcRelay (the CDC relay)');
+}
+const relay = (cfg.source === 'cdc' ? txo.createCdcRelay : txo.createRelay)({
   pool,
   publisher,
   schema: cfg.schema,
@@ -26,6 +37,7 @@ const relay = createRelay({
   relayId: cfg.relayId,
   leaseMs: cfg.leaseMs ?? 5000,
   ...(cfg.history ? { history: cfg.history } : {}),
+  ...(cfg.silenceTimeoutMs ? { silenceTimeoutMs: cfg.silenceTimeoutMs } : {}),
 });
 
 function peakRssMb() {

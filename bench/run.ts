@@ -14,6 +14,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import type { CpuPer1000 } from './cpu.js';
 import { benchContext, DATABASE_URL, fmt, fmtMs, machine, type Summary, summarize } from './lib.js';
 import { brokerCeilingSystem } from './systems/broker-ceiling-system.js';
 import { graphileWorkerSystem } from './systems/peers/graphile-worker.js';
@@ -22,12 +23,18 @@ import { pgBossSystem } from './systems/peers/pg-boss.js';
 import {
   pgTransactionalOutboxPollingSystem,
   pgTransactionalOutboxReplicationSystem,
+  ptoReplicationLatencySystem,
 } from './systems/peers/pg-transactional-outbox.js';
 import { sqlCeilingSystem } from './systems/sql-ceiling.js';
 import { txOutboxSystem } from './systems/tx-outbox.js';
 import type { BenchContext, DrainSystem } from './systems/types.js';
 import { type DrainRun, drainRun, simulateHistory } from './workloads/drain.js';
-import { type LatencyResult, latencyRun } from './workloads/latency.js';
+import {
+  type LatencyResult,
+  type LatencySystem,
+  latencyRun,
+  txOutboxLatencySystem,
+} from './workloads/latency.js';
 import { PRODUCER_VARIANTS, type ProducerRuns, producerRuns } from './workloads/producer.js';
 import { ORM_PRODUCER_VARIANTS, ormProducerRuns } from './workloads/producer-orm.js';
 
@@ -44,7 +51,14 @@ interface Profile {
   readonly events: number;
   readonly aggregates: number;
   readonly peerEvents: Readonly<Record<string, number>>;
-  readonly latency: { readonly rates: readonly number[]; readonly seconds: number; readonly runs: number };
+  readonly latency: {
+    readonly rates: readonly number[];
+    /** Offered rates for the CDC relay (both producer modes) and for the replication peer. */
+    readonly cdcRates: readonly number[];
+    readonly peerRates: readonly number[];
+    readonly seconds: number;
+    readonly runs: number;
+  };
   readonly producer: { readonly seconds: number; readonly rounds: number };
   readonly history: number;
   readonly relays: readonly number[];
@@ -60,10 +74,16 @@ const PROFILES: Record<'full' | 'quick', Profile> = {
       graphile: 30_000,
       graphileOrdered: 3_000,
       pgboss: 20_000,
-      ptoReplication: 3_000,
+      ptoReplication: 30_000,
       ptoPolling: 300,
     },
-    latency: { rates: [200, 1000, 5000], seconds: 20, runs: 3 },
+    latency: {
+      rates: [200, 1000, 5000],
+      cdcRates: [1000, 5000],
+      peerRates: [1000, 5000],
+      seconds: 20,
+      runs: 3,
+    },
     producer: { seconds: 10, rounds: 3 },
     history: 5_000_000,
     relays: [1, 2, 4],
@@ -80,7 +100,7 @@ const PROFILES: Record<'full' | 'quick', Profile> = {
       ptoReplication: 300,
       ptoPolling: 30,
     },
-    latency: { rates: [200, 1000], seconds: 5, runs: 1 },
+    latency: { rates: [200, 1000], cdcRates: [1000], peerRates: [], seconds: 5, runs: 1 },
     producer: { seconds: 3, rounds: 3 },
     history: 300_000,
     relays: [1, 2],
@@ -122,17 +142,51 @@ async function repeat(
   return runs;
 }
 
+/** Median CPU ms per 1,000 events by process over the runs that measured it. */
+function cpuOf(runs: ReadonlyArray<{ readonly cpu?: CpuPer1000 }>): CpuPer1000 | undefined {
+  const measured = runs.flatMap((r) => (r.cpu === undefined ? [] : [r.cpu]));
+  if (measured.length === 0) return undefined;
+  const median = (key: keyof CpuPer1000): number | undefined => {
+    const values = measured.flatMap((c) => (c[key] === undefined ? [] : [c[key]!]));
+    return values.length === 0 ? undefined : summarize(values).median;
+  };
+  const relay = median('relay');
+  const postgres = median('postgres');
+  const nats = median('nats');
+  return {
+    ...(relay === undefined ? {} : { relay }),
+    ...(postgres === undefined ? {} : { postgres }),
+    ...(nats === undefined ? {} : { nats }),
+  };
+}
+
+const fmtCpu = (n: number | undefined): string => (n === undefined ? 'n/a' : n.toFixed(n < 10 ? 1 : 0));
+const cpuCells = (c: CpuPer1000 | undefined): string =>
+  `${fmtCpu(c?.relay)} | ${fmtCpu(c?.postgres)} | ${fmtCpu(c?.nats)}`;
+const CPU_NOTE =
+  'CPU ms per 1,000 events, median of the runs, read from /proc over the timed part: the relay (or listener) process; ' +
+  'PostgreSQL = the backends of its own connections (pool, and the walsender that decodes for a replication reader), ' +
+  'background processes (WAL writer, autovacuum, checkpointer) not counted; NATS = the nats-server process.';
+
 function rateOf(runs: readonly DrainRun[]): Summary | undefined {
   const ok = runs.filter((r) => !r.skipped);
   return ok.length === 0 ? undefined : summarize(ok.map((r) => r.perSecond));
 }
 
-async function w1(): Promise<Record<string, Summary | string>> {
+const CDC_TABLE = 'tx-outbox CDC relay (table mode)';
+const CDC_TABLE_AT_START =
+  'tx-outbox CDC relay (table mode, backlog in the table at start: its polling path)';
+const CDC_WAL = 'tx-outbox CDC relay (WAL-mode producers)';
+
+async function w1(): Promise<Record<string, unknown>> {
   out('## W1 — backlog drain into NATS JetStream');
   out();
   const systems: Array<[string, DrainSystem, number]> = [
     ['tx-outbox', txOutboxSystem(), profile.events],
     ['tx-outbox (history)', txOutboxSystem({ history: true }), profile.events],
+    [CDC_TABLE, txOutboxSystem({ source: 'cdc', backlog: 'while-streaming' }), profile.events],
+    [CDC_TABLE_AT_START, txOutboxSystem({ source: 'cdc' }), profile.events],
+    [CDC_WAL, txOutboxSystem({ source: 'cdc', via: 'wal' }), profile.events],
     ['ceiling (a): SQL claim+delete, no broker', sqlCeilingSystem(), profile.events],
     ["ceiling (a'): the same, pipelined as the relay", sqlCeilingSystem({ pipelined: true }), profile.events],
     ['ceiling (b): broker-only lean publish loop, no database', brokerCeilingSystem('raw'), profile.events],
@@ -161,12 +215,26 @@ async function w1(): Promise<Record<string, Summary | string>> {
     ['naive polling loop', naiveLoopSystem(), profile.peerEvents['naive']!],
   ];
   const rates: Record<string, Summary | string> = {};
+  const cpu: Record<string, CpuPer1000> = {};
+  const notes: string[] = [];
   let memory: number[] = [];
   for (const [name, system, events] of systems) {
-    const runs = await repeat(system, events);
+    let runs: DrainRun[];
+    try {
+      runs = await repeat(system, events);
+    } catch (error) {
+      // One system failing (e.g. a relay that is not built yet) must not lose the others' figures.
+      const message = error instanceof Error ? error.message : String(error);
+      rates[name] = `failed: ${message.split('\n')[0]}`;
+      console.error(`  W1 ${name}: ${rates[name]}`);
+      continue;
+    }
     const skipped = runs.find((r) => r.skipped)?.skipped;
     const rate = rateOf(runs);
     rates[name] = rate ?? skipped ?? 'skipped';
+    const used = cpuOf(runs);
+    if (used) cpu[name] = used;
+    for (const r of runs) if (r.note) notes.push(`${name}: ${r.note}`);
     if (name === 'tx-outbox') memory = runs.flatMap((r) => (r.peakRssMb === undefined ? [] : [r.peakRssMb]));
     console.error(`  W1 ${name}: ${rate ? range(rate) : skipped}`);
   }
@@ -192,6 +260,14 @@ async function w1(): Promise<Record<string, Summary | string>> {
     `Relay ceiling min(a, b) = ${fmt(ceiling)} events/s; tx-outbox reaches ${(ours.median / ceiling).toFixed(2)}× of it (target ≥ 0.65). ` +
       `Against the stricter min(max(a, a'), b) = ${fmt(strict)}: ${(ours.median / strict).toFixed(2)}×.`,
   );
+  const cdcRatio = (name: string): string => {
+    const r = rates[name];
+    return typeof r === 'string' || !r ? 'n/a' : `${(r.median / ours.median).toFixed(2)}×`;
+  };
+  out(
+    `CDC relay W1 vs the polling relay (target ≥ 1.0×): table mode ${cdcRatio(CDC_TABLE)} ` +
+      `(backlog at start, polling path: ${cdcRatio(CDC_TABLE_AT_START)}), WAL-mode producers ${cdcRatio(CDC_WAL)}.`,
+  );
   const history = rates['tx-outbox (history)'];
   if (typeof history !== 'string' && history) {
     out(`Delivery history on: ${(history.median / ours.median).toFixed(2)}× history off (target ≥ 0.9).`);
@@ -202,45 +278,75 @@ async function w1(): Promise<Record<string, Summary | string>> {
     rates['peakRssMb'] = m;
   }
   out();
-  return rates;
+  if (Object.keys(cpu).length > 0) {
+    out('CPU by process during W1 (ms per 1,000 events):');
+    out();
+    out('| system | relay process | PostgreSQL | NATS |');
+    out('|---|---|---|---|');
+    for (const [name, c] of Object.entries(cpu)) out(`| ${name} | ${cpuCells(c)} |`);
+    out();
+    out(CPU_NOTE);
+    out();
+  }
+  return { ...rates, cpu };
 }
 
-async function w2(): Promise<LatencyResult[]> {
+async function w2(): Promise<Array<LatencyResult & { system: string }>> {
   out('## W2 — steady-state latency, commit → broker consumer');
   out();
   out(
-    `8 producer connections, business row + event per transaction, ${profile.latency.seconds} s per run; ms.`,
+    `8 producer connections, business row + event per transaction, ${profile.latency.seconds} s per run; ms; ` +
+      `CPU ms per 1,000 events over the run (relay process | PostgreSQL | NATS, as in W1).`,
   );
   out();
-  out('| offered tx/s | achieved tx/s | p50 | p95 | p99 | max |');
-  out('|---|---|---|---|---|---|');
-  const all: LatencyResult[] = [];
-  for (const rate of profile.latency.rates) {
-    const runs: LatencyResult[] = [];
-    for (let i = 0; i < profile.latency.runs; i++) {
-      runs.push(await latencyRun(pool, { rate, seconds: profile.latency.seconds }));
+  out('| system | offered tx/s | achieved tx/s | p50 | p95 | p99 | max | CPU: relay | PostgreSQL | NATS |');
+  out('|---|---|---|---|---|---|---|---|---|---|');
+  const cases: Array<[() => LatencySystem, readonly number[]]> = [
+    [() => txOutboxLatencySystem(), profile.latency.rates],
+    [() => txOutboxLatencySystem({ source: 'cdc' }), profile.latency.cdcRates],
+    [() => txOutboxLatencySystem({ source: 'cdc', via: 'wal' }), profile.latency.cdcRates],
+    [() => ptoReplicationLatencySystem(), profile.latency.peerRates],
+  ];
+  const all: Array<LatencyResult & { system: string }> = [];
+  const p99At1000: Record<string, number> = {};
+  for (const [make, rates] of cases) {
+    for (const rate of rates) {
+      const name = make().name;
+      const runs: LatencyResult[] = [];
+      try {
+        for (let i = 0; i < profile.latency.runs; i++) {
+          runs.push(await latencyRun(pool, { rate, seconds: profile.latency.seconds, system: make() }));
+        }
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        out(`| ${name} | ${rate} | failed: ${message.split('\n')[0]} | | | | | | | |`);
+        console.error(`  W2 ${name} ${rate} tx/s: failed: ${message}`);
+        continue;
+      }
+      all.push(...runs.map((r) => ({ ...r, system: name })));
+      const s = (f: (r: LatencyResult) => number) => summarize(runs.map(f));
+      const ms = (f: (r: LatencyResult) => number) => range(s(f), fmtMs);
+      if (rate === 1000) p99At1000[name] = s((r) => r.p99).median;
+      out(
+        `| ${name} | ${rate} | ${range(s((r) => r.achievedRate))} | ${ms((r) => r.p50)} | ${ms((r) => r.p95)} | ` +
+          `${ms((r) => r.p99)} | ${ms((r) => r.max)} | ${cpuCells(cpuOf(runs))} |`,
+      );
+      console.error(`  W2 ${name} ${rate} tx/s: p99 ${fmtMs(s((r) => r.p99).median)} ms`);
     }
-    all.push(...runs);
-    const s = (f: (r: LatencyResult) => number) => summarize(runs.map(f));
-    out(
-      `| ${rate} | ${range(s((r) => r.achievedRate))} | ${range(
-        s((r) => r.p50),
-        fmtMs,
-      )} | ${range(
-        s((r) => r.p95),
-        fmtMs,
-      )} | ${range(
-        s((r) => r.p99),
-        fmtMs,
-      )} | ${range(
-        s((r) => r.max),
-        fmtMs,
-      )} |`,
-    );
-    console.error(`  W2 ${rate} tx/s: p99 ${fmtMs(s((r) => r.p99).median)} ms`);
   }
   out();
   out('Targets: at 1,000 tx/s p99 ≤ 10 ms with the offered rate reached; at 200 tx/s p99 ≤ 5 ms.');
+  const cdc = Object.entries(p99At1000).filter(([name]) => name.includes('CDC'));
+  if (cdc.length > 0) {
+    out(
+      `CDC relay p99 at 1,000 tx/s (target ≤ 10 ms): ${cdc
+        .map(
+          ([name, p99]) =>
+            `${name.replace('tx-outbox CDC relay ', '')} ${fmtMs(p99)} ms (${p99 <= 10 ? 'met' : 'missed'})`,
+        )
+        .join(', ')}.`,
+    );
+  }
   out();
   return all;
 }

@@ -2,20 +2,40 @@
  * tx-outbox as the drain benchmarks run it: events written with `enqueue` in
  * business transactions of 1,000, then N relay processes (bench/relay-process.mjs,
  * the built package) drain them into JetStream.
+ *
+ * `source: 'cdc'`: the CDC relay (createCdcRelay) streams the backlog from the slot
+ * `txo_<schema>`, created before the backlog is written so the slot holds all of it;
+ * `via: 'wal'` writes it as WAL messages (no rows: the drain is done when the stream holds
+ * every event). The slot and its publication are dropped in teardown.
+ *
+ * A table-mode backlog that is in the table when the CDC relay starts is, by the handover
+ * rule, its polling path's (every aggregate with a row is polled; the stream skips those
+ * events): `backlog: 'at-start'` times that (a relay restarting behind). `backlog:
+ * 'while-streaming'` times the stream itself: the relay starts on the empty outbox, is
+ * SIGSTOPped while the backlog is written (leases and silence timeout long enough that nothing
+ * expires meanwhile; PostgreSQL's wal_sender_timeout is 60 s by default) and the timing starts
+ * at SIGCONT: a streaming relay catching up 100,000 events behind.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { enqueue, inTransaction, migrate } from '../../src/index.js';
+import { enqueue, ensureCdcSlot, inTransaction, migrate } from '../../src/index.js';
+import { CpuMeter } from '../cpu.js';
+import {
+  finalStats,
+  type RelayChild,
+  type StreamCounter,
+  stopRelay,
+  streamCounter,
+  whenStarted,
+} from './child.js';
+import { dropReplicationObjects } from './peers/shared.js';
 import type { BenchContext, DrainResult, DrainSystem, DrainWorkload } from './types.js';
 import { benchEvent, inChunks } from './workload.js';
 
-const RELAY_PROCESS = join(dirname(fileURLToPath(import.meta.url)), '..', 'relay-process.mjs');
+export { type RelayChild, stopRelay, whenStarted } from './child.js';
 
-export interface RelayChild {
-  readonly child: ChildProcess;
-  readonly lines: string[];
-}
+const RELAY_PROCESS = join(dirname(fileURLToPath(import.meta.url)), '..', 'relay-process.mjs');
 
 /** One relay process (bench/relay-process.mjs, the built package) on the context's schema and stream. */
 export function spawnRelay(
@@ -24,9 +44,18 @@ export function spawnRelay(
   batchSize: number,
   mode?: string,
   history?: boolean,
+  extra: {
+    readonly source?: RelaySource;
+    readonly leaseMs?: number;
+    readonly silenceTimeoutMs?: number;
+  } = {},
 ): RelayChild {
   const config = {
     history,
+    source: extra.source,
+    leaseMs: extra.leaseMs,
+    silenceTimeoutMs: extra.silenceTimeoutMs,
+    applicationName: applicationNameOf(ctx),
     databaseUrl: ctx.databaseUrl,
     schema: ctx.schema,
     natsUrl: ctx.natsUrl,
@@ -48,25 +77,17 @@ export function spawnRelay(
   return { child, lines };
 }
 
-export async function whenStarted(r: RelayChild): Promise<void> {
-  for (let i = 0; i < 2000; i++) {
-    if (r.lines.some((l) => l.includes('"started"'))) return;
-    if (r.child.exitCode !== null) throw new Error('a relay process exited before it started');
-    await new Promise((res) => setTimeout(res, 5));
-  }
-  throw new Error('a relay process did not start within 10 s');
+export type RelaySource = 'poll' | 'cdc';
+export type ProducerVia = 'table' | 'wal';
+
+/** `application_name` of every connection the relay processes of `ctx` open (bench/cpu.ts). */
+export function applicationNameOf(ctx: BenchContext): string {
+  return `txo-${ctx.schema}`;
 }
 
-/** Stops a relay process gracefully; its peak RSS in MB when it reported one. */
-export async function stopRelay(r: RelayChild): Promise<number | undefined> {
-  const exited = new Promise((resolve) => r.child.once('exit', resolve));
-  r.child.kill('SIGTERM');
-  await exited;
-  for (const line of r.lines) {
-    const parsed = JSON.parse(line) as { peakRssMb?: number };
-    if (parsed.peakRssMb !== undefined) return parsed.peakRssMb;
-  }
-  return undefined;
+/** The CDC relay's slot and publication for `ctx` (the defaults: `txo_<schema>`). */
+export function cdcNamesOf(ctx: BenchContext): { slot: string; publication: string } {
+  return { slot: `txo_${ctx.schema}`, publication: `txo_${ctx.schema}` };
 }
 
 export async function pendingCount(ctx: BenchContext): Promise<number> {
@@ -74,8 +95,15 @@ export async function pendingCount(ctx: BenchContext): Promise<number> {
   return rows[0].n as number;
 }
 
-export async function loadOutbox(ctx: BenchContext, workload: DrainWorkload): Promise<void> {
+export async function loadOutbox(
+  ctx: BenchContext,
+  workload: DrainWorkload,
+  options: { source?: RelaySource; via?: ProducerVia } = {},
+): Promise<void> {
   await migrate(ctx.pool, { schema: ctx.schema });
+  if (options.source === 'cdc' || options.via === 'wal')
+    await ensureCdcSlot(ctx.pool, { schema: ctx.schema });
+  const via = options.via === 'wal' ? { via: 'wal' as const } : {};
   await inChunks(workload.events, 1000, (from, count) =>
     inTransaction(ctx.pool, async (client) => {
       const events = Array.from({ length: count }, (_, k) => {
@@ -88,47 +116,141 @@ export async function loadOutbox(ctx: BenchContext, workload: DrainWorkload): Pr
           payload: e.payload,
         };
       });
-      await enqueue(client, events, { schema: ctx.schema });
+      await enqueue(client, events, { schema: ctx.schema, ...via });
     }),
   );
   await ctx.pool.query(`VACUUM ANALYZE "${ctx.schema}".events`);
 }
 
+/** How many of the workload's events are delivered so far, as the drain loop polls it. */
+async function deliveredSoFar(
+  ctx: BenchContext,
+  workload: DrainWorkload,
+  stream: StreamCounter | undefined,
+): Promise<number> {
+  // Table mode: done once the relay's outcome statements deleted every row (as the polling
+  // relay is timed). WAL mode: there are no rows; done once JetStream stored every event.
+  return stream ? await stream.count() : workload.events - (await pendingCount(ctx));
+}
+
+/** What the CDC relay's stats say the figure should be read with: reconnects, handovers. */
+function cdcNote(relay: RelayChild): string | undefined {
+  const cdc = finalStats(relay)?.['cdc'] as { reconnects?: number; handovers?: number } | undefined;
+  const parts = [
+    cdc?.reconnects ? `${cdc.reconnects} stream reconnect(s)` : '',
+    cdc?.handovers ? `${cdc.handovers} handover(s) to the polling path` : '',
+  ].filter(Boolean);
+  return parts.length > 0 ? parts.join(', ') : undefined;
+}
+
+/** Waits (up to 10 s) until the CDC relay's replication connection holds the slot: it streams. */
+async function slotActive(ctx: BenchContext): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const { rows } = await ctx.pool.query<{ active: boolean }>(
+      'SELECT active FROM pg_replication_slots WHERE slot_name = $1',
+      [cdcNamesOf(ctx).slot],
+    );
+    if (rows[0]?.active) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('the CDC relay did not start streaming within 10 s');
+}
+
+/** A paused relay's leases and silence timeout: longer than any backlog load takes. */
+const PAUSED_MS = 120_000;
+
 export function txOutboxSystem(
-  options: { batchSize?: number; mode?: 'pipeline' | 'client'; history?: boolean } = {},
+  options: {
+    batchSize?: number;
+    mode?: 'pipeline' | 'client';
+    history?: boolean;
+    source?: RelaySource;
+    via?: ProducerVia;
+    backlog?: 'at-start' | 'while-streaming';
+  } = {},
 ): DrainSystem {
   const batchSize = options.batchSize ?? 1000;
+  const source = options.source ?? 'poll';
+  const via = options.via ?? 'table';
+  const whileStreaming = source === 'cdc' && options.backlog === 'while-streaming';
   let relays: RelayChild[] = [];
   return {
     name:
-      options.mode === 'client'
-        ? 'tx-outbox (js.publish client)'
-        : options.history
-          ? 'tx-outbox (history)'
-          : 'tx-outbox',
-    load: loadOutbox,
+      source === 'cdc'
+        ? `tx-outbox CDC relay (${via === 'wal' ? 'WAL-mode producers' : 'table mode'})`
+        : options.mode === 'client'
+          ? 'tx-outbox (js.publish client)'
+          : options.history
+            ? 'tx-outbox (history)'
+            : 'tx-outbox',
+    async load(ctx, workload) {
+      if (whileStreaming) {
+        await migrate(ctx.pool, { schema: ctx.schema });
+        await ensureCdcSlot(ctx.pool, { schema: ctx.schema });
+        const relay = spawnRelay(ctx, 0, batchSize, options.mode, options.history, {
+          source,
+          leaseMs: PAUSED_MS,
+          silenceTimeoutMs: PAUSED_MS,
+        });
+        relays = [relay];
+        await whenStarted(relay);
+        await slotActive(ctx);
+        await new Promise((r) => setTimeout(r, 200));
+        relay.child.kill('SIGSTOP');
+      }
+      await loadOutbox(ctx, workload, { source, via });
+    },
     async drain(ctx, workload): Promise<DrainResult> {
-      relays = Array.from({ length: workload.relays }, (_, i) =>
-        spawnRelay(ctx, i, batchSize, options.mode, options.history),
-      );
-      // Timed from the moment the relays are up (node's own boot and imports excluded, as
-      // the peers run in the harness process): the relays begin claiming right then.
-      await Promise.all(relays.map(whenStarted));
+      if (source === 'cdc' && workload.relays > 1) {
+        throw new Error('the CDC relay streams one slot from one relay at a time: relays must be 1');
+      }
+      if (!whileStreaming) {
+        relays = Array.from({ length: workload.relays }, (_, i) =>
+          spawnRelay(ctx, i, batchSize, options.mode, options.history, { source }),
+        );
+        // Timed from the moment the relays are up (node's own boot and imports excluded, as
+        // the peers run in the harness process): the relays begin claiming right then.
+        await Promise.all(relays.map(whenStarted));
+      }
+      const cpu = new CpuMeter(ctx.pool, {
+        relayPids: relays.map((r) => r.child.pid!),
+        applicationName: applicationNameOf(ctx),
+        ...(source === 'cdc' ? { slot: cdcNamesOf(ctx).slot } : {}),
+      });
+      const stream = via === 'wal' ? await streamCounter(ctx) : undefined;
+      await cpu.sample();
       const started = performance.now();
-      while ((await pendingCount(ctx)) > 0) await new Promise((r) => setTimeout(r, 20));
+      if (whileStreaming) relays[0]!.child.kill('SIGCONT');
+      let polls = 0;
+      try {
+        while ((await deliveredSoFar(ctx, workload, stream)) < workload.events) {
+          await new Promise((r) => setTimeout(r, 20));
+          if (++polls % 5 === 0) await cpu.sample();
+        }
+      } finally {
+        await stream?.close();
+      }
       const seconds = (performance.now() - started) / 1000;
+      await cpu.sample();
       const peaks = await Promise.all(relays.map(stopRelay));
+      const note = source === 'cdc' ? cdcNote(relays[0]!) : undefined;
       relays = [];
       const measured = peaks.filter((p): p is number => p !== undefined);
       return {
         seconds,
         delivered: workload.events,
+        cpu: cpu.per1000(workload.events),
+        ...(note ? { note } : {}),
         ...(measured.length > 0 ? { peakRssMb: Math.max(...measured) } : {}),
       };
     },
-    async teardown() {
-      for (const r of relays) r.child.kill('SIGKILL');
+    async teardown(ctx) {
+      for (const r of relays) {
+        r.child.kill('SIGCONT');
+        r.child.kill('SIGKILL');
+      }
       relays = [];
+      if (source === 'cdc' || via === 'wal') await dropReplicationObjects(ctx, cdcNamesOf(ctx));
     },
   };
 }

@@ -6,6 +6,7 @@
  * subjects under `ctx.subjectPrefix` (the stream `ctx.stream` captures them).
  */
 import type pg from 'pg';
+import type { CpuPer1000 } from '../cpu.js';
 
 export interface BenchContext {
   readonly databaseUrl: string;
@@ -37,6 +38,10 @@ export interface DrainResult {
   readonly delivered: number;
   /** Peak resident set size of the relay/worker process(es), MB, when measured in a child process. */
   readonly peakRssMb?: number;
+  /** CPU ms per 1,000 events by process over the timed part (bench/cpu.ts), when measured. */
+  readonly cpu?: CpuPer1000;
+  /** Something that happened during the run that the figure should be read with (e.g. a reconnect). */
+  readonly note?: string;
 }
 
 export interface DrainSystem {

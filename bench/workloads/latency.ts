@@ -4,13 +4,96 @@
  * transaction has a scheduled start); one relay process publishes to
  * JetStream; a JetStream consumer in this process timestamps each receipt.
  * Latency = receipt time - the moment COMMIT returned to the producer.
+ *
+ * The system under test is a `LatencySystem`: tx-outbox's polling relay (the default), the CDC
+ * relay with table-mode or WAL-mode producers, or a peer. CPU per 1,000 events of the relay,
+ * its PostgreSQL backends and NATS is read over the producing part (bench/cpu.ts); the
+ * producers' own backends are not counted.
  */
 import { jetstream } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import type pg from 'pg';
-import { enqueue, migrate } from '../../src/index.js';
+import { enqueue, ensureCdcSlot, migrate } from '../../src/index.js';
+import { CpuMeter, type CpuPer1000 } from '../cpu.js';
 import { benchContext, percentile } from '../lib.js';
-import { type RelayChild, spawnRelay, stopRelay } from '../systems/tx-outbox.js';
+import { dropReplicationObjects } from '../systems/peers/shared.js';
+import {
+  applicationNameOf,
+  cdcNamesOf,
+  type ProducerVia,
+  type RelayChild,
+  type RelaySource,
+  spawnRelay,
+  stopRelay,
+  whenStarted,
+} from '../systems/tx-outbox.js';
+import type { BenchContext } from '../systems/types.js';
+
+/** One event a W2 producer writes in its business transaction. */
+export interface LatencyEvent {
+  readonly aggregateId: string;
+  /** The aggregate's sequence as this producer counts it (for peers without one of their own). */
+  readonly sequence: number;
+  readonly topic: string;
+  readonly payload: Readonly<Record<string, unknown>>;
+}
+
+/** What W2 runs: its tables and relay, and the producer's write of one event. */
+export interface LatencySystem {
+  readonly name: string;
+  /** Creates what the producers write to, starts the relay; a CPU meter over its processes. */
+  start(ctx: BenchContext): Promise<CpuMeter>;
+  /** Writes one event in the transaction open on `client`; the event id the consumer sees as ce-id. */
+  enqueue(ctx: BenchContext, client: pg.PoolClient, event: LatencyEvent): Promise<string>;
+  /** Stops the relay, drops anything server-wide (slots, publications). */
+  stop(ctx: BenchContext): Promise<void>;
+}
+
+/** tx-outbox's relay: polling (the default) or CDC, producers writing rows or WAL messages. */
+export function txOutboxLatencySystem(
+  options: { source?: RelaySource; via?: ProducerVia } = {},
+): LatencySystem {
+  const source = options.source ?? 'poll';
+  const via = options.via ?? 'table';
+  const cdc = source === 'cdc' || via === 'wal';
+  let relay: RelayChild | undefined;
+  return {
+    name:
+      source === 'cdc'
+        ? `tx-outbox CDC relay (${via === 'wal' ? 'WAL-mode producers' : 'table mode'})`
+        : 'tx-outbox (polling relay)',
+    async start(ctx) {
+      await migrate(ctx.pool, { schema: ctx.schema });
+      if (cdc) await ensureCdcSlot(ctx.pool, { schema: ctx.schema });
+      relay = spawnRelay(ctx, 0, 1000, undefined, undefined, { source });
+      await whenStarted(relay);
+      return new CpuMeter(ctx.pool, {
+        relayPids: [relay.child.pid!],
+        applicationName: applicationNameOf(ctx),
+        ...(cdc ? { slot: cdcNamesOf(ctx).slot } : {}),
+      });
+    },
+    async enqueue(ctx, client, event) {
+      const { eventId } = await enqueue(
+        client,
+        {
+          aggregateType: 'order',
+          aggregateId: event.aggregateId,
+          type: 'order.placed',
+          topic: event.topic,
+          payload: event.payload,
+        },
+        { schema: ctx.schema, ...(via === 'wal' ? { via: 'wal' as const } : {}) },
+      );
+      return eventId;
+    },
+    async stop(ctx) {
+      if (relay) await stopRelay(relay);
+      relay = undefined;
+      if (cdc) await dropReplicationObjects(ctx, cdcNamesOf(ctx));
+    },
+  };
+}
 
 export interface LatencyResult {
   readonly offeredRate: number;
@@ -20,24 +103,27 @@ export interface LatencyResult {
   readonly p95: number;
   readonly p99: number;
   readonly max: number;
+  /** CPU ms per 1,000 events by process over the producing part. */
+  readonly cpu: CpuPer1000;
 }
 
 const now = (): number => performance.timeOrigin + performance.now();
 
 export async function latencyRun(
   pool: pg.Pool,
-  options: { rate: number; seconds: number; connections?: number },
+  options: { rate: number; seconds: number; connections?: number; system?: LatencySystem },
 ): Promise<LatencyResult> {
   const connections = options.connections ?? 8;
+  const system = options.system ?? txOutboxLatencySystem();
   const ctx = await benchContext(pool);
-  let relay: RelayChild | undefined;
+  let stopNeeded = false;
   const nc = await connect({ servers: ctx.natsUrl });
   try {
-    await migrate(pool, { schema: ctx.schema });
     await pool.query(
       `CREATE TABLE "${ctx.schema}".orders (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`,
     );
-    relay = spawnRelay(ctx, 0, 1000);
+    stopNeeded = true;
+    const cpu = await system.start(ctx);
 
     const received = new Map<string, number>();
     const consumer = await jetstream(nc).consumers.get(ctx.stream);
@@ -54,6 +140,14 @@ export async function latencyRun(
     const committed = new Map<string, number>();
     const payload = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };
     const perConnection = options.rate / connections;
+    await cpu.sample();
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        await new Promise((r) => setTimeout(r, 250));
+        await cpu.sample();
+      }
+    })();
     const started = now();
     const until = started + options.seconds * 1000;
     await Promise.all(
@@ -67,17 +161,12 @@ export async function latencyRun(
             if (wait > 1) await new Promise((r) => setTimeout(r, wait));
             await client.query('BEGIN');
             await client.query(`INSERT INTO "${ctx.schema}".orders (payload) VALUES ($1)`, [payload]);
-            const { eventId } = await enqueue(
-              client,
-              {
-                aggregateType: 'order',
-                aggregateId: `c${c}-${k % 100}`,
-                type: 'order.placed',
-                topic: `${ctx.subjectPrefix}.order.placed`,
-                payload,
-              },
-              { schema: ctx.schema },
-            );
+            const eventId = await system.enqueue(ctx, client, {
+              aggregateId: `c${c}-${k % 100}`,
+              sequence: Math.floor(k / 100) + 1,
+              topic: `${ctx.subjectPrefix}.order.placed`,
+              payload,
+            });
             await client.query('COMMIT');
             committed.set(eventId, now());
           }
@@ -89,6 +178,9 @@ export async function latencyRun(
     const elapsed = (now() - started) / 1000;
     const deadline = now() + 15_000;
     while (received.size < committed.size && now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    sampling = false;
+    await sampler;
+    await cpu.sample();
     messages.stop();
     await consuming.catch(() => undefined);
 
@@ -106,9 +198,10 @@ export async function latencyRun(
       p95: percentile(latencies, 95),
       p99: percentile(latencies, 99),
       max: latencies[latencies.length - 1] ?? Number.NaN,
+      cpu: cpu.per1000(received.size),
     };
   } finally {
-    if (relay) await stopRelay(relay);
+    if (stopNeeded) await system.stop(ctx).catch(() => undefined);
     await nc.close();
     await ctx.close();
   }

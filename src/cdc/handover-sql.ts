@@ -26,15 +26,17 @@ fence AS (
  * leaves the stream (`$22`…`$25`: delivered up to the event before, blocked until its retry;
  * a null block leaves it as it is, -1 blocks for good: a dead head). Returns whether the fence
  * held and the transaction's id (the stream sees this insert again and must skip it); a
- * transactional message with the handover prefix (`$26`) marks the transaction as the relay's
- * own for a relay that does not know its id (a restart streams it again).
+ * transactional message with the handover prefix (`$26`) whose content is the transaction's own
+ * id marks it as the relay's own for a relay that does not know its id (a restart streams it
+ * again; see `isOwnMarker`). The partition is `partition_of`'s, never the message's (`$6` is not
+ * written: anyone can emit a message, and a row in a partition no lease covers is never claimed).
  */
 export const HANDOVER_SQL = `
 WITH ${FENCE}, inserted AS (
   INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
                                  event_type, schema_version, topic, payload, payload_bytes, headers, created_at,
                                  next_attempt_at, attempts, last_error, status, dead_at)
-  SELECT x.event_id, x.partition, x.aggregate_type, x.aggregate_id, x.sequence, x.sequence_base,
+  SELECT x.event_id, {{schema}}.partition_of(x.aggregate_type, x.aggregate_id), x.aggregate_type, x.aggregate_id, x.sequence, x.sequence_base,
          x.event_type, x.schema_version, x.topic,
          CASE WHEN x.json THEN convert_from(x.payload, 'UTF8')::jsonb END,
          CASE WHEN NOT x.json THEN x.payload END,
@@ -69,7 +71,7 @@ WITH ${FENCE}, inserted AS (
       delivered_at = excluded.delivered_at
 )
 SELECT (SELECT ok FROM held) AS ok, pg_current_xact_id()::text AS xid,
-       pg_logical_emit_message(true, $26::text, ''::text)::text AS marker`;
+       pg_logical_emit_message(true, $26::text, pg_current_xact_id()::text)::text AS marker`;
 
 /**
  * Whether the transactions `$1` (32-bit ids, as the stream gives them) are visible to a snapshot
@@ -108,14 +110,25 @@ SET delivered_sequence = excluded.delivered_sequence
 WHERE g.delivered_sequence < excluded.delivered_sequence`;
 
 /**
- * The polled set at start (and after each reconnect): every aggregate with a row in the table,
- * whatever its status, with its highest sequence there. The table holds only what is not
- * delivered yet, so this reads the undelivered rows once.
+ * The start read (at start and after each reconnect), one row per aggregate with rows in the
+ * table: its lowest and highest sequence there, its delivered sequence, and whether it is the
+ * polling path's at once (`polled`): a row failed before (attempts, dead), scheduled for later,
+ * or its aggregate blocked (a retry's backoff, a dead head). The others are "unknown" until the
+ * stream shows whether their rows stream again (see `Handover.resolve`).
  */
-export const POLLED_SET_SQL = `
-SELECT aggregate_type || chr(31) || aggregate_id AS key, max(sequence)::text AS max_sequence
-FROM {{schema}}.events
-GROUP BY aggregate_type, aggregate_id`;
+export const START_SET_SQL = `
+SELECT e.aggregate_type || chr(31) || e.aggregate_id AS key,
+       e.min_sequence::text AS min_sequence, e.max_sequence::text AS max_sequence,
+       coalesce(g.delivered_sequence, 0)::text AS delivered,
+       (e.odd OR g.blocked_until IS NOT NULL) AS polled
+FROM (
+  SELECT aggregate_type, aggregate_id, min(sequence) AS min_sequence, max(sequence) AS max_sequence,
+         bool_or(attempts > 0 OR status <> 'pending' OR deliver_after > now()) AS odd
+  FROM {{schema}}.events
+  GROUP BY aggregate_type, aggregate_id
+) e
+LEFT JOIN {{schema}}.aggregate_progress g
+  ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id`;
 
 /** Of the polled aggregates `$1`, those with a row left in the table. */
 export const STILL_POLLED_SQL = `

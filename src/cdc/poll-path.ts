@@ -81,7 +81,7 @@ export class PollPath {
       refused: this.#refused,
       faults: this.#faults,
       watch: p.counters.watches.claim,
-      scope: () => ({ exclude: p.streamInFlight(), values: [JSON.stringify(p.handover.claimScope())] }),
+      scope: () => ({ exclude: p.streamInFlight(), values: [p.handover.claimScopeJson()] }),
     });
     const recorder = new Recorder(
       this.#recordSession,
@@ -153,6 +153,10 @@ export class PollPath {
           continue;
         }
         pipeline.track(claimed);
+        // A full claim: there is likely more, so the next one runs while this batch publishes
+        // (as the polling relay does). The claim leaves out this batch's ids and holds back
+        // their aggregates, so the two never overlap on one aggregate.
+        if (!this.#halt && claimed.scanned === o.batchSize) pipeline.prefetch();
         const verdict = await this.#batches.publish(claimed);
         const byId = new Map(claimed.messages.map((m) => [m.id, m]));
         for (const id of verdict.delivered) {

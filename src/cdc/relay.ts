@@ -4,7 +4,7 @@ import { redactText } from '../redact.js';
 import { BacklogTask } from '../relay/backlog-task.js';
 import { loopErrorDelay, outageDelay } from '../relay/backoff.js';
 import type { Claimed } from '../relay/claim.js';
-import type { RelayHealth } from '../relay/health.js';
+import { LOOP_ERRORS_NOT_READY, type RelayHealth } from '../relay/health.js';
 import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from '../relay/history.js';
 import { PartitionLeases } from '../relay/leases.js';
 import { OutageLog, RefusedAggregates } from '../relay/outage.js';
@@ -26,7 +26,8 @@ import { formatLsn, parseLsn } from './lsn.js';
 import { type CdcRelayOptions, type ResolvedCdcRelayOptions, resolveCdcRelayOptions } from './options.js';
 import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
-import { cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
+import { CDC_SLOT_LOST, cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
+import { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
 import { RefusalBound, StreamGate } from './stream-gate.js';
@@ -43,8 +44,9 @@ export interface CdcRelay extends Relay {
 /**
  * Creates a CDC relay: holds every partition lease (the fence), streams the slot's inserts into
  * the events table and WAL-mode messages, publishes them in per-aggregate order, and confirms the
- * slot past what is settled. Aggregates with a failure, a scheduled event or rows in the table
- * at start are handed over to a polling path inside the relay (see {@link Handover}).
+ * slot past what is settled. Aggregates with a failure or a scheduled event, and rows left in
+ * the table at start that will not stream again, are handed over to a polling path inside the
+ * relay (see {@link Handover}).
  */
 export function createCdcRelay(options: CdcRelayOptions): CdcRelay {
   return new StreamingRelay(resolveCdcRelayOptions(options));
@@ -142,6 +144,10 @@ class StreamingRelay implements CdcRelay {
   private readonly cdc = { reconnects: 0, handovers: 0, confirmed: 0n, server: 0n };
   private readonly stateSql: string;
   private readonly caughtUpSql: string;
+  private readonly trouble: StreamTrouble;
+  private readonly loopLog: RepeatedErrorLog;
+  /** The slot was lost while running: re-run the start checks before the next attempt. */
+  private slotLost = false;
 
   constructor(private readonly o: ResolvedCdcRelayOptions) {
     const b = o.base;
@@ -171,6 +177,7 @@ class StreamingRelay implements CdcRelay {
       b.quotedSchema,
       withSchema(HANDOVER_SQL, b.quotedSchema),
       handoverPrefix(b.schema),
+      b.logger,
     );
     this.recorder = new Recorder(
       this.recordSession,
@@ -220,6 +227,8 @@ class StreamingRelay implements CdcRelay {
     this.refusals = new RefusalBound(MAX_REFUSED_BATCHES, b.outageReminderMs);
     this.stateSql = withSchema(CDC_STATE_SQL, b.quotedSchema);
     this.caughtUpSql = withSchema(CAUGHT_UP_SQL, b.quotedSchema);
+    this.trouble = new StreamTrouble(b.leaseMs);
+    this.loopLog = new RepeatedErrorLog(b.logger, { relayId: b.relayId, slot: o.slot });
   }
 
   stats(): RelayStats & { cdc: CdcStats } {
@@ -403,8 +412,13 @@ class StreamingRelay implements CdcRelay {
   private async loop(): Promise<void> {
     const b = this.b;
     let failures = 0;
+    const names = cdcNames(b.schema, { slot: this.o.slot, publication: this.o.publication });
     while (!this.halt) {
       try {
+        if (this.slotLost) {
+          await checkCdc(b.pool, names);
+          this.slotLost = false;
+        }
         await this.leases.rebalance();
         if (!(await this.holdsAll())) {
           await this.bell.sleep(Math.max(100, Math.floor(b.leaseMs / 3)));
@@ -413,9 +427,9 @@ class StreamingRelay implements CdcRelay {
         // The slot's holder, if any, is a relay that lost the leases: end its stream.
         if (!(await this.leases.verifyAll())) continue;
         await takeOverSlot(b.pool, this.o.slot, { logger: b.logger });
-        const polled = await this.handover.rebuild(b.pool);
-        const catchUp = polled.length > 0 ? await this.catchUpMark() : 0n;
-        await this.streamOnce(polled, catchUp, () => {
+        const start = await this.handover.rebuild(b.pool);
+        const catchUp = start.polled.length > 0 || start.unknown > 0 ? await this.catchUpMark() : 0n;
+        await this.streamOnce(start.polled, catchUp, () => {
           failures = 0;
           this.loopErrorsInARow = 0;
         });
@@ -428,10 +442,63 @@ class StreamingRelay implements CdcRelay {
         this.counters.lastError = redactText(errorMessage(error));
         await Promise.all([this.recordSession.release(error), this.handoverSession.release(error)]);
         if (error instanceof LeasesLost || error instanceof FencedError) this.leases.forget();
+        if ((error as { code?: unknown }).code === CDC_SLOT_LOST) {
+          await this.onSlotLost(names, error);
+          continue;
+        }
+        // Lost leases are a standby's business, not a stream that cannot run.
+        if (!(error instanceof LeasesLost || error instanceof FencedError)) this.trouble.failed();
+        if (this.trouble.yield) {
+          const standbyMs = this.trouble.standbyMs(b.random);
+          this.loopLog.report(error, 'CDC stream cannot run: released every lease, standing by', {
+            standbyMs,
+          });
+          await this.releaseLeases();
+          await this.pause(standbyMs);
+          continue;
+        }
         const delay = loopErrorDelay(failures, b.random);
-        b.logger.error({ err: error, relayId: this.id, retryInMs: delay }, 'CDC stream ended; reconnecting');
+        this.loopLog.report(error, 'CDC stream ended; reconnecting', { retryInMs: delay });
         await this.bell.sleep(delay);
       }
+    }
+  }
+
+  /**
+   * The slot was invalidated (PostgreSQL removed WAL it needed): nothing can stream from it again.
+   * Say so with the start check's full message (what may be missing, how to recover), give the
+   * leases back (the polling relay of the recovery needs them), and check again every minute.
+   */
+  private async onSlotLost(names: ReturnType<typeof cdcNames>, error: unknown): Promise<void> {
+    const full = await checkCdc(this.b.pool, names).then(
+      () => error,
+      (e: unknown) => e,
+    );
+    this.counters.lastError = redactText(errorMessage(full));
+    this.loopLog.report(full, 'CDC slot lost: not streaming; leases released; checking again every minute', {
+      retryInMs: SLOT_LOST_RETRY_MS,
+    });
+    this.slotLost = true;
+    this.loopErrorsInARow = Math.max(this.loopErrorsInARow, LOOP_ERRORS_NOT_READY);
+    await this.releaseLeases();
+    await this.pause(SLOT_LOST_RETRY_MS);
+  }
+
+  /** Sleeps `ms` whatever rings the bell meanwhile (new events), unless the relay stops. */
+  private async pause(ms: number): Promise<void> {
+    const until = performance.now() + ms;
+    for (let left = ms; !this.halt && left > 0; left = until - performance.now()) await this.bell.sleep(left);
+  }
+
+  private async releaseLeases(): Promise<void> {
+    try {
+      await this.leases.releaseAll();
+    } catch (error) {
+      this.leases.forget();
+      this.b.logger.warn(
+        { err: error, relayId: this.id },
+        'could not release leases; they expire on their own',
+      );
     }
   }
 
@@ -456,6 +523,9 @@ class StreamingRelay implements CdcRelay {
       connection: this.o.connection,
       slot: this.o.slot,
       publication: this.o.publication,
+      // From what this relay knows is settled, when that is past the slot's confirmed_flush (the
+      // server honours the later of the two): fewer duplicates after a walsender was killed.
+      ...(this.cdc.confirmed > 0n ? { startLsn: this.cdc.confirmed } : {}),
       statusIntervalMs: this.o.statusIntervalMs,
       silenceTimeoutMs: this.o.silenceTimeoutMs,
       logger: b.logger,
@@ -519,6 +589,10 @@ class StreamingRelay implements CdcRelay {
         }
         const changes = await session.stream.next(this.b.batchSize);
         if (session.failure !== undefined) return;
+        if (changes.length > 0) {
+          this.trouble.delivered();
+          this.loopLog.cleared();
+        }
         this.cdc.server = session.stream.serverLsn;
         const events = session.batcher.add(changes);
         session.unsettled += events.length;
@@ -539,7 +613,9 @@ class StreamingRelay implements CdcRelay {
     if (lsn > this.cdc.confirmed) this.cdc.confirmed = lsn;
     if (!session.caughtUp && !session.catchingUp && lsn >= session.catchUp) {
       session.catchingUp = true;
-      this.caughtUp(session).then(
+      // At once, before the next batch is taken: what is still unknown never streams again.
+      const fromUnknown = this.handover.caughtUp();
+      this.caughtUp(session, fromUnknown).then(
         () => {
           session.caughtUp = true;
           this.poll.wake();
@@ -553,16 +629,19 @@ class StreamingRelay implements CdcRelay {
   }
 
   /** See {@link CAUGHT_UP_SQL}. */
-  private async caughtUp(session: StreamSession): Promise<void> {
+  private async caughtUp(session: StreamSession, fromUnknown: readonly string[]): Promise<void> {
     const { partitions, epochs } = this.leases.snapshot();
     const { rowCount } = await this.b.pool.query(this.caughtUpSql, [
       this.id,
       partitions,
       epochs,
       partitions.length,
-      session.polledAtStart,
+      [...session.polledAtStart, ...fromUnknown],
     ]);
-    this.b.logger.debug({ relayId: this.id, raised: rowCount }, 'stream caught up with the polled set');
+    this.b.logger.debug(
+      { relayId: this.id, raised: rowCount, fromUnknown: fromUnknown.length },
+      'stream caught up with the start set',
+    );
   }
 
   private settle(session: StreamSession, events: readonly StreamEvent[]): void {
@@ -658,6 +737,14 @@ class StreamingRelay implements CdcRelay {
       const e = queue[i]!;
       if (blocked.has(e.key)) {
         keep.push(e);
+        continue;
+      }
+      // An aggregate of the start read: its first streamed event says whether its rows stream again.
+      if (
+        this.handover.isUnknown(e.key) &&
+        this.handover.resolve(e.key, e.message.sequence, e.via) === 'skip'
+      ) {
+        skipped.push(e);
         continue;
       }
       if (this.handover.skips(e.key, e.message.sequence, e.via)) {
@@ -915,6 +1002,9 @@ class StreamingRelay implements CdcRelay {
     this.bell.wake();
   }
 }
+
+/** How often a relay whose slot was lost runs the start checks again. */
+const SLOT_LOST_RETRY_MS = 60_000;
 
 function reasonOf(error: unknown): ReconnectReason {
   if (error instanceof LeasesLost) return 'leases_lost';

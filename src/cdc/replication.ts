@@ -90,6 +90,8 @@ export class ReplicationStream {
   #quietSince = performance.now();
   #statusTimer: NodeJS.Timeout | undefined;
   #watchdog: NodeJS.Timeout | undefined;
+  /** Bounds connect + START_REPLICATION: a black-holed network must not hang a reconnect. */
+  #startTimer: NodeJS.Timeout | undefined;
 
   constructor(options: ReplicationStreamOptions) {
     for (const field of ['slot', 'publication'] as const) {
@@ -151,6 +153,16 @@ export class ReplicationStream {
     // Every failure lands in #fail; none is an unhandled 'error' event.
     client.on('error', (error) => this.#fail(error));
     client.on('end', () => this.#fail(new OutboxError('the replication connection ended', streamEnded)));
+    this.#startTimer = setTimeout(() => {
+      this.#fail(
+        new OutboxError(
+          `cdc: no replication stream within ${this.#silenceTimeoutMs} ms (silenceTimeoutMs) of connecting: ` +
+            'the server or the network does not answer',
+          { code: 'TXO_CDC_SILENT', retryable: true },
+        ),
+      );
+    }, this.#silenceTimeoutMs);
+    this.#startTimer.unref();
     await new Promise<void>((resolve, reject) => {
       this.#startWaiter = { resolve, reject };
       client.connect().then(
@@ -160,6 +172,7 @@ export class ReplicationStream {
           this.#connection = connection;
           connection.on('copyData', (message) => this.#onCopyData(message.chunk));
           connection.once('replicationStart', () => {
+            clearTimeout(this.#startTimer);
             this.#streaming = true;
             this.#startWaiter = undefined;
             resolve();
@@ -338,7 +351,8 @@ export class ReplicationStream {
     this.#head = 0;
     this.#rejectWaiters(error);
     if (!isClosed(error)) {
-      this.#logger.warn(
+      // A start failure is the caller's to report (the relay logs a repeated one once, with reminders).
+      this.#logger[this.#streaming ? 'warn' : 'debug'](
         { slot: this.#options.slot, code: (error as { code?: unknown }).code, err: error.message },
         'cdc: replication stream failed',
       );
@@ -362,6 +376,7 @@ export class ReplicationStream {
   }
 
   #stopTimers(): void {
+    clearTimeout(this.#startTimer);
     clearInterval(this.#statusTimer);
     clearInterval(this.#watchdog);
     this.#statusTimer = undefined;
@@ -401,6 +416,18 @@ function startError(cause: unknown, slot: string): Error {
       `cdc: slot ${slot} is streamed by another connection (pid ${pid ?? 'unknown'}); ` +
         'one relay streams a slot at a time',
       { code: 'TXO_CDC_SLOT_ACTIVE', retryable: true, cause: error },
+    );
+  }
+  if (code === '55000' && /invalidated|wal_status|lost/i.test(error.message)) {
+    return new OutboxError(
+      `cdc: replication slot ${slot} is lost (PostgreSQL removed WAL it still needed): ${error.message}`,
+      { code: 'TXO_CDC_SLOT_LOST', cause: error },
+    );
+  }
+  if (code === '42501' && /replication/i.test(error.message)) {
+    return new OutboxError(
+      `cdc: the role may not stream (${error.message}): grant it with ALTER ROLE <role> REPLICATION`,
+      { code: 'TXO_CDC_NO_REPLICATION', cause: error },
     );
   }
   if (code === '42704' && /replication slot/i.test(error.message)) {

@@ -4,10 +4,15 @@
  * a superuser (the slot statements need the REPLICATION attribute).
  */
 
-/** The two settings the checks read; `max_slot_wal_keep_size` as PostgreSQL prints it ('-1', '10GB'). */
+/**
+ * The two settings the checks read (`max_slot_wal_keep_size` as PostgreSQL prints it: '-1', '10GB'),
+ * and whether the role may start a walsender (REPLICATION or superuser).
+ */
 export const SETTINGS_SQL = `
 SELECT current_setting('wal_level') AS wal_level,
-       current_setting('max_slot_wal_keep_size') AS max_slot_wal_keep_size`;
+       current_setting('max_slot_wal_keep_size') AS max_slot_wal_keep_size,
+       current_user::text AS role,
+       (SELECT r.rolreplication OR r.rolsuper FROM pg_roles r WHERE r.rolname = current_user) AS replication`;
 
 /** One advisory lock per slot: concurrent ensures create each object once and never race each other. */
 export const SETUP_LOCK_SQL = `SELECT pg_advisory_lock(hashtextextended('tx-outbox:cdc:' || $1::text, 0))`;

@@ -27,6 +27,7 @@ import {
 
 export const CDC_WAL_LEVEL = 'TXO_CDC_WAL_LEVEL';
 export const CDC_SLOT_LOST = 'TXO_CDC_SLOT_LOST';
+export const CDC_NO_REPLICATION = 'TXO_CDC_NO_REPLICATION';
 export const CDC_SLOT_ACTIVE = 'TXO_CDC_SLOT_ACTIVE';
 /** The slot or the publication exists but is not one tx-outbox can stream (plugin, type, database, table). */
 export const CDC_SLOT_MISMATCH = 'TXO_CDC_SLOT_MISMATCH';
@@ -218,6 +219,9 @@ function slotMismatch(names: CdcNames, row: SlotRow): OutboxError | undefined {
 export interface CdcSettings {
   readonly wal_level: string;
   readonly max_slot_wal_keep_size: string;
+  /** The role may start a walsender (REPLICATION or superuser); undefined: not read, not checked. */
+  readonly replication?: boolean;
+  readonly role?: string;
 }
 
 export interface CdcCheck {
@@ -237,6 +241,14 @@ export function cdcProblems(names: CdcNames, settings: CdcSettings, slot: SlotRo
         'database, its logical replication parameter) and restart PostgreSQL; or run the polling relay ' +
         '(tx-outbox relay without --source cdc)',
       { code: CDC_WAL_LEVEL },
+    );
+  }
+  if (settings.replication === false) {
+    throw new OutboxError(
+      `role "${settings.role ?? 'current_user'}" has neither REPLICATION nor superuser: the CDC relay cannot ` +
+        `stream. Grant it (ALTER ROLE "${settings.role ?? '<role>'}" REPLICATION; on a managed database, its ` +
+        'replication role or grant), or run the polling relay (tx-outbox relay without --source cdc)',
+      { code: CDC_NO_REPLICATION },
     );
   }
   if (slot?.exists) {

@@ -56,12 +56,41 @@ function undecodableEvent(content: Buffer, lsn: Lsn): WalEvent {
   };
 }
 
+/** A WAL-mode message kept as a dead event of its own aggregate (see {@link StreamEvent.undecodable}). */
+function undecodable(unit: AckUnit, xid: number, content: Buffer, lsn: Lsn, reason: string): StreamEvent {
+  const event = undecodableEvent(content, lsn);
+  return {
+    unit,
+    xid,
+    via: 'wal',
+    message: walMessage(event, lsn),
+    key: aggregateKeyOf(event.aggregateType, event.aggregateId),
+    partition: event.partition,
+    publishable: false,
+    wal: event,
+    undecodable: reason,
+  };
+}
+
 /**
  * The prefix of the transactional message in every handover transaction: the stream skips that
  * transaction's inserts even when it does not know its id (another process, after a restart).
+ * Its content is the transaction's own id (`pg_current_xact_id()`, written by the statement), so
+ * that a look-alike message of an application does not make its transaction look like the relay's.
  */
 export function handoverPrefix(schema: string): string {
   return `tx-outbox:${schema}:handover`;
+}
+
+/**
+ * Whether a handover marker's content names the transaction it came in: the xid8 text
+ * `pg_current_xact_id()` gives, whose low 32 bits are the stream's `xid`.
+ */
+export function isOwnMarker(content: Buffer, xid: number): boolean {
+  if (content.length === 0 || content.length > 20) return false;
+  const text = content.toString('latin1');
+  if (!/^[0-9]+$/.test(text)) return false;
+  return Number(BigInt(text) & 0xffffffffn) === xid;
 }
 
 /** Transactions this relay wrote itself (its handover inserts): their 32-bit xids, the last few thousand. */
@@ -143,8 +172,10 @@ export function walMessage(event: WalEvent, lsn: Lsn): OutboxMessage {
 interface OpenTransaction {
   readonly xid: number;
   readonly commitTime: Date;
-  /** A handover transaction (its marker message came by). */
+  /** A handover marker naming this transaction came by. */
   own: boolean;
+  /** A message with the events prefix came by: no handover transaction carries one. */
+  walEvents: boolean;
   readonly events: StreamEvent[];
   readonly unit: AckUnit;
 }
@@ -178,6 +209,7 @@ export class StreamBatcher {
             xid: m.xid,
             commitTime: m.commitTime,
             own: false,
+            walEvents: false,
             events: [],
             unit: this.tracker.open('transaction'),
           };
@@ -186,7 +218,8 @@ export class StreamBatcher {
           const txn = this.#txn;
           this.#txn = undefined;
           if (!txn) break;
-          const events = txn.own || this.own.has(txn.xid) ? [] : txn.events;
+          const own = !txn.walEvents && (txn.own || this.own.has(txn.xid));
+          const events = own ? [] : txn.events;
           txn.unit.expect(events.length);
           txn.unit.close(m.endLsn, m.commitTime);
           out.push(...events);
@@ -212,32 +245,39 @@ export class StreamBatcher {
           break;
         }
         case 'message': {
+          const at = m.lsn || lsn;
           if (!m.transactional) {
             // A heartbeat, or a non-transactional message of another prefix: a unit of its own.
             const unit = this.tracker.open('message');
+            if (m.prefix === this.eventPrefix) {
+              // Not undone by a rollback, and outside any transaction's order: never an event.
+              unit.expect(1);
+              out.push(
+                undecodable(
+                  unit,
+                  0,
+                  m.content,
+                  at,
+                  'is not transactional (pg_logical_emit_message(false, …))',
+                ),
+              );
+            }
             unit.close(m.lsn);
             break;
           }
           const txn = this.#txn;
-          if (txn && m.prefix === this.handoverPrefix) txn.own = true;
-          if (!txn || m.prefix !== this.eventPrefix) break;
-          const at = m.lsn || lsn;
+          if (!txn) break;
+          if (m.prefix === this.handoverPrefix) {
+            if (isOwnMarker(m.content, txn.xid)) txn.own = true;
+            break;
+          }
+          if (m.prefix !== this.eventPrefix) break;
+          txn.walEvents = true;
           let event: WalEvent;
           try {
             event = decodeWalEvent(m.content);
           } catch (error) {
-            event = undecodableEvent(m.content, at);
-            txn.events.push({
-              unit: txn.unit,
-              xid: txn.xid,
-              via: 'wal',
-              message: walMessage(event, at),
-              key: aggregateKeyOf(event.aggregateType, event.aggregateId),
-              partition: event.partition,
-              publishable: false,
-              wal: event,
-              undecodable: errorMessage(error),
-            });
+            txn.events.push(undecodable(txn.unit, txn.xid, m.content, at, errorMessage(error)));
             break;
           }
           txn.events.push({

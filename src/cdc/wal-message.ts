@@ -19,8 +19,13 @@
  * slice of the message to the publisher, never parsing the JSON (it is JSON.stringify's text as
  * validated by `enqueue`, where the table mode stores jsonb's canonical text of the same value).
  */
+import { isUtf8 } from 'node:buffer';
 import { OutboxError } from '../errors.js';
 import type { PreparedEvent } from '../producer/event.js';
+import { headersJsonOf, MAX_HEADERS_BYTES } from '../producer/headers.js';
+import { aggregateIdOf, checkDefaultTopic, identifierOf, topicOf } from '../producer/names.js';
+import { jsonTextProblem } from '../producer/payload.js';
+import { RESERVED_TYPE_PREFIX } from '../skip-marker.js';
 
 /** The format this version writes and reads. */
 export const WAL_FORMAT_VERSION = 1;
@@ -133,9 +138,18 @@ function writeShortText(b: Buffer, at: number, text: string, bytes: number): num
 }
 
 /**
+ * Room for the trace-context headers `enqueue` merges in after its own check of
+ * {@link MAX_HEADERS_BYTES} (traceparent, and a tracestate OpenTelemetry keeps to 512 characters).
+ */
+const TRACE_HEADERS_ALLOWANCE = 2048;
+
+/**
  * Reads a WAL-mode event message (the `content` of a pgoutput 'M' message with the events
- * prefix). Throws OutboxError TXO_CDC_BAD_MESSAGE for another format version or a message cut
- * short: the relay dead-letters it, it never guesses.
+ * prefix). Throws OutboxError TXO_CDC_BAD_MESSAGE for another format version, a message cut
+ * short, or one `enqueue` would have refused (the producer's own rules: names, header shape, a
+ * JSON payload jsonb takes): anyone can emit a message with this prefix, and what the relay
+ * trusts here reaches publishers and the handover statement. The relay dead-letters it, it
+ * never guesses.
  */
 export function decodeWalEvent(content: Uint8Array): WalEvent {
   const b = Buffer.isBuffer(content)
@@ -163,11 +177,19 @@ export function decodeWalEvent(content: Uint8Array): WalEvent {
   const schemaVersion = r.int32('schema_version');
   const topic = flags & FLAG_TOPIC ? r.shortText('topic') : null;
   const headersLength = r.uint32('headers length');
-  const headers =
-    headersLength === 0
-      ? {}
-      : (JSON.parse(r.bytes(headersLength, 'headers').toString('utf8')) as Record<string, string>);
+  const headers = headersLength === 0 ? {} : headersOf(r.bytes(headersLength, 'headers'));
   const bytes = (flags & FLAG_BYTES) !== 0;
+  const payload = b.subarray(r.at);
+  checkNames(aggregateType, aggregateId, type, topic);
+  if (sequence < 1) throw bad(`has a sequence of ${sequence}`);
+  if (schemaVersion < 1) throw bad(`has a schema_version of ${schemaVersion}`);
+  const createdAt = new Date(Number(createdAtMicros / 1000n));
+  if (Number.isNaN(createdAt.getTime())) throw bad(`has a created_at of ${createdAtMicros} µs`);
+  if (!bytes) {
+    if (!isUtf8(payload)) throw bad('has a JSON payload that is not UTF-8');
+    const problem = jsonTextProblem(payload.toString('utf8'));
+    if (problem !== undefined) throw bad(`has a JSON payload that ${problem}`);
+  }
   return {
     eventId,
     aggregateType,
@@ -179,11 +201,47 @@ export function decodeWalEvent(content: Uint8Array): WalEvent {
     type,
     schemaVersion,
     topic,
-    payload: b.subarray(r.at),
+    payload,
     contentType: bytes ? 'application/octet-stream' : 'application/json',
     headers,
-    createdAt: new Date(Number(createdAtMicros / 1000n)),
+    createdAt,
   };
+}
+
+/** The producer's checks of the names (`enqueue` ran the same ones on the way in). */
+function checkNames(aggregateType: string, aggregateId: string, type: string, topic: string | null): void {
+  try {
+    identifierOf(aggregateType, 'aggregate_type', "'order'");
+    aggregateIdOf(aggregateId, 'aggregate_id');
+    identifierOf(type, 'event_type', "'order.created'");
+    if (type.startsWith(RESERVED_TYPE_PREFIX))
+      throw bad(`has an event_type in tx-outbox's own prefix '${RESERVED_TYPE_PREFIX}'`);
+    if (topic === null) checkDefaultTopic(aggregateType, type, 'event');
+    else topicOf(topic, 'topic');
+  } catch (error) {
+    if (error instanceof OutboxError) throw error;
+    throw bad(`fails enqueue's checks: ${(error as Error).message}`);
+  }
+}
+
+/** The headers as `enqueue` wrote them: a JSON object of valid names and string values. */
+function headersOf(text: Buffer): Record<string, string> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text.toString('utf8'));
+  } catch {
+    throw bad('has headers that are not valid JSON');
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw bad(
+      `has headers that are not a JSON object (${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value})`,
+    );
+  try {
+    headersJsonOf(value, 'headers', {}, MAX_HEADERS_BYTES + TRACE_HEADERS_ALLOWANCE);
+  } catch (error) {
+    throw bad(`fails enqueue's checks: ${(error as Error).message}`);
+  }
+  return value as Record<string, string>;
 }
 
 function bad(problem: string): OutboxError {

@@ -185,7 +185,11 @@ export function relaySourceFlags(options: { readonly source?: string; readonly c
   ceSourceFlag?: string;
   deprecated: boolean;
 } {
-  const { source, ceSource } = options;
+  const { ceSource } = options;
+  // `CDC`, ` cdc`: a typo of the relay kind, never a CloudEvents source (that would start a polling
+  // relay next to the CDC relays of the schema).
+  const normalized = options.source?.trim().toLowerCase();
+  const source = normalized !== undefined && RELAY_KINDS.has(normalized) ? normalized : options.source;
   if (source === undefined || RELAY_KINDS.has(source)) {
     const kind = (source ?? 'poll') as RelayKind;
     return ceSource === undefined
@@ -195,6 +199,12 @@ export function relaySourceFlags(options: { readonly source?: string; readonly c
   if (ceSource !== undefined) {
     throw usageError(
       `--source ${JSON.stringify(source)} is the deprecated spelling of --ce-source, which is given too; keep --ce-source only (--source now takes poll or cdc)`,
+    );
+  }
+  // The deprecated CloudEvents spelling only for what looks like a URI-reference: a scheme or a path.
+  if (!/^[a-z][a-z0-9+.-]*:/i.test(source) && !source.includes('/')) {
+    throw usageError(
+      `--source ${JSON.stringify(source)} is neither poll nor cdc; a CloudEvents source (a URI with a scheme or a path) goes in --ce-source`,
     );
   }
   return { kind: 'poll', ceSource: source, ceSourceFlag: '--source', deprecated: true };

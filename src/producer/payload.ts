@@ -218,6 +218,25 @@ function exactWalk(value: unknown, field: string): Found | undefined {
   return locate({ '': value }, '', field, []);
 }
 
+/**
+ * Why JSON text written elsewhere (a WAL-mode message read back by the CDC relay) would not be
+ * taken by PostgreSQL's `::jsonb` as this module's own output is, or undefined: not JSON, or a
+ * `\u0000` or surrogate escape (jsonb refuses a NUL and a lone surrogate; JSON.stringify never
+ * escapes a surrogate, so an escaped pair is refused too: conservative, never from `enqueue`).
+ * Numbers jsonb's numeric cannot hold (an exponent over 131072) pass here: the handover
+ * statement's data-error path keeps them.
+ */
+export function jsonTextProblem(text: string): string | undefined {
+  try {
+    JSON.parse(text);
+  } catch {
+    return 'is not valid JSON'; // JSON.parse's message quotes the text: never in a log line
+  }
+  if (text.includes('\\u') && UNSTORABLE_ESCAPE.test(text))
+    return 'holds a \\u0000 or surrogate escape, which jsonb refuses';
+  return undefined;
+}
+
 /** The payload as JSON text for jsonb; throws an OutboxValidationError naming the first unfaithful value. */
 export function payloadJsonOf(value: unknown, field: string): string {
   if (typeof value === 'undefined' || typeof value === 'function' || typeof value === 'symbol') {

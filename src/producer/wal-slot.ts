@@ -2,8 +2,11 @@
  * WAL mode's door check: a WAL-mode event exists only in the WAL, so without a logical slot that
  * will decode it (wal_level = logical, the slot present, of this database, pgoutput, not lost) it
  * would be gone as soon as the WAL is recycled. `enqueue` refuses instead, writing nothing. The
- * check is one small SELECT on the caller's transaction, at most once per 5 s per schema and slot
- * in this process; its verdict (either way) serves every call meanwhile.
+ * check is one small SELECT on the caller's transaction, at most once per 5 s per database, schema
+ * and slot in this process; its verdict (either way) serves every call meanwhile. A verdict is
+ * kept only for a handle that tells which database it is connected to (a node-postgres client's
+ * `connectionParameters`): one database's slot says nothing of another's (a tenant per database,
+ * the same schema name in each), so a handle that cannot tell is checked on every call.
  */
 import { CDC_WAL_LEVEL, cdcNames } from '../cdc/setup.js';
 import { OutboxError } from '../errors.js';
@@ -11,7 +14,7 @@ import { namedStatement, type Statement } from '../schema/statement.js';
 import { WAL_SLOT_CHECK_SQL } from './enqueue-wal-sql.js';
 import type { SqlExecutor } from './executor.js';
 
-/** How long one check's verdict serves this process, per schema and slot. */
+/** How long one check's verdict serves this process, per database, schema and slot. */
 export const WAL_SLOT_CACHE_MS = 5000;
 
 /** No slot that decodes WAL-mode events (the replication stream's code for a missing slot too). */
@@ -62,6 +65,17 @@ export function slotRefusal(row: SlotRow | undefined, schema: string, slot: stri
   );
 }
 
+/**
+ * The database a handle is connected to, as `host:port/database`, when it can tell: a
+ * node-postgres Client or PoolClient (`connectionParameters`); else undefined.
+ */
+export function databaseOf(tx: unknown): string | undefined {
+  const p = (tx as { connectionParameters?: { host?: unknown; port?: unknown; database?: unknown } } | null)
+    ?.connectionParameters;
+  if (typeof p?.database !== 'string' || p.database === '') return undefined;
+  return `${String(p.host)}:${String(p.port)}/${p.database}`;
+}
+
 /** The per-process cache of slot checks. */
 export class WalSlotGate {
   readonly #verdicts = new Map<string, Verdict>();
@@ -71,8 +85,9 @@ export class WalSlotGate {
 
   /** Throws TXO_CDC_NO_SLOT / TXO_CDC_WAL_LEVEL unless the slot can decode WAL-mode events. */
   async check(tx: SqlExecutor, schema: string, slot: string, prepared: boolean): Promise<void> {
-    const key = `${schema}\u0000${slot}`;
-    const cached = this.#verdicts.get(key);
+    const database = databaseOf(tx);
+    const key = database === undefined ? undefined : `${database}\u0000${schema}\u0000${slot}`;
+    const cached = key === undefined ? undefined : this.#verdicts.get(key);
     const now = this.now();
     if (cached && now - cached.at < WAL_SLOT_CACHE_MS) {
       if (cached.error) throw cached.error;
@@ -85,7 +100,7 @@ export class WalSlotGate {
     }
     const { rows } = await tx.query<SlotRow>({ ...statement, values: [slot] });
     const error = slotRefusal(rows[0], schema, slot);
-    this.#verdicts.set(key, { error, at: now });
+    if (key !== undefined) this.#verdicts.set(key, { error, at: now });
     if (error) throw error;
   }
 

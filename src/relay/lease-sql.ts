@@ -6,6 +6,15 @@ INSERT INTO {{schema}}.relays AS r (relay_id, host, pid, lease_ms) VALUES ($1, $
 ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), lease_ms = excluded.lease_ms
 RETURNING extract(epoch FROM clock_timestamp()) * 1000 AS db_ms`;
 
+/**
+ * The same with the relay's kind (migration 11): 'poll', or 'cdc' for a CDC relay, which never
+ * counts in the polling relays' fair share.
+ */
+export const HEARTBEAT_KIND_SQL = `
+INSERT INTO {{schema}}.relays AS r (relay_id, host, pid, lease_ms, kind) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (relay_id) DO UPDATE SET heartbeat_at = now(), lease_ms = excluded.lease_ms
+RETURNING extract(epoch FROM clock_timestamp()) * 1000 AS db_ms`;
+
 /** A relay silent for longer than its own lease is gone; its partitions expire on their own. */
 export const LIVE_RELAYS_SQL = `
 WITH gone AS (
@@ -13,6 +22,19 @@ WITH gone AS (
 )
 SELECT relay_id FROM {{schema}}.relays
 WHERE heartbeat_at + lease_ms * interval '1 millisecond' >= now()
+ORDER BY relay_id`;
+
+/**
+ * The live polling relays (migration 11): the ones the fair share divides the partitions among. A CDC
+ * relay (kind 'cdc') standing by must not make the polling relays give partitions up that it can
+ * never take (it takes all or none).
+ */
+export const LIVE_POLL_RELAYS_SQL = `
+WITH gone AS (
+  DELETE FROM {{schema}}.relays WHERE heartbeat_at + lease_ms * interval '1 millisecond' < now()
+)
+SELECT relay_id FROM {{schema}}.relays
+WHERE heartbeat_at + lease_ms * interval '1 millisecond' >= now() AND kind = 'poll'
 ORDER BY relay_id`;
 
 /**
@@ -96,3 +118,12 @@ FROM {{schema}}.partitions
 WHERE owner IS NOT NULL AND owner <> $1 AND lease_until >= now()
 GROUP BY owner
 ORDER BY owner`;
+
+/** The same, with whether each holder is a polling relay (relays.kind, migration 11). */
+export const OTHER_HOLDERS_KIND_SQL = `
+SELECT p.owner, count(*)::int AS partitions, coalesce(bool_or(r.kind = 'poll'), false) AS polling
+FROM {{schema}}.partitions p
+LEFT JOIN {{schema}}.relays r ON r.relay_id = p.owner
+WHERE p.owner IS NOT NULL AND p.owner <> $1 AND p.lease_until >= now()
+GROUP BY p.owner
+ORDER BY p.owner`;

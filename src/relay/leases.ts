@@ -6,8 +6,11 @@ import { withSchema } from '../schema/identifiers.js';
 import {
   ACQUIRE_ALL_SQL,
   ACQUIRE_SQL,
+  HEARTBEAT_KIND_SQL,
   HEARTBEAT_SQL,
+  LIVE_POLL_RELAYS_SQL,
   LIVE_RELAYS_SQL,
+  OTHER_HOLDERS_KIND_SQL,
   OTHER_HOLDERS_SQL,
   RELEASE_SQL,
   RENEW_SQL,
@@ -17,7 +20,9 @@ import {
 
 interface Statements {
   readonly heartbeat: string;
+  readonly heartbeatKind: string;
   readonly live: string;
+  readonly livePoll: string;
   readonly renew: string;
   readonly release: string;
   readonly acquire: string;
@@ -25,6 +30,7 @@ interface Statements {
   readonly sleeping: string;
   readonly acquireAll: string;
   readonly otherHolders: string;
+  readonly otherHoldersKind: string;
 }
 
 export interface PartitionLeaseOptions {
@@ -37,6 +43,8 @@ export interface PartitionLeaseOptions {
 
 /** How often the same "why I got no partitions" explanation is repeated while it holds. */
 const STANDBY_REPEAT_MS = 60_000;
+/** How often a CDC relay locked out by polling relays (a setup mistake) says so again. */
+const SHARED_REPEAT_MS = 30_000;
 
 /** The fair share of `partitions` for the relay at `rank` among `relays` live relays. */
 export function fairShare(partitions: number, relays: number, rank: number): number {
@@ -59,6 +67,8 @@ export class PartitionLeases {
   readonly exclusive: boolean;
   /** The last standby explanation logged, and when: repeated at most every STANDBY_REPEAT_MS. */
   private standbyNote: { key: string; at: number } | undefined;
+  /** The schema has no relays.kind (before migration 11): every relay counts as a polling one. */
+  private noKind = false;
 
   constructor(
     private readonly pool: Pool,
@@ -73,7 +83,9 @@ export class PartitionLeases {
     this.exclusive = options.exclusive === true;
     this.sql = {
       heartbeat: withSchema(HEARTBEAT_SQL, quotedSchema),
+      heartbeatKind: withSchema(HEARTBEAT_KIND_SQL, quotedSchema),
       live: withSchema(LIVE_RELAYS_SQL, quotedSchema),
+      livePoll: withSchema(LIVE_POLL_RELAYS_SQL, quotedSchema),
       renew: withSchema(RENEW_SQL, quotedSchema),
       release: withSchema(RELEASE_SQL, quotedSchema),
       acquire: withSchema(ACQUIRE_SQL, quotedSchema),
@@ -81,6 +93,7 @@ export class PartitionLeases {
       sleeping: withSchema(SET_SLEEPING_SQL, quotedSchema),
       acquireAll: withSchema(ACQUIRE_ALL_SQL, quotedSchema),
       otherHolders: withSchema(OTHER_HOLDERS_SQL, quotedSchema),
+      otherHoldersKind: withSchema(OTHER_HOLDERS_KIND_SQL, quotedSchema),
     };
   }
 
@@ -135,7 +148,7 @@ export class PartitionLeases {
     if (this.exclusive) return this.serial(() => this.rebalanceExclusive());
     return this.serial(async () => {
       await this.heartbeat();
-      const { rows } = await this.pool.query<{ relay_id: string }>(this.sql.live);
+      const rows = await this.livePollRelays();
       const ids = rows.map((r) => r.relay_id);
       const total = await this.totalPartitions();
       const share = fairShare(total, ids.length, ids.indexOf(this.relayId));
@@ -210,20 +223,26 @@ export class PartitionLeases {
 
   /** Why an exclusive acquire got nothing: another CDC relay (all partitions), or a polling relay (some). */
   private async explainStandby(total: number): Promise<void> {
-    const { rows } = await this.pool.query<{ owner: string; partitions: number }>(this.sql.otherHolders, [
-      this.relayId,
-    ]);
+    const rows = await this.otherHolders();
     const holders = Object.fromEntries(rows.map((r) => [r.owner, r.partitions]));
-    const shared = !(rows.length === 1 && rows[0]!.partitions === total);
-    const key = JSON.stringify(holders);
+    // A polling relay holds some (or all); before migration 11, guessed: not one relay with all.
+    const shared =
+      rows.some((r) => r.polling === true) ||
+      (rows.every((r) => r.polling === undefined) && !(rows.length === 1 && rows[0]!.partitions === total));
+    const sharedCase = shared && rows.length > 0;
+    // Locked out by polling relays: one key whatever they hold (their counts move while they rebalance).
+    const key = sharedCase ? 'shared' : JSON.stringify(holders);
+    const repeatMs = sharedCase ? SHARED_REPEAT_MS : STANDBY_REPEAT_MS;
     const now = performance.now();
-    if (this.standbyNote?.key === key && now - this.standbyNote.at < STANDBY_REPEAT_MS) return;
+    if (this.standbyNote?.key === key && now - this.standbyNote.at < repeatMs) return;
+    const reminder = this.standbyNote?.key === key;
     this.standbyNote = { key, at: now };
-    if (shared && rows.length > 0) {
-      this.logger.warn(
-        { relayId: this.relayId, holders, total },
-        'standby: no partition taken because other relays hold some of them (a polling relay?); a CDC ' +
-          'relay needs every partition: CDC and polling relays must not share a schema',
+    if (sharedCase) {
+      this.logger.error(
+        { relayId: this.relayId, holders, total, reminder },
+        'standby, not streaming: other relays hold some partitions (polling relays?) and a CDC relay needs ' +
+          'every partition. CDC and polling relays must not share a schema: stop the polling relays, or ' +
+          'this CDC relay',
       );
     } else {
       this.logger.info(
@@ -267,18 +286,53 @@ export class PartitionLeases {
     this.owned.clear();
   }
 
+  private async otherHolders(): Promise<{ owner: string; partitions: number; polling?: boolean }[]> {
+    if (!this.noKind) {
+      try {
+        return (await this.pool.query(this.sql.otherHoldersKind, [this.relayId])).rows;
+      } catch (error) {
+        if (!isUndefinedColumn(error)) throw error;
+        this.noKind = true;
+      }
+    }
+    return (await this.pool.query(this.sql.otherHolders, [this.relayId])).rows;
+  }
+
+  /** The live relays the fair share divides among: polling ones only (all of them before migration 11). */
+  private async livePollRelays(): Promise<{ relay_id: string }[]> {
+    if (!this.noKind) {
+      try {
+        return (await this.pool.query<{ relay_id: string }>(this.sql.livePoll)).rows;
+      } catch (error) {
+        if (!isUndefinedColumn(error)) throw error;
+        this.noKind = true;
+      }
+    }
+    return (await this.pool.query<{ relay_id: string }>(this.sql.live)).rows;
+  }
+
   private async heartbeat(): Promise<void> {
     const sent = Date.now();
-    const { rows } = await this.pool.query<{ db_ms: string }>(this.sql.heartbeat, [
-      this.relayId,
-      hostname(),
-      process.pid,
-      this.leaseMs,
-    ]);
+    const params = [this.relayId, hostname(), process.pid, this.leaseMs];
+    let result: { rows: { db_ms: string }[] } | undefined;
+    if (this.exclusive && !this.noKind) {
+      try {
+        result = await this.pool.query<{ db_ms: string }>(this.sql.heartbeatKind, [...params, 'cdc']);
+      } catch (error) {
+        if (!isUndefinedColumn(error)) throw error;
+        this.noKind = true;
+      }
+    }
+    const { rows } = result ?? (await this.pool.query<{ db_ms: string }>(this.sql.heartbeat, params));
     // The database read its clock about halfway through the round trip.
     const received = Date.now();
     const dbMs = Number(rows[0]?.db_ms);
     if (Number.isFinite(dbMs)) this.metrics.clockOffset(dbMs - (sent + received) / 2, received - sent);
     this.registered = true;
   }
+}
+
+/** 42703: relays.kind is missing (a schema before migration 11). */
+function isUndefinedColumn(error: unknown): boolean {
+  return (error as { code?: unknown }).code === '42703';
 }

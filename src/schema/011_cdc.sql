@@ -13,3 +13,8 @@ CREATE TABLE IF NOT EXISTS {{schema}}.cdc_state (
   lag_seconds    double precision,
   measured_at    timestamptz
 );
+
+-- What kind of relay a row of `relays` is: 'poll' (the polling relays, which share the partitions
+-- fairly) or 'cdc' (a CDC relay: all partitions or none). A polling relay's fair share counts only
+-- 'poll' rows, so a CDC relay standing by next to polling relays takes no partition from them.
+ALTER TABLE {{schema}}.relays ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'poll';

@@ -139,7 +139,7 @@ describe('exclusive leases', () => {
     expect(await cdc.rebalance()).toBe(true);
     expect(cdc.size).toBe(0);
     expect(await cdc.rebalance()).toBe(true); // the same explanation is not repeated at once
-    const warns = lines.filter((l) => l.level === 'warn');
+    const warns = lines.filter((l) => l.level === 'error');
     expect(warns).toHaveLength(1);
     expect(warns[0]!.msg).toMatch(/CDC and polling relays must not share a schema/);
     expect(warns[0]!.obj['holders']).toEqual({ 'poll-1': PARTITIONS / 2 });

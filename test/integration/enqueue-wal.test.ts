@@ -305,10 +305,13 @@ describe('enqueue via wal', () => {
     expect(inserts).toBe(0);
   });
 
-  it('the slot check runs once per 5 s per schema and slot, not per call', async () => {
+  it('the slot check runs once per 5 s per database, schema and slot, not per call', async () => {
     const texts: string[] = [];
     await inTransaction(db.pool, async (client) => {
-      const counting: SqlExecutor = {
+      // The database the handle is connected to keys the cached verdict (a handle that cannot
+      // tell is checked on every call: see the test below).
+      const counting: SqlExecutor & { connectionParameters: unknown } = {
+        connectionParameters: (client as unknown as { connectionParameters: unknown }).connectionParameters,
         query: (q) => {
           texts.push(q.text);
           return client.query(q as never) as never;
@@ -320,6 +323,21 @@ describe('enqueue via wal', () => {
     expect(texts.filter((t) => t.includes('pg_replication_slots'))).toHaveLength(1);
     expect(texts.filter((t) => t.includes('pg_logical_emit_message'))).toHaveLength(5);
     expect((await drain()).events).toHaveLength(6);
+  });
+
+  it('the slot check runs on every call for a handle that cannot tell its database', async () => {
+    const texts: string[] = [];
+    await inTransaction(db.pool, async (client) => {
+      const counting: SqlExecutor = {
+        query: (q) => {
+          texts.push(q.text);
+          return client.query(q as never) as never;
+        },
+      };
+      for (let i = 0; i < 3; i++) await enqueue(counting, ev('uncached'), wal());
+    });
+    expect(texts.filter((t) => t.includes('pg_replication_slots'))).toHaveLength(3);
+    expect((await drain()).events).toHaveLength(3);
   });
 
   it('the batch statement emits the messages above its sort by ord (EXPLAIN)', async () => {

@@ -136,7 +136,8 @@ describe('StreamBatcher', () => {
         transactional: true,
         lsn: 860n,
         prefix: 'tx-outbox:outbox:handover',
-        content: Buffer.alloc(0),
+        // pg_current_xact_id() of transaction 13 (epoch 1): the marker names its own transaction.
+        content: Buffer.from(String((1n << 32n) | 13n)),
       },
     };
     const changes = [begin(11), insert(1, 'a', 1), commit(800n), begin(12), other, commit(850n)];

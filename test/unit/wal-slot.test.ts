@@ -49,7 +49,8 @@ describe('WalSlotGate', () => {
     let now = 0;
     let row: Record<string, unknown> = ok;
     let queries = 0;
-    const tx: SqlExecutor = {
+    const tx: SqlExecutor & { connectionParameters: object } = {
+      connectionParameters: { host: 'h', port: 5432, database: 'd' },
       query: async () => {
         queries++;
         return { rows: [row] as never[] };

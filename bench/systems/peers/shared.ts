@@ -97,3 +97,27 @@ export class AckCounter {
     return { seconds: (performance.now() - this.#started) / 1000, delivered: this.delivered };
   }
 }
+
+/** Drops the slot (retrying while the walsender that used it winds down) and the publication. */
+export async function dropReplicationObjects(
+  ctx: BenchContext,
+  { publication, slot }: { publication: string; slot: string },
+): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await ctx.pool.query(
+        'SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1',
+        [slot],
+      );
+      break;
+    } catch (error) {
+      if (attempt >= 50) throw error;
+      await ctx.pool.query(
+        'SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active',
+        [slot],
+      );
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  await ctx.pool.query(`DROP PUBLICATION IF EXISTS ${publication}`);
+}

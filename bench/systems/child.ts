@@ -1,0 +1,55 @@
+/** A benchmark's relay or listener in a child process: it prints JSON lines to stdout. */
+import type { ChildProcess } from 'node:child_process';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import type { BenchContext } from './types.js';
+
+export interface RelayChild {
+  readonly child: ChildProcess;
+  readonly lines: string[];
+}
+
+export async function whenStarted(r: RelayChild): Promise<void> {
+  for (let i = 0; i < 2000; i++) {
+    if (r.lines.some((l) => l.includes('"started"'))) return;
+    if (r.child.exitCode !== null) throw new Error('a relay process exited before it started');
+    await new Promise((res) => setTimeout(res, 5));
+  }
+  throw new Error('a relay process did not start within 10 s');
+}
+
+/** Stops a relay process gracefully; its peak RSS in MB when it reported one. */
+export async function stopRelay(r: RelayChild): Promise<number | undefined> {
+  const exited = new Promise((resolve) => r.child.once('exit', resolve));
+  r.child.kill('SIGTERM');
+  await exited;
+  for (const line of r.lines) {
+    const parsed = JSON.parse(line) as { peakRssMb?: number };
+    if (parsed.peakRssMb !== undefined) return parsed.peakRssMb;
+  }
+  return undefined;
+}
+
+/** Counts the messages the JetStream stream of `ctx` holds, on one connection (polled often). */
+export interface StreamCounter {
+  count(): Promise<number>;
+  close(): Promise<void>;
+}
+
+export async function streamCounter(ctx: BenchContext): Promise<StreamCounter> {
+  const nc = await connect({ servers: ctx.natsUrl });
+  const jsm = await jetstreamManager(nc);
+  return {
+    count: async () => (await jsm.streams.info(ctx.stream)).state.messages,
+    close: () => nc.close(),
+  };
+}
+
+/** The `stats` a relay process printed when it stopped (bench/relay-process.mjs), if any. */
+export function finalStats(r: RelayChild): Record<string, unknown> | undefined {
+  for (const line of r.lines) {
+    const parsed = JSON.parse(line) as { stats?: Record<string, unknown> };
+    if (parsed.stats !== undefined) return parsed.stats;
+  }
+  return undefined;
+}
