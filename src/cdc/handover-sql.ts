@@ -6,7 +6,7 @@ import { CLAIM_SQL } from '../relay/claim-sql.js';
  * statement, or this statement sees the new epochs and writes nothing). The relay holds every
  * partition, so `$4` (the count it holds) must all match.
  */
-const FENCE = `
+export const FENCE = `
 fence AS (
   SELECT p.partition
   FROM {{schema}}.partitions p
@@ -21,7 +21,8 @@ fence AS (
  * Handover of streamed events to the polling path, in one statement run with
  * synchronous_commit = on (the stream confirms past these events once it commits, so the rows
  * must survive a server crash): the WAL-mode events' rows (`$5`…`$21`: failed ones with their
- * attempt, status and error, later ones pending), and each aggregate's progress where it first
+ * attempt, status and error, later ones pending; `$27`: written after the stream session began,
+ * kept even at or below the aggregate's progress), and each aggregate's progress where it first
  * leaves the stream (`$22`…`$25`: delivered up to the event before, blocked until its retry;
  * a null block leaves it as it is, -1 blocks for good: a dead head). Returns whether the fence
  * held and the transaction's id (the stream sees this insert again and must skip it); a
@@ -44,15 +45,17 @@ WITH ${FENCE}, inserted AS (
          CASE WHEN x.status = 'dead' THEN now() END
   FROM unnest($5::uuid[], $6::smallint[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[],
               $12::integer[], $13::text[], $14::bytea[], $15::boolean[], $16::text[], $17::timestamptz[],
-              $18::bigint[], $19::integer[], $20::text[], $21::text[])
+              $18::bigint[], $19::integer[], $20::text[], $21::text[], $27::boolean[])
        AS x(event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type,
-            schema_version, topic, payload, json, headers, created_at, delay_ms, attempts, error, status)
+            schema_version, topic, payload, json, headers, created_at, delay_ms, attempts, error, status, fresh)
   WHERE (SELECT ok FROM held)
-    -- Streamed again after a reconnect: handed over already, or delivered by P since.
+    -- Streamed again after a reconnect: handed over already, or delivered by P since. An event
+    -- written after the stream session began is no replay: kept even at or below the progress
+    -- (a repeated caller version; P marks it dead).
     AND NOT EXISTS (SELECT 1 FROM {{schema}}.events e WHERE e.event_id = x.event_id)
-    AND NOT EXISTS (SELECT 1 FROM {{schema}}.aggregate_progress g
+    AND (x.fresh OR NOT EXISTS (SELECT 1 FROM {{schema}}.aggregate_progress g
                     WHERE g.aggregate_type = x.aggregate_type AND g.aggregate_id = x.aggregate_id
-                      AND g.delivered_sequence >= x.sequence)
+                      AND g.delivered_sequence >= x.sequence))
   RETURNING 1
 ), progress AS (
   INSERT INTO {{schema}}.aggregate_progress AS g (aggregate_type, aggregate_id, delivered_sequence, blocked_until, delivered_at)

@@ -47,6 +47,11 @@ export interface StartSet {
 export interface HandoverRow {
   readonly event: StreamEvent;
   readonly failure?: Failure;
+  /**
+   * Written after the stream session began (never streamed before, not a replay): the row is
+   * written even at or below the aggregate's progress, and P marks such a repeat dead.
+   */
+  readonly fresh?: boolean;
 }
 
 /** Where an aggregate leaves the stream: delivered up to `delivered`, blocked per `blockMs`. */
@@ -352,7 +357,7 @@ export class Handover {
     rows: readonly HandoverRow[],
     progress: readonly ProgressRow[],
   ): Promise<string> {
-    const wal = rows.map((r) => ({ w: r.event.wal!, f: r.failure }));
+    const wal = rows.map((r) => ({ w: r.event.wal!, f: r.failure, fresh: r.fresh === true }));
     const progressKeys = progress.map((p) => splitKey(p.key));
     const { rows: result } = await client.query<{ ok: boolean; xid: string }>(this.#sql.handover, [
       fence.relayId,
@@ -381,6 +386,7 @@ export class Handover {
       progress.map((p) => p.delivered),
       progress.map((p) => p.blockMs),
       this.marker,
+      wal.map((r) => r.fresh),
     ]);
     if (!result[0]?.ok) throw new FencedError();
     return result[0].xid;

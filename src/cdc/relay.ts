@@ -31,6 +31,7 @@ import { CDC_SLOT_LOST, cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from '
 import { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
+import { RefusalBound, StreamGate } from './stream-gate.js';
 import { eventsPrefix, heartbeatPrefix } from './wal-message.js';
 
 export type { CdcRelayOptions } from './options.js';
@@ -91,7 +92,12 @@ interface StreamSession {
    */
   caughtUp: boolean;
   catchingUp: boolean;
+  /** Aggregates refused as unavailable past the {@link RefusalBound}: handed over at the next take. */
+  readonly evicted: Set<string>;
 }
+
+/** Refused batches after which one aggregate refused while others are delivered leaves the stream. */
+const MAX_REFUSED_BATCHES = 3;
 
 class StreamingRelay implements CdcRelay {
   readonly id: string;
@@ -108,6 +114,9 @@ class StreamingRelay implements CdcRelay {
   private readonly handover: Handover;
   private readonly poll: PollPath;
   private readonly own = new OwnTransactions();
+  /** Caller versions: the stream publishes an aggregate's next sequence only (see {@link StreamGate}). */
+  private readonly gate: StreamGate;
+  private readonly refusals: RefusalBound;
   private readonly history: HistoryMaintainer | undefined;
   private readonly backlog: BacklogTask;
   private readonly pruner: BackgroundPruner | undefined;
@@ -216,6 +225,8 @@ class StreamingRelay implements CdcRelay {
       intervalMs: o.heartbeatMs,
       logger: b.logger,
     });
+    this.gate = new StreamGate(b.quotedSchema);
+    this.refusals = new RefusalBound(MAX_REFUSED_BATCHES, b.outageReminderMs);
     this.stateSql = withSchema(CDC_STATE_SQL, b.quotedSchema);
     this.caughtUpSql = withSchema(CAUGHT_UP_SQL, b.quotedSchema);
     this.trouble = new StreamTrouble(b.leaseMs);
@@ -524,8 +535,13 @@ class StreamingRelay implements CdcRelay {
       catchUp,
       caughtUp: catchUp === 0n,
       catchingUp: false,
+      evicted: new Set(),
     };
+    this.refusals.clear();
     try {
+      // Read before the stream starts: a WAL-mode event past it was never streamed before.
+      const { rows } = await b.pool.query<{ lsn: string }>('SELECT pg_current_wal_insert_lsn()::text AS lsn');
+      this.gate.clear(parseLsn(rows[0]!.lsn));
       await stream.start();
       this.cdc.confirmed = stream.confirmed;
       this.session = session;
@@ -648,8 +664,9 @@ class StreamingRelay implements CdcRelay {
     while (!this.halt) {
       if (session.failure !== undefined) throw session.failure;
       if (!(await this.holdsAll())) throw new LeasesLost();
-      const { batch, handovers } = this.take(session);
-      if (handovers.length > 0) await this.handOver(session, handovers);
+      await this.lookUp(session);
+      const { batch, handovers, progress } = this.take(session);
+      if (handovers.length > 0) await this.handOver(session, handovers, progress);
       if (batch.length === 0) {
         if (handovers.length === 0) await this.bell.sleep(b.pollIntervalMs);
         continue;
@@ -691,9 +708,14 @@ class StreamingRelay implements CdcRelay {
    * not publishable by the stream, is handed over — but only once nothing earlier of its
    * aggregate is in flight in the stream, so P takes up exactly where the stream left off.
    */
-  private take(session: StreamSession): { batch: StreamEvent[]; handovers: StreamEvent[] } {
+  private take(session: StreamSession): {
+    batch: StreamEvent[];
+    handovers: StreamEvent[];
+    progress: Map<string, number>;
+  } {
     const batch: StreamEvent[] = [];
     const handovers: StreamEvent[] = [];
+    const progress = new Map<string, number>();
     const skipped: StreamEvent[] = [];
     const keep: StreamEvent[] = [];
     const blocked = new Set<string>();
@@ -720,12 +742,13 @@ class StreamingRelay implements CdcRelay {
         skipped.push(e);
         continue;
       }
-      if (this.handover.isPolled(e.key) || !e.publishable) {
+      if (this.handover.isPolled(e.key) || !e.publishable || session.evicted.has(e.key)) {
         if (this.busy.has(e.key) || inBatch.has(e.key)) {
           blocked.add(e.key);
           keep.push(e);
           continue;
         }
+        this.gate.forget(e.key);
         handovers.push(e);
         continue;
       }
@@ -734,12 +757,53 @@ class StreamingRelay implements CdcRelay {
         keep.push(e);
         continue;
       }
+      if (StreamGate.gated(e)) {
+        const verdict = this.gate.check(e);
+        if (verdict.kind === 'skip') {
+          skipped.push(e);
+          continue;
+        }
+        if (
+          verdict.kind === 'unknown' ||
+          (verdict.kind === 'handover' && (this.busy.has(e.key) || inBatch.has(e.key)))
+        ) {
+          blocked.add(e.key);
+          keep.push(e);
+          continue;
+        }
+        if (verdict.kind === 'handover') {
+          this.b.logger.warn(
+            {
+              relayId: this.id,
+              aggregate: e.key.replace('\u001f', '/'),
+              sequence: e.message.sequence,
+              delivered: verdict.delivered,
+            },
+            verdict.repeat
+              ? 'caller version at or below the last published: handed to the polling path (a repeat goes dead)'
+              : 'caller version gap: handed to the polling path (bridged after the gap grace)',
+          );
+          this.gate.forget(e.key);
+          progress.set(e.key, verdict.delivered);
+          handovers.push(e);
+          continue;
+        }
+      } else this.gate.passed(e);
       batch.push(e);
       inBatch.add(e.key);
     }
     session.queue = i < queue.length ? keep.concat(queue.slice(i)) : keep;
     if (skipped.length > 0) this.settle(session, skipped);
-    return { batch, handovers };
+    return { batch, handovers, progress };
+  }
+
+  /** The gate's progress lookup for the queue's gated aggregates it has not seen (one statement). */
+  private async lookUp(session: StreamSession): Promise<void> {
+    const keys = this.gate.unknown(
+      session.queue,
+      (e) => this.handover.isPolled(e.key) || !e.publishable || session.evicted.has(e.key),
+    );
+    if (keys.length > 0) await this.gate.lookUp(this.b.pool, keys);
   }
 
   /**
@@ -748,16 +812,25 @@ class StreamingRelay implements CdcRelay {
    * (delivered up to the event before: the stream delivered all of it until now). Settled once
    * the handover committed.
    */
-  private async handOver(session: StreamSession, events: readonly StreamEvent[]): Promise<void> {
+  private async handOver(
+    session: StreamSession,
+    events: readonly StreamEvent[],
+    delivered: ReadonlyMap<string, number> = new Map(),
+  ): Promise<void> {
     const rows: HandoverRow[] = [];
     const progress: ProgressRow[] = [];
     const entered = new Set<string>();
     for (const e of events) {
       if (!this.handover.isPolled(e.key) && !entered.has(e.key)) {
         entered.add(e.key);
-        progress.push({ key: e.key, delivered: e.message.sequence - 1, blockMs: null });
+        progress.push({
+          key: e.key,
+          delivered: delivered.get(e.key) ?? e.message.sequence - 1,
+          blockMs: null,
+        });
       }
       this.handover.enter(e.key, e.message.sequence);
+      session.evicted.delete(e.key);
       if (e.undecodable !== undefined) {
         this.b.logger.error(
           { relayId: this.id, id: e.message.id, error: e.undecodable },
@@ -767,7 +840,7 @@ class StreamingRelay implements CdcRelay {
         const failure: Failure = { id: e.message.id, status: 'dead', delayMs: 0, error, reason: 'permanent' };
         rows.push({ event: e, failure });
         this.counters.recorded(0, [failure]);
-      } else if (e.via === 'wal') rows.push({ event: e });
+      } else if (e.via === 'wal') rows.push(this.gate.fresh(e) ? { event: e, fresh: true } : { event: e });
     }
     const { partitions, epochs } = this.leases.snapshot();
     await this.writeHandover({ relayId: this.id, partitions, epochs }, rows, progress, events);
@@ -827,7 +900,18 @@ class StreamingRelay implements CdcRelay {
     }
     if (back.length > 0) {
       this.track(back, -1);
+      for (const e of back) this.gate.unpass(e);
       session.queue = back.concat(session.queue);
+    }
+    const deliveredKeys = batch.filter((e) => done.has(e.message.id)).map((e) => e.key);
+    for (const key of this.refusals.judged(deliveredKeys, verdict.refused)) {
+      // Refused while the stream delivered others: the polling path retries it on its own backoff.
+      session.evicted.add(key);
+      this.refused.settled(key);
+      this.b.logger.warn(
+        { relayId: this.id, aggregate: key.replace('\u001f', '/') },
+        'aggregate refused as unavailable while others were delivered: handed to the polling path',
+      );
     }
     if (verdict.unavailable === 0) {
       session.refusedBatches = 0;
@@ -861,12 +945,16 @@ class StreamingRelay implements CdcRelay {
     const settled: StreamEvent[] = [];
     let walDelivered = 0;
     const walFailures: Failure[] = [];
+    const walCaller: StreamEvent[] = [];
     for (const id of verdict.delivered) {
       const e = byId.get(id);
       if (!e) continue;
       settled.push(e);
       if (e.via === 'table') tableDelivered.push(id);
-      else walDelivered += 1;
+      else {
+        walDelivered += 1;
+        if (e.wal?.callerVersion) walCaller.push(e);
+      }
     }
     for (const f of verdict.failures) {
       const e = byId.get(f.id);
@@ -891,6 +979,7 @@ class StreamingRelay implements CdcRelay {
         await this.handover.visible(await this.recordSession.get(), xids);
         await this.recorder.record({ ...verdict, delivered: tableDelivered, failures: tableFailures });
       }
+      if (walCaller.length > 0) await this.gate.recordWal(await this.recordSession.get(), fence, walCaller);
       const failedIds = new Set(verdict.failures.map((f) => f.id));
       const failed = settled.filter((e) => failedIds.has(e.message.id));
       await this.writeHandover(fence, rows, progress, failed);

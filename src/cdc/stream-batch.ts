@@ -44,6 +44,7 @@ function undecodableEvent(content: Buffer, lsn: Lsn): WalEvent {
     aggregateId: formatLsn(lsn),
     sequence: 1,
     sequenceBase: 0,
+    callerVersion: false,
     partition: 0,
     type: UNDECODABLE_TYPE,
     schemaVersion: 1,

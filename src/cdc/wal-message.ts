@@ -7,7 +7,8 @@
  *
  *   written by the statement (SQL):   u8 version (1) · i64 sequence · i64 sequence_base ·
  *                                     i16 partition · i64 created_at (µs since the Unix epoch)
- *   encoded once by the client:       u8 flags (1 = bytes payload, 2 = topic given) · 16 bytes event id ·
+ *   encoded once by the client:       u8 flags (1 = bytes payload, 2 = topic given, 4 = caller version) ·
+ *                                     16 bytes event id ·
  *                                     u16 + aggregate_type · u16 + aggregate_id · u16 + event_type ·
  *                                     i32 schema_version · [u16 + topic] · u32 + headers (JSON text;
  *                                     length 0 for none) · the payload, raw, to the end
@@ -33,6 +34,8 @@ export const WAL_HEADER_BYTES = 1 + 8 + 8 + 2 + 8;
 
 const FLAG_BYTES = 1;
 const FLAG_TOPIC = 2;
+/** The sequence is the caller's version (`sequence` given), not the gap-free counter's. */
+const FLAG_CALLER = 4;
 
 /** The message prefix of WAL-mode events of a schema. */
 export function eventsPrefix(schema: string): string {
@@ -70,6 +73,11 @@ export interface WalEvent {
   readonly sequence: number;
   /** 0 unless the aggregate was created after the pruner ran (as `OutboxMessage.sequenceBase`). */
   readonly sequenceBase: number;
+  /**
+   * The sequence is the caller's version (`enqueue`'s `sequence`): the relay checks it against
+   * the aggregate's last delivered one (a repeat, a gap), as the polling relay's gate does.
+   */
+  readonly callerVersion: boolean;
   /** `partition_of(aggregate_type, aggregate_id)`, computed by the statement. */
   readonly partition: number;
   readonly type: string;
@@ -106,7 +114,11 @@ export function encodeWalBody(e: PreparedEvent): Buffer {
     headers +
     payload;
   const b = Buffer.allocUnsafe(size);
-  let at = b.writeUInt8((e.payloadBytes ? FLAG_BYTES : 0) | (topic < 0 ? 0 : FLAG_TOPIC), 0);
+  const flags =
+    (e.payloadBytes ? FLAG_BYTES : 0) |
+    (topic < 0 ? 0 : FLAG_TOPIC) |
+    (e.sequence === null ? 0 : FLAG_CALLER);
+  let at = b.writeUInt8(flags, 0);
   at += b.write(e.eventId.replaceAll('-', ''), at, 16, 'hex');
   at = writeShortText(b, at, e.aggregateType, aggregateType);
   at = writeShortText(b, at, e.aggregateId, aggregateId);
@@ -157,7 +169,7 @@ export function decodeWalEvent(content: Uint8Array): WalEvent {
   const partition = r.int16('partition');
   const createdAtMicros = r.bigint64('created_at');
   const flags = r.uint8('flags');
-  if ((flags & ~(FLAG_BYTES | FLAG_TOPIC)) !== 0) throw bad(`has unknown flags ${flags}`);
+  if ((flags & ~(FLAG_BYTES | FLAG_TOPIC | FLAG_CALLER)) !== 0) throw bad(`has unknown flags ${flags}`);
   const eventId = uuidOf(r.bytes(16, 'event id'));
   const aggregateType = r.shortText('aggregate_type');
   const aggregateId = r.shortText('aggregate_id');
@@ -184,6 +196,7 @@ export function decodeWalEvent(content: Uint8Array): WalEvent {
     aggregateId,
     sequence,
     sequenceBase,
+    callerVersion: (flags & FLAG_CALLER) !== 0,
     partition,
     type,
     schemaVersion,
