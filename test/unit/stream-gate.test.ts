@@ -31,6 +31,16 @@ describe('StreamGate', () => {
     expect(gate.check(event('a', 3, 'wal')).kind).toBe('pass');
   });
 
+  it('looks up no table-mode aggregate first seen at sequence 1 (a new aggregate), only later ones', () => {
+    const gate = new StreamGate('"s"');
+    gate.clear(50n);
+    const events = [event('new', 1, 'table'), event('old', 7, 'table'), event('wal', 1, 'wal')];
+    expect(gate.unknown(events, () => false)).toEqual(['old', 'wal']);
+    expect(gate.check(events[0]!).kind).toBe('pass');
+    expect(gate.check(event('new', 2, 'table')).kind).toBe('pass');
+    expect(gate.check(event('new', 2, 'table'))).toEqual({ kind: 'handover', delivered: 2, repeat: true });
+  });
+
   it('skips a WAL-mode event below the next written before the session (a replay), not a table row', () => {
     const gate = new StreamGate('"s"');
     gate.clear(500n);
