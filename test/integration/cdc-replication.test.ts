@@ -14,9 +14,9 @@ import {
   type ReplicationStreamOptions,
   type StreamChange,
 } from '../../src/cdc/replication.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
-import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { expectNoUnhandledRejections } from '../helpers/unhandled.js';
 
 expectNoUnhandledRejections();

@@ -10,12 +10,12 @@ import { NOOP_RELAY_METRICS } from '../../src/metrics/relay-metrics.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { PartitionLeases } from '../../src/relay/leases.js';
 import { quoteSchema } from '../../src/schema/identifiers.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 import { dropSlotQuietly } from '../helpers/slot-holder.js';
-import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 
 const PARTITIONS = 4;
 const ROLE = `cdc_fixops_norep_${randomBytes(3).toString('hex')}`;
