@@ -134,18 +134,41 @@ describe('tx-outbox CLI', () => {
     expect(expectOneErrorLine(result)).toMatch(/--nats.*--webhook/);
   });
 
-  it('relay with a --source that is not a URI-reference is bad usage naming the flag', async () => {
+  it('relay with a --ce-source (or deprecated --source) that is not a URI-reference is bad usage naming the flag', async () => {
     const result = await run([
       'relay',
       '--schema',
       SCHEMA,
       '--redis',
       'redis://127.0.0.1:1',
-      '--source',
+      '--ce-source',
       'orders service',
     ]);
     expect(result.code).toBe(2);
-    expect(expectOneErrorLine(result)).toMatch(/--source: has " " at index 6/);
+    expect(expectOneErrorLine(result)).toMatch(/--ce-source: has " " at index 6/);
+    // The deprecated spelling is checked the same way; a bare word there is neither poll nor cdc.
+    const deprecated = await run([
+      'relay',
+      '--schema',
+      SCHEMA,
+      '--redis',
+      'redis://127.0.0.1:1',
+      '--source',
+      'orders/ service',
+    ]);
+    expect(deprecated.code).toBe(2);
+    expect(expectOneErrorLine(deprecated)).toMatch(/--source: has " " at index 7/);
+    const bare = await run([
+      'relay',
+      '--schema',
+      SCHEMA,
+      '--redis',
+      'redis://127.0.0.1:1',
+      '--source',
+      'orders',
+    ]);
+    expect(bare.code).toBe(2);
+    expect(expectOneErrorLine(bare)).toMatch(/neither poll nor cdc.*--ce-source/);
     const alone = await run(['relay', '--schema', SCHEMA, '--source', 'urn:x:y']);
     expect(alone.code).toBe(2);
     expect(expectOneErrorLine(alone)).toMatch(/--source goes with a publisher flag/);

@@ -65,6 +65,7 @@ describe('WAL message', () => {
       contentType: 'application/json',
       headers: { 'x-tenant': 'acme', 'x-b': '' },
       createdAt: new Date(1_767_225_600_123),
+      callerVersion: false,
     });
   });
 
