@@ -5,11 +5,11 @@ import { BacklogTask } from '../relay/backlog-task.js';
 import { loopErrorDelay, outageDelay } from '../relay/backoff.js';
 import type { Claimed } from '../relay/claim.js';
 import { LOOP_ERRORS_NOT_READY, type RelayHealth } from '../relay/health.js';
-import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from '../relay/history.js';
+import { HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from '../relay/history.js';
 import { PartitionLeases } from '../relay/leases.js';
 import { OutageLog, RefusedAggregates } from '../relay/outage.js';
 import { outcomeStatement } from '../relay/outcome-sql.js';
-import { PartitionCount } from '../relay/partition-count.js';
+import { checkAtStart, PartitionCount } from '../relay/partition-count.js';
 import { BackgroundPruner } from '../relay/pruner.js';
 import { BatchPublisher } from '../relay/publish-batch.js';
 import { Recorder } from '../relay/record.js';
@@ -277,17 +277,14 @@ class StreamingRelay implements CdcRelay {
       throw new OutboxError('the relay was stopped; create a new one', { code: 'TXO_RELAY_STOPPED' });
     if (this.loopDone) return;
     const b = this.b;
-    try {
-      await this.partitions();
-      if (b.history) await checkHistoryTable(b.pool, b.quotedSchema);
-    } catch (error) {
-      if (
-        error instanceof OutboxError &&
-        (error.code === 'TXO_NO_SCHEMA' || error.code === 'TXO_NO_PRIVILEGE')
-      )
-        throw error;
-      b.logger.warn({ err: error, relayId: this.id }, 'database not reachable at start; retrying');
-    }
+    await checkAtStart({
+      partitions: this.partitionCount,
+      pool: b.pool,
+      quotedSchema: b.quotedSchema,
+      history: b.history !== undefined,
+      logger: b.logger,
+      relayId: this.id,
+    });
     // Setup mistakes (wal_level, a lost slot) are for the operator: say so now, never skip.
     const names = cdcNames(b.schema, { slot: this.o.slot, publication: this.o.publication });
     await checkCdc(b.pool, names, b.logger);

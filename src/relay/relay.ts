@@ -8,7 +8,7 @@ import { type Claimed, Claimer } from './claim.js';
 import { CLAIM_SQL } from './claim-sql.js';
 import { GapWatch } from './gap-watch.js';
 import type { RelayHealth } from './health.js';
-import { checkHistoryTable, HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from './history.js';
+import { HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from './history.js';
 import { HoldBack } from './hold-back.js';
 import { IdleCadence } from './idle.js';
 import { LeaseSchedule } from './lease-schedule.js';
@@ -16,7 +16,7 @@ import { PartitionLeases } from './leases.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js';
 import { OutageLog, RefusedAggregates } from './outage.js';
 import { outcomeStatement } from './outcome-sql.js';
-import { PartitionCount } from './partition-count.js';
+import { checkAtStart, PartitionCount } from './partition-count.js';
 import { Pipeline } from './pipeline.js';
 import { BackgroundPruner } from './pruner.js';
 import { BatchPublisher } from './publish-batch.js';
@@ -188,18 +188,14 @@ class PollingRelay implements Relay {
     if (this.stopping)
       throw new OutboxError('the relay was stopped; create a new one', { code: 'TXO_RELAY_STOPPED' });
     if (this.loopDone) return;
-    try {
-      await this.partitions();
-      if (this.o.history) await checkHistoryTable(this.o.pool, this.o.quotedSchema);
-    } catch (error) {
-      // A missing schema or grant is a setup mistake: say so now. A database that is down is transient: the loop retries.
-      if (
-        error instanceof OutboxError &&
-        (error.code === 'TXO_NO_SCHEMA' || error.code === 'TXO_NO_PRIVILEGE')
-      )
-        throw error;
-      this.o.logger.warn({ err: error, relayId: this.id }, 'database not reachable at start; retrying');
-    }
+    await checkAtStart({
+      partitions: this.partitionCount,
+      pool: this.o.pool,
+      quotedSchema: this.o.quotedSchema,
+      history: this.o.history !== undefined,
+      logger: this.o.logger,
+      relayId: this.id,
+    });
     // Today's history partition before the first outcome (see HistoryMaintainer); never throws.
     if (!this.stopping) await this.history?.start();
     // Stopped (or started by a concurrent call) while we waited: nothing more to start.
