@@ -19,7 +19,7 @@ import { freePort } from '../test/helpers/processes.js';
 import { BROKER_KINDS, type BrokerKind, type ChaosBroker, STREAM, startBroker, TOPIC } from './brokers.js';
 import { type FaultRecord, Injector } from './faults.js';
 import { latencies, recoveryTimes } from './metrics.js';
-import { PrivatePostgres } from './postgres.js';
+import { CHAOS_POSTGRES_SETTINGS, PrivatePostgres } from './postgres.js';
 import { seededRandom } from './prng.js';
 import { PROFILES, type Profile } from './profiles.js';
 import { markdown, type RunResult, resultLine } from './report.js';
@@ -115,13 +115,13 @@ async function main(): Promise<number> {
   for (const f of schedule) console.log(`  ${describeFault(f)}`);
 
   // Servers and proxies.
-  const postgres = await PrivatePostgres.start();
+  const postgres = await PrivatePostgres.start({ base: CHAOS_POSTGRES_SETTINGS });
   releases.push(async () => {
     copyFileSync(postgres.logFile, join(logDir, 'postgres.log'));
     await postgres.destroy();
   });
   log(`private PostgreSQL on 127.0.0.1:${postgres.port}`);
-  const db = new pg.Pool({ connectionString: postgres.url, max: 4 });
+  const db = new pg.Pool({ connectionString: postgres.url(), max: 4 });
   db.on('error', () => undefined);
   releases.push(() => db.end());
   await migrate(db, { schema: SCHEMA });

@@ -1,12 +1,9 @@
 /**
  * A private PostgreSQL cluster for the tests that stop, crash or restart the server (the shared
  * one on 5432 is never touched): initdb on a free port in a temp dir, run as the `postgres` OS
- * user when we are root (as chaos/postgres.ts does), set up for logical replication, removed by
- * `destroy()`.
- *
- * chaos/postgres.ts has the same start but fixed settings and no stop/start; this one takes
- * settings, so the CDC tests get `wal_level=logical`, replication slots and a short
- * `wal_sender_timeout`.
+ * user when we are root, removed by `destroy()`. By default set up for logical replication (the CDC
+ * tests: `wal_level=logical`, replication slots, a short `wal_sender_timeout`); the chaos run
+ * (chaos/postgres.ts) starts it with settings of its own.
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { chownSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -61,11 +58,16 @@ export class PrivatePostgres {
     private readonly settings: Readonly<Record<string, string>>,
   ) {}
 
-  /** initdb (trust auth, user postgres) and start; `settings` are `-c name=value` server options. */
-  static async start(options: { settings?: Record<string, string> } = {}): Promise<PrivatePostgres> {
+  /**
+   * initdb (trust auth, user postgres) and start; `settings` are `-c name=value` server options,
+   * over `base` (default {@link PRIVATE_POSTGRES_SETTINGS}; the chaos run has its own).
+   */
+  static async start(
+    options: { settings?: Record<string, string>; base?: Readonly<Record<string, string>> } = {},
+  ): Promise<PrivatePostgres> {
     const dir = mkdtempSync(join(tmpdir(), 'txo-private-pg-'));
     const pg = new PrivatePostgres(dir, await freePort(), {
-      ...PRIVATE_POSTGRES_SETTINGS,
+      ...(options.base ?? PRIVATE_POSTGRES_SETTINGS),
       ...options.settings,
     });
     try {
