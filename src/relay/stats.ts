@@ -23,15 +23,30 @@ export interface RelayStats {
 export interface Timing {
   mean: number;
   max: number;
+  /** Median and 99th percentile since start, ms (from log-spaced buckets: within 5 %). */
+  p50: number;
+  p99: number;
+}
+
+/** Bucket i holds times up to BUCKET_BASE_MS × BUCKET_GROWTH^i: 1 µs … about 50 min in 450 buckets. */
+const BUCKET_BASE_MS = 0.001;
+const BUCKET_GROWTH = 1.05;
+const BUCKETS = 450;
+const LOG_GROWTH = Math.log(BUCKET_GROWTH);
+
+function bucketOf(ms: number): number {
+  if (ms <= BUCKET_BASE_MS) return 0;
+  return Math.min(BUCKETS - 1, Math.ceil(Math.log(ms / BUCKET_BASE_MS) / LOG_GROWTH));
 }
 
 const REPEAT_DEAD: FailureOutcome = Object.freeze({ status: 'dead', reason: 'sequence_repeat' });
 
-/** Mean and max of the times added; each time also goes to `observe` (a histogram). */
+/** Mean, max and quantiles of the times added; each time also goes to `observe` (a histogram). */
 export class Stopwatch {
   private total = 0;
   private count = 0;
   private max = 0;
+  private readonly buckets = new Uint32Array(BUCKETS);
 
   constructor(private readonly observe: (ms: number) => void = () => {}) {}
 
@@ -40,10 +55,28 @@ export class Stopwatch {
     this.total += ms;
     this.count += 1;
     if (ms > this.max) this.max = ms;
+    this.buckets[bucketOf(ms)]! += 1;
   }
 
   get(): Timing {
-    return { mean: this.count === 0 ? 0 : this.total / this.count, max: this.max };
+    return {
+      mean: this.count === 0 ? 0 : this.total / this.count,
+      max: this.max,
+      p50: this.quantile(0.5),
+      p99: this.quantile(0.99),
+    };
+  }
+
+  /** The upper bound of the bucket holding the q-th time (never above the max seen). */
+  private quantile(q: number): number {
+    if (this.count === 0) return 0;
+    const rank = Math.ceil(q * this.count);
+    let seen = 0;
+    for (let i = 0; i < BUCKETS; i++) {
+      seen += this.buckets[i]!;
+      if (seen >= rank) return Math.min(this.max, BUCKET_BASE_MS * BUCKET_GROWTH ** i);
+    }
+    return this.max;
   }
 }
 

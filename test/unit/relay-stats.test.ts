@@ -4,11 +4,11 @@ import { RelayCounters, Stopwatch } from '../../src/relay/stats.js';
 describe('relay stats', () => {
   it('a stopwatch keeps the mean and the max', () => {
     const watch = new Stopwatch();
-    expect(watch.get()).toEqual({ mean: 0, max: 0 });
+    expect(watch.get()).toMatchObject({ mean: 0, max: 0 });
     watch.add(10);
     watch.add(30);
     watch.add(5);
-    expect(watch.get()).toEqual({ mean: 15, max: 30 });
+    expect(watch.get()).toMatchObject({ mean: 15, max: 30 });
   });
 
   it('counts recorded batches, published, retried and dead events', () => {
@@ -27,7 +27,11 @@ describe('relay stats', () => {
       batches: 2,
       partitions: [0, 3],
       lastError: 'boom',
-      timings: { claim: { mean: 2, max: 2 }, publish: { mean: 0, max: 0 }, record: { mean: 0, max: 0 } },
+      timings: {
+        claim: { mean: 2, max: 2, p50: 2, p99: 2 },
+        publish: { mean: 0, max: 0, p50: 0, p99: 0 },
+        record: { mean: 0, max: 0, p50: 0, p99: 0 },
+      },
     });
   });
 
@@ -45,5 +49,17 @@ describe('relay stats', () => {
     counters.recorded(1, []);
     expect(before.published).toBe(0);
     expect(counters.snapshot([]).published).toBe(1);
+  });
+
+  it('gives the median and 99th percentile of the times, within 5 %', () => {
+    const watch = new Stopwatch();
+    for (let i = 1; i <= 1000; i++) watch.add(i / 10);
+    const t = watch.get();
+    expect(t.p50).toBeGreaterThanOrEqual(50);
+    expect(t.p50).toBeLessThanOrEqual(50 * 1.05);
+    expect(t.p99).toBeGreaterThanOrEqual(99);
+    expect(t.p99).toBeLessThanOrEqual(99 * 1.05);
+    expect(t.max).toBe(100);
+    expect(new Stopwatch().get()).toEqual({ mean: 0, max: 0, p50: 0, p99: 0 });
   });
 });
