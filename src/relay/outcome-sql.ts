@@ -3,9 +3,13 @@
  * the relay claimed under: delivered events leave the hot table, failed ones
  * are rescheduled or marked dead with their last error, and each touched
  * aggregate's progress (last delivered sequence, blocked until, and when: the
- * pruner's idle test for caller versions, docs/schema.md) is updated in one upsert. `FOR SHARE` on the partition rows makes a concurrent takeover
- * (which raises the epoch) wait for this statement, or this statement see the
- * new epoch and change nothing.
+ * pruner's idle test for caller versions, docs/schema.md) is updated in one upsert. `FOR SHARE` on
+ * the partition rows makes a concurrent takeover (which raises the epoch) wait for this statement,
+ * or this statement see the new epoch and change nothing.
+ *
+ * The fenced partitions are one array (an InitPlan, evaluated once), each row's partition a filter
+ * on the primary-key probe: a join with the fence would be planned as a nested loop that probes
+ * every id once per partition held (16 × the index work; `test/integration/outcome-plan.test.ts`).
  */
 export const RECORD_OUTCOME_SQL = `
 WITH fence AS (
@@ -16,8 +20,7 @@ WITH fence AS (
   FOR SHARE OF p
 ), delivered AS (
   DELETE FROM {{schema}}.events e
-  USING fence f
-  WHERE e.id = ANY ($4::bigint[]) AND e.partition = f.partition
+  WHERE e.id = ANY ($4::bigint[]) AND e.partition = ANY (ARRAY(SELECT partition FROM fence))
   RETURNING e.aggregate_type, e.aggregate_id, e.sequence
 ), failed AS (
   UPDATE {{schema}}.events e
@@ -26,8 +29,8 @@ WITH fence AS (
       next_attempt_at = now() + x.delay_ms * interval '1 millisecond',
       last_error = x.error,
       dead_at = CASE WHEN x.status = 'dead' THEN now() END
-  FROM unnest($5::bigint[], $6::text[], $7::bigint[], $8::text[]) AS x(id, status, delay_ms, error), fence f
-  WHERE e.id = x.id AND e.partition = f.partition
+  FROM unnest($5::bigint[], $6::text[], $7::bigint[], $8::text[]) AS x(id, status, delay_ms, error)
+  WHERE e.id = x.id AND e.partition = ANY (ARRAY(SELECT partition FROM fence))
   RETURNING e.aggregate_type, e.aggregate_id,
             CASE WHEN e.status = 'dead' THEN 'infinity'::timestamptz ELSE e.next_attempt_at END AS blocked_until
 ), touched AS (

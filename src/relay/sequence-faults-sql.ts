@@ -21,8 +21,8 @@ WITH fence AS (
 )
 UPDATE {{schema}}.events e
 SET status = 'dead', dead_at = now(), last_error = x.error
-FROM unnest($4::bigint[], $5::text[]) AS x(id, error), fence f
-WHERE e.id = x.id AND e.partition = f.partition AND e.status = 'pending'
+FROM unnest($4::bigint[], $5::text[]) AS x(id, error)
+WHERE e.id = x.id AND e.partition = ANY (ARRAY(SELECT partition FROM fence)) AND e.status = 'pending'
 RETURNING e.id::text AS id`;
 
 /**
@@ -57,10 +57,10 @@ WITH fence AS (
   SELECT e.id, e.aggregate_type, e.aggregate_id, e.sequence,
          greatest(coalesce(g.delivered_sequence, 0), e.sequence_base) AS delivered
   FROM {{schema}}.events e
-  JOIN fence f ON f.partition = e.partition
   LEFT JOIN {{schema}}.aggregate_progress g
     ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
-  WHERE e.id = ANY ($4::bigint[]) AND e.status = 'pending'
+  WHERE e.id = ANY ($4::bigint[]) AND e.partition = ANY (ARRAY(SELECT partition FROM fence))
+    AND e.status = 'pending'
   -- A head another session holds (an operator's open transaction) waits for the next probe: the
   -- probe never waits on a row lock while it holds the partitions' rows (lease renewals update them).
   FOR UPDATE OF e SKIP LOCKED
