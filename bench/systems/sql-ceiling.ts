@@ -6,6 +6,8 @@
  * connection while the last one's outcome is recorded (a stricter ceiling).
  */
 import type pg from 'pg';
+import type { ClaimRow } from '../../src/relay/claim.js';
+import { gateClaim } from '../../src/relay/claim-gate.js';
 import { CLAIM_SQL } from '../../src/relay/claim-sql.js';
 import { maintainHistory } from '../../src/relay/history.js';
 import { RECORD_OUTCOME_HISTORY_SQL, RECORD_OUTCOME_SQL } from '../../src/relay/outcome-sql.js';
@@ -44,11 +46,13 @@ async function cycle(
   const extra = history ? ['ceiling'] : [];
   return {
     async claim(exclude) {
-      const { rows } = await claimer.query({
+      const { rows } = await claimer.query<ClaimRow>({
         ...claim,
-        values: [partitions, epochs, 'ceiling', batchSize, exclude, []],
+        values: [partitions, epochs, 'ceiling', batchSize, exclude, [], '0'],
       });
-      return rows.filter((r) => r.passed).map((r) => r.id as string);
+      return gateClaim(rows)
+        .filter((r) => r.passed)
+        .map((r) => r.id);
     },
     async record(ids) {
       await recorder.query({

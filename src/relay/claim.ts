@@ -1,8 +1,10 @@
 import { aggregateKeyOf } from '../aggregate-key.js';
 import type { OutboxMessage } from '../publishers/contract.js';
+import { gateClaim } from './claim-gate.js';
 import type { HeldRow, HoldBack } from './hold-back.js';
 import type { PartitionLeases } from './leases.js';
 import type { RefusedAggregates } from './outage.js';
+import type { ScanFloor } from './scan-floor.js';
 import type { SequenceFaults } from './sequence-faults.js';
 import type { RelaySession, Statement } from './session.js';
 import type { Stopwatch } from './stats.js';
@@ -10,12 +12,9 @@ import type { Stopwatch } from './stats.js';
 /** What the ordering gate said of a claimed row (see {@link CLAIM_SQL}). */
 export type Gate = 'pass' | 'hold' | 'gap' | 'repeat';
 
-/** A row of the claim statement ({@link CLAIM_SQL}); payloads are null unless it passed the gate. */
-export interface ClaimedRow extends HeldRow {
-  gate: Gate;
-  /** `gate = 'pass'`. */
-  passed: boolean;
-  /** The aggregate's delivered sequence as the gate saw it: greatest(delivered_sequence, sequence_base). */
+/** A row of the claim statement ({@link CLAIM_SQL}). */
+export interface ClaimRow extends HeldRow {
+  /** The aggregate's delivered sequence as the claim saw it: greatest(delivered_sequence, sequence_base). */
   delivered: string;
   id: string;
   event_id: string;
@@ -32,6 +31,13 @@ export interface ClaimedRow extends HeldRow {
   created_at: Date;
   deliver_after: Date | null;
   attempts: number;
+}
+
+/** A claimed row, gated ({@link gateClaim}); payloads are null unless it passed the gate. */
+export interface ClaimedRow extends ClaimRow {
+  gate: Gate;
+  /** `gate = 'pass'`. */
+  passed: boolean;
 }
 
 /** A claimed batch: the events that passed the gate, and the leases they were claimed under. */
@@ -76,9 +82,11 @@ export interface ClaimerParts {
   readonly refused: RefusedAggregates;
   readonly faults: SequenceFaults;
   readonly watch: Stopwatch;
+  /** Where each claim's scan starts ({@link ScanFloor}); none: always at the beginning. */
+  readonly floor?: ScanFloor;
   /**
-   * Asked at every claim: more ids to leave out and parameters after the six (the CDC relay's
-   * polling path: the ids its stream has in flight, and the polled aggregates, `$7`).
+   * Asked at every claim: more ids to leave out and parameters after the seven (the CDC relay's
+   * polling path: the ids its stream has in flight, and the polled aggregates, `$8`).
    */
   readonly scope?: () => { readonly exclude: readonly string[]; readonly values: readonly unknown[] };
 }
@@ -99,7 +107,8 @@ export class Claimer {
     p.holdBack.claimStarting();
     const started = performance.now();
     const scope = p.scope?.();
-    const { rows } = await client.query<ClaimedRow>({
+    const start = p.floor?.start(partitions);
+    const { rows: claimed } = await client.query<ClaimRow>({
       ...p.statement,
       values: [
         partitions,
@@ -108,10 +117,14 @@ export class Claimer {
         p.batchSize,
         scope ? [...exclude, ...scope.exclude] : exclude,
         p.holdBack.excluded(p.refused.waiting()),
+        start?.from ?? '0',
         ...(scope?.values ?? []),
       ],
     });
-    if (rows.length > 0) p.watch.add(performance.now() - started);
+    const ms = performance.now() - started;
+    if (start) p.floor?.claimed(start, claimed[0]?.id, ms);
+    if (claimed.length > 0) p.watch.add(ms);
+    const rows = gateClaim(claimed);
     const messages: OutboxMessage[] = [];
     const held: ClaimedRow[] = [];
     const repeats: ClaimedRow[] = [];

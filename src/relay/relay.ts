@@ -21,6 +21,7 @@ import { Pipeline } from './pipeline.js';
 import { BackgroundPruner } from './pruner.js';
 import { BatchPublisher } from './publish-batch.js';
 import { Recorder } from './record.js';
+import { ScanFloor } from './scan-floor.js';
 import { SequenceFaults } from './sequence-faults.js';
 import { BRIDGE_GAPS_SQL, REPEAT_DEAD_SQL } from './sequence-faults-sql.js';
 import { RelaySession, relaySessionSettings, relayStatement } from './session.js';
@@ -82,6 +83,7 @@ class PollingRelay implements Relay {
   private loopErrorsInARow = 0;
   private renewTimer: NodeJS.Timeout | undefined;
   private readonly partitionCount: PartitionCount;
+  private readonly floor: ScanFloor;
 
   constructor(private readonly o: ResolvedRelayOptions) {
     this.id = o.relayId;
@@ -105,6 +107,7 @@ class PollingRelay implements Relay {
       o.metrics,
     );
     this.schedule = new LeaseSchedule(o.leaseMs);
+    this.floor = new ScanFloor({ fullEveryMs: o.pollIntervalMs });
     this.idle = new IdleCadence(this.doorbell, this.leases, o.listen, o.pollIntervalMs);
     const holdBack = new HoldBack(o.pollIntervalMs, o.logger, o.relayId);
     const faults = new SequenceFaults({
@@ -121,6 +124,7 @@ class PollingRelay implements Relay {
     });
     this.faults = faults;
     const claimer = new Claimer({
+      floor: this.floor,
       session: this.claimSession,
       statement: relayStatement('claim', CLAIM_SQL, o.schema, o.quotedSchema),
       relayId: o.relayId,
@@ -317,6 +321,7 @@ class PollingRelay implements Relay {
       } catch (error) {
         await pipeline.drain().catch(() => undefined);
         pipeline.reset();
+        this.floor.reset();
         if (this.halt) break;
         failures += 1;
         this.loopErrorsInARow = failures;

@@ -1,0 +1,123 @@
+/**
+ * The ordering gate over one claim's rows (src/relay/claim-gate.ts), against the rule it replaced
+ * in SQL (ranks by window functions over the batch, each row judged on its own): the same verdict
+ * for every row of random batches, and the cases named in the rule.
+ */
+import { describe, expect, it } from 'vitest';
+import type { ClaimRow, Gate } from '../../src/relay/claim.js';
+import { gateClaim } from '../../src/relay/claim-gate.js';
+
+let nextId = 1;
+const row = (aggregateId: string, sequence: number, delivered: number, id = nextId++): ClaimRow => ({
+  delivered: String(delivered),
+  id: String(id),
+  event_id: `e-${id}`,
+  partition: 0,
+  aggregate_type: 'order',
+  aggregate_id: aggregateId,
+  sequence: String(sequence),
+  sequence_base: '0',
+  event_type: 'order.updated',
+  schema_version: 1,
+  topic: null,
+  payload: '{}',
+  payload_bytes: null,
+  headers: '{}',
+  created_at: new Date(0),
+  deliver_after: null,
+  attempts: 0,
+});
+
+const gates = (rows: ClaimRow[]): Gate[] => gateClaim(rows).map((r) => r.gate);
+
+/** The SQL rule, row by row: row_number and dense_rank over (aggregate, repeat) by (sequence, id). */
+function reference(rows: readonly ClaimRow[]): Gate[] {
+  return rows.map((r) => {
+    const delivered = Number(r.delivered);
+    const sequence = Number(r.sequence);
+    if (sequence <= delivered) return 'repeat';
+    const peers = rows
+      .filter(
+        (o) =>
+          o.aggregate_type === r.aggregate_type &&
+          o.aggregate_id === r.aggregate_id &&
+          Number(o.sequence) > Number(o.delivered),
+      )
+      .sort((a, b) => Number(a.sequence) - Number(b.sequence) || Number(a.id) - Number(b.id));
+    const rank = peers.indexOf(r) + 1;
+    const distinct = new Set(peers.slice(0, rank).map((o) => o.sequence)).size;
+    if (sequence === delivered + rank && rank === distinct) return 'pass';
+    return rank === 1 ? 'gap' : 'hold';
+  });
+}
+
+describe('the claim gate', () => {
+  it('passes an aggregate run that starts right after delivered, in one claim', () => {
+    expect(gates([row('a', 4, 3), row('b', 1, 0), row('a', 5, 3), row('a', 6, 3)])).toEqual([
+      'pass',
+      'pass',
+      'pass',
+      'pass',
+    ]);
+  });
+
+  it('holds a gap at its head and everything behind it', () => {
+    expect(gates([row('a', 5, 3), row('a', 6, 3), row('b', 1, 0)])).toEqual(['gap', 'hold', 'pass']);
+  });
+
+  it('holds from a missing sequence on', () => {
+    expect(gates([row('a', 1, 0), row('a', 2, 0), row('a', 4, 0), row('a', 5, 0)])).toEqual([
+      'pass',
+      'pass',
+      'hold',
+      'hold',
+    ]);
+  });
+
+  it('gives a repeat no rank: the events after it pass', () => {
+    expect(gates([row('a', 2, 3), row('a', 4, 3), row('a', 3, 3)])).toEqual(['repeat', 'pass', 'repeat']);
+  });
+
+  it('holds a sequence that comes twice, and everything after it', () => {
+    expect(gates([row('a', 1, 0), row('a', 2, 0), row('a', 2, 0), row('a', 3, 0)])).toEqual([
+      'pass',
+      'pass',
+      'hold',
+      'hold',
+    ]);
+  });
+
+  it('ranks by sequence, then id, whatever the claim order', () => {
+    const rows = [row('a', 2, 0, 10), row('a', 1, 0, 11)];
+    expect(gates(rows)).toEqual(['pass', 'pass']);
+  });
+
+  it('drops the payloads of rows held back, keeps those that pass', () => {
+    const rows = gateClaim([row('a', 1, 0), row('b', 3, 0)]);
+    expect(rows.map((r) => [r.passed, r.payload])).toEqual([
+      [true, '{}'],
+      [false, null],
+    ]);
+  });
+
+  it('agrees with the SQL rule on random batches', () => {
+    let seed = 42;
+    const random = (n: number): number => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed % n;
+    };
+    for (let batch = 0; batch < 2_000; batch++) {
+      const delivered = new Map<string, number>();
+      const rows: ClaimRow[] = [];
+      const size = 1 + random(12);
+      for (let i = 0; i < size; i++) {
+        const aggregate = `a${random(3)}`;
+        if (!delivered.has(aggregate)) delivered.set(aggregate, random(3));
+        rows.push(row(aggregate, 1 + random(6), delivered.get(aggregate)!, 1 + random(1_000) * 1_000 + i));
+      }
+      rows.sort((a, b) => Number(a.id) - Number(b.id));
+      const expected = reference(rows);
+      expect(gates(rows)).toEqual(expected);
+    }
+  });
+});

@@ -1,0 +1,90 @@
+/** Where the claim's scan starts (src/relay/scan-floor.ts), on a clock of the test's own. */
+import { describe, expect, it } from 'vitest';
+import { ScanFloor } from '../../src/relay/scan-floor.js';
+
+function floorAt(fullEveryMs = 1_000, trailMs = 2_000) {
+  const clock = { now: 0 };
+  const floor = new ScanFloor({ fullEveryMs, trailMs, now: () => clock.now });
+  return { floor, clock };
+}
+
+describe('the scan floor', () => {
+  it('starts with a full scan, then at the first id of the claims within the trail, and the last before it', () => {
+    const { floor, clock } = floorAt();
+    const first = floor.start([0, 1]);
+    expect(first).toEqual({ from: '0', full: true });
+    floor.claimed(first, '100', 1);
+    clock.now = 10;
+    const second = floor.start([0, 1]);
+    expect(second).toEqual({ from: '100', full: false });
+    floor.claimed(second, '1100', 1);
+    clock.now = 2_500;
+    // A full scan (a period passed); the claim at 10 is now the last one older than the trail.
+    const full = floor.start([0, 1]);
+    expect(full.full).toBe(true);
+    floor.claimed(full, '2100', 1);
+    expect(floor.start([0, 1]).from).toBe('1100');
+    clock.now = 2_600;
+    expect(floor.start([0, 1]).from).toBe('1100');
+    clock.now = 4_600;
+    // A full scan is due again (it starts at the beginning, whatever the floor).
+    expect(floor.start([0, 1])).toEqual({ from: '0', full: true });
+  });
+
+  it('never rises above a lower first id seen within the trail (a late commit, a hold released)', () => {
+    const { floor, clock } = floorAt(60_000);
+    floor.claimed(floor.start([0]), '500', 1);
+    clock.now = 100;
+    floor.claimed(floor.start([0]), '900', 1);
+    clock.now = 200;
+    floor.claimed(floor.start([0]), '450', 1);
+    clock.now = 3_000;
+    floor.claimed(floor.start([0]), '1000', 1);
+    // 500 and 900 are past the trail, 450 is the last claim before it.
+    expect(floor.start([0]).from).toBe('450');
+  });
+
+  it('a claim that returns nothing leaves the floor where it is', () => {
+    const { floor, clock } = floorAt(60_000);
+    floor.claimed(floor.start([0]), '700', 1);
+    for (let t = 1; t < 10; t++) {
+      clock.now = t * 1_000;
+      floor.claimed(floor.start([0]), undefined, 1);
+    }
+    expect(floor.start([0])).toEqual({ from: '700', full: false });
+  });
+
+  it('scans in full every period, stretched to 50 full scans when they are slow, at most 10 periods', () => {
+    const { floor, clock } = floorAt(1_000);
+    floor.claimed(floor.start([0]), '10', 40);
+    clock.now = 1_500;
+    // 50 × 40 ms = 2 s: no full scan yet.
+    expect(floor.start([0]).full).toBe(false);
+    clock.now = 2_000;
+    const full = floor.start([0]);
+    expect(full.full).toBe(true);
+    floor.claimed(full, '10', 900);
+    clock.now = 2_000 + 9_999;
+    expect(floor.start([0]).full).toBe(false);
+    clock.now = 2_000 + 10_000;
+    expect(floor.start([0]).full).toBe(true);
+  });
+
+  it('starts over when the partitions held change, or after a reset', () => {
+    const { floor, clock } = floorAt(60_000);
+    floor.claimed(floor.start([0]), '700', 1);
+    clock.now = 10;
+    expect(floor.start([0]).full).toBe(false);
+    expect(floor.start([0, 1]).full).toBe(true);
+    floor.claimed(floor.start([0, 1]), '800', 1);
+    expect(floor.start([0, 1]).full).toBe(false);
+    floor.reset();
+    expect(floor.start([0, 1]).full).toBe(true);
+  });
+
+  it('keeps ids beyond 2^53 exact', () => {
+    const { floor } = floorAt(60_000);
+    floor.claimed(floor.start([0]), '9007199254740993', 1);
+    expect(floor.start([0]).from).toBe('9007199254740993');
+  });
+});
