@@ -6,7 +6,8 @@
  *
  * - `raw`: the lean pipeline written as tightly as we can: core NATS publishes with a
  *   reply subject each, ONE wildcard subscription for the PubAcks, an ack table indexed by
- *   token, no promise or timer per message. The ceiling a relay can hope for.
+ *   token, no promise or timer per message. The ceiling a relay can hope for. Its pieces are
+ *   in lean-publish.ts, which the lean reference relay (lean-relay.ts) drives batch by batch.
  * - `client`: the official client's `js.publish()`, `window` publishes in flight.
  * - `publisher`: our `natsPublisher` in pipeline mode, batches of `batchSize` (1,000), one
  *   batch at a time as the relay sends them (or `batchConcurrency` at once).
@@ -22,7 +23,6 @@ import {
   connect,
   createInbox,
   type Msg,
-  MsgHdrsImpl,
   type NatsConnection,
   type PublishOptions,
 } from '@nats-io/transport-node';
@@ -32,6 +32,7 @@ import { percentEncode } from '../../src/envelope/percent.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { buildHeaders } from '../../src/publishers/nats/wire.js';
+import { isPubAck, RawHeaders, replyToken } from './lean-publish.js';
 import type { BenchContext } from './types.js';
 import { benchEvent } from './workload.js';
 
@@ -131,20 +132,6 @@ function buildMessages(ctx: BenchContext, options: BrokerCeilingOptions): Outbox
   });
 }
 
-/** A header object whose encoding is set per message (the client only calls `encode()`). */
-class RawHeaders extends MsgHdrsImpl {
-  bytes = new Uint8Array(0);
-
-  override encode(): Uint8Array {
-    return this.bytes;
-  }
-}
-
-/** `{"s`: a PubAck starts `{"stream"`, a JetStream error reply `{"error"`. */
-function isPubAck(data: Uint8Array): boolean {
-  return data.length > 2 && data[2] === 0x73;
-}
-
 /** (a) The tightest lean pipeline: the ceiling. */
 async function rawPipeline(
   nc: NatsConnection,
@@ -187,12 +174,7 @@ async function rawPipeline(
   });
   nc.subscribe(`${inbox}.*`, {
     callback: (_error: Error | null, msg: Msg) => {
-      const subject = msg.subject;
-      let token = 0;
-      for (let i = from; i < subject.length; i += 1) {
-        const c = subject.charCodeAt(i);
-        token = token * 36 + (c <= 57 ? c - 48 : c - 87);
-      }
+      const token = replyToken(msg.subject, from);
       if (acked[token] !== 0) return;
       acked[token] = 1;
       if (!isPubAck(msg.data)) failures += 1;

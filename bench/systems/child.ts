@@ -20,9 +20,12 @@ export async function whenStarted(r: RelayChild): Promise<void> {
 
 /** Stops a relay process gracefully; its peak RSS in MB when it reported one. */
 export async function stopRelay(r: RelayChild): Promise<number | undefined> {
-  const exited = new Promise((resolve) => r.child.once('exit', resolve));
-  r.child.kill('SIGTERM');
-  await exited;
+  // A process that already exited (it failed to start) would never emit 'exit' again.
+  if (r.child.exitCode === null && r.child.signalCode === null) {
+    const exited = new Promise((resolve) => r.child.once('exit', resolve));
+    r.child.kill('SIGTERM');
+    await exited;
+  }
   for (const line of r.lines) {
     const parsed = JSON.parse(line) as { peakRssMb?: number };
     if (parsed.peakRssMb !== undefined) return parsed.peakRssMb;
