@@ -6,7 +6,8 @@
  * Latency = receipt time - the moment COMMIT returned to the producer.
  *
  * The system under test is a `LatencySystem`: tx-outbox's polling relay (the default), the CDC
- * relay with table-mode or WAL-mode producers, or a peer. CPU per 1,000 events of the relay,
+ * relay with table-mode or WAL-mode producers, the lean reference relay (systems/lean-relay.ts),
+ * or a peer. CPU per 1,000 events of the relay,
  * its PostgreSQL backends and NATS is read over the producing part (bench/cpu.ts); the
  * producers' own backends are not counted.
  */
@@ -28,6 +29,7 @@ import {
   whenStarted,
 } from '../systems/tx-outbox.js';
 import type { BenchContext } from '../systems/types.js';
+import { openLoop } from './open-loop.js';
 
 /** One event a W2 producer writes in its business transaction. */
 export interface LatencyEvent {
@@ -139,7 +141,6 @@ export async function latencyRun(
 
     const committed = new Map<string, number>();
     const payload = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };
-    const perConnection = options.rate / connections;
     await cpu.sample();
     let sampling = true;
     const sampler = (async () => {
@@ -148,34 +149,22 @@ export async function latencyRun(
         await cpu.sample();
       }
     })();
-    const started = now();
-    const until = started + options.seconds * 1000;
-    await Promise.all(
-      Array.from({ length: connections }, async (_, c) => {
-        const client = await pool.connect();
-        try {
-          for (let k = 0; ; k++) {
-            const due = started + (k + c / connections) * (1000 / perConnection);
-            if (due >= until) break;
-            const wait = due - now();
-            if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-            await client.query('BEGIN');
-            await client.query(`INSERT INTO "${ctx.schema}".orders (payload) VALUES ($1)`, [payload]);
-            const eventId = await system.enqueue(ctx, client, {
-              aggregateId: `c${c}-${k % 100}`,
-              sequence: Math.floor(k / 100) + 1,
-              topic: `${ctx.subjectPrefix}.order.placed`,
-              payload,
-            });
-            await client.query('COMMIT');
-            committed.set(eventId, now());
-          }
-        } finally {
-          client.release();
-        }
-      }),
+    const { seconds: elapsed } = await openLoop(
+      pool,
+      { rate: options.rate, seconds: options.seconds, connections },
+      async (client, c, k) => {
+        await client.query('BEGIN');
+        await client.query(`INSERT INTO "${ctx.schema}".orders (payload) VALUES ($1)`, [payload]);
+        const eventId = await system.enqueue(ctx, client, {
+          aggregateId: `c${c}-${k % 100}`,
+          sequence: Math.floor(k / 100) + 1,
+          topic: `${ctx.subjectPrefix}.order.placed`,
+          payload,
+        });
+        await client.query('COMMIT');
+        committed.set(eventId, now());
+      },
     );
-    const elapsed = (now() - started) / 1000;
     const deadline = now() + 15_000;
     while (received.size < committed.size && now() < deadline) await new Promise((r) => setTimeout(r, 20));
     sampling = false;
