@@ -4,7 +4,7 @@
  *
  *   npm run bench                 # full profile
  *   npm run bench -- --quick      # under 3 minutes (CI)
- *   npm run bench -- --only W1,W3 # some workloads
+ *   npm run bench -- --only W1,W3 # some workloads (default W1–W6)
  *
  * Every configuration runs at least 3 times; the report gives median and
  * min-max, ratios against peers measured in the same run, and the machine.
@@ -17,6 +17,7 @@ import pg from 'pg';
 import type { CpuPer1000 } from './cpu.js';
 import { benchContext, DATABASE_URL, fmt, fmtMs, machine, type Summary, summarize } from './lib.js';
 import { brokerCeilingSystem } from './systems/broker-ceiling-system.js';
+import { LEAN_RELAY, leanRelayLatencySystem, leanRelaySystem } from './systems/lean-relay.js';
 import { graphileWorkerSystem } from './systems/peers/graphile-worker.js';
 import { naiveLoopSystem } from './systems/peers/naive-loop.js';
 import { pgBossSystem } from './systems/peers/pg-boss.js';
@@ -29,6 +30,14 @@ import { sqlCeilingSystem } from './systems/sql-ceiling.js';
 import { txOutboxSystem } from './systems/tx-outbox.js';
 import type { BenchContext, DrainSystem } from './systems/types.js';
 import { type DrainRun, drainRun, simulateHistory } from './workloads/drain.js';
+import {
+  type ClaimTiming,
+  type HeldDrainRun,
+  type HeldSteadyRun,
+  heldDrainRun,
+  heldSteadyRun,
+} from './workloads/held-snapshot.js';
+import { type IdleCpu, type IdleRelay, idleCpuRun } from './workloads/idle-cpu.js';
 import {
   type LatencyResult,
   type LatencySystem,
@@ -62,6 +71,10 @@ interface Profile {
   readonly producer: { readonly seconds: number; readonly rounds: number };
   readonly history: number;
   readonly relays: readonly number[];
+  /** Idle CPU: seconds measured (after 2 s of settling). */
+  readonly idleSeconds: number;
+  /** W6 (a): producers' offered events/s and seconds per run. */
+  readonly heldSnapshot: { readonly rate: number; readonly seconds: number };
 }
 
 const PROFILES: Record<'full' | 'quick', Profile> = {
@@ -87,6 +100,8 @@ const PROFILES: Record<'full' | 'quick', Profile> = {
     producer: { seconds: 10, rounds: 3 },
     history: 5_000_000,
     relays: [1, 2, 4],
+    idleSeconds: 10,
+    heldSnapshot: { rate: 1000, seconds: 600 },
   },
   quick: {
     runs: 3,
@@ -104,12 +119,14 @@ const PROFILES: Record<'full' | 'quick', Profile> = {
     producer: { seconds: 3, rounds: 3 },
     history: 300_000,
     relays: [1, 2],
+    idleSeconds: 5,
+    heldSnapshot: { rate: 1000, seconds: 20 },
   },
 };
 
 const profileName = args.quick ? 'quick' : 'full';
 const profile: Profile = { ...PROFILES[profileName], ...(args.runs ? { runs: Number(args.runs) } : {}) };
-const only = new Set((args.only ?? 'W1,W2,W3,W4,W5').split(',').map((w) => w.trim().toUpperCase()));
+const only = new Set((args.only ?? 'W1,W2,W3,W4,W5,W6').split(',').map((w) => w.trim().toUpperCase()));
 const PAYLOAD_BYTES = 300;
 
 const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12 });
@@ -183,6 +200,7 @@ async function w1(): Promise<Record<string, unknown>> {
   out();
   const systems: Array<[string, DrainSystem, number]> = [
     ['tx-outbox', txOutboxSystem(), profile.events],
+    [LEAN_RELAY, leanRelaySystem(), profile.events],
     ['tx-outbox (history)', txOutboxSystem({ history: true }), profile.events],
     [CDC_TABLE, txOutboxSystem({ source: 'cdc', backlog: 'while-streaming' }), profile.events],
     [CDC_TABLE_AT_START, txOutboxSystem({ source: 'cdc' }), profile.events],
@@ -278,17 +296,70 @@ async function w1(): Promise<Record<string, unknown>> {
     rates['peakRssMb'] = m;
   }
   out();
-  if (Object.keys(cpu).length > 0) {
-    out('CPU by process during W1 (ms per 1,000 events):');
-    out();
-    out('| system | relay process | PostgreSQL | NATS |');
-    out('|---|---|---|---|');
-    for (const [name, c] of Object.entries(cpu)) out(`| ${name} | ${cpuCells(c)} |`);
-    out();
-    out(CPU_NOTE);
-    out();
+  const lean = leanComparison(rates, cpu);
+  out('CPU by process during W1 (ms per 1,000 events):');
+  out();
+  out('| system | relay process | PostgreSQL | NATS |');
+  out('|---|---|---|---|');
+  for (const [name] of systems) {
+    const failed = typeof rates[name] === 'string' ? ' (did not run)' : '';
+    out(`| ${name}${cpu[name] ? '' : failed} | ${cpuCells(cpu[name])} |`);
   }
-  return { ...rates, cpu };
+  out();
+  out(
+    `${CPU_NOTE} n/a: the system runs inside the harness process (the ceilings and the in-process peers), ` +
+      'where its CPU cannot be told apart from the harness and its connections carry no application_name of their own.',
+  );
+  out();
+  return { ...rates, cpu, ...(lean ? { lean } : {}) };
+}
+
+const met = (ok: boolean): string => (ok ? 'met' : 'missed');
+
+/** W1's issue-15 targets: tx-outbox against the lean reference relay of the same run. */
+function leanComparison(
+  rates: Record<string, Summary | string>,
+  cpu: Record<string, CpuPer1000>,
+): Record<string, number> | undefined {
+  const ours = rates['tx-outbox'];
+  const lean = rates[LEAN_RELAY];
+  if (typeof ours !== 'object' || typeof lean !== 'object') {
+    out(`tx-outbox against the ${LEAN_RELAY}: n/a (a run failed).`);
+    out();
+    return undefined;
+  }
+  const oursCpu = cpu['tx-outbox'];
+  const leanCpu = cpu[LEAN_RELAY];
+  const result: Record<string, number> = { drain: ours.median / lean.median };
+  out(`tx-outbox against the ${LEAN_RELAY}, same run, same backlog (medians):`);
+  out();
+  out('| measure | tx-outbox | lean relay | tx-outbox / lean | target | |');
+  out('|---|---|---|---|---|---|');
+  out(
+    `| drain, events/s | ${fmt(ours.median)} | ${fmt(lean.median)} | ${result['drain']!.toFixed(2)}× | ≥ 0.9× | ${met(result['drain']! >= 0.9)} |`,
+  );
+  const row = (label: string, key: keyof CpuPer1000, target: number): void => {
+    const a = oursCpu?.[key];
+    const b = leanCpu?.[key];
+    if (a === undefined || b === undefined || b === 0) {
+      out(`| ${label} | ${fmtCpu(a)} | ${fmtCpu(b)} | n/a | ≤ ${target}× | n/a |`);
+      return;
+    }
+    result[key] = a / b;
+    out(
+      `| ${label} | ${fmtCpu(a)} | ${fmtCpu(b)} | ${(a / b).toFixed(2)}× | ≤ ${target}× | ${met(a / b <= target)} |`,
+    );
+  };
+  row('PostgreSQL CPU, ms per 1,000 events', 'postgres', 2);
+  row('relay process CPU, ms per 1,000 events', 'relay', 1.3);
+  out();
+  out(
+    'The lean relay: one connection, `SELECT … FOR UPDATE SKIP LOCKED` of 1,000 pending rows in id order, ' +
+      'every row published through the lean PubAck pipeline of ceiling (b), `DELETE … WHERE id = ANY($1)`, COMMIT; ' +
+      "the relay's session settings (synchronous_commit off); its own process, measured as the relay's (bench/lean-relay-process.ts).",
+  );
+  out();
+  return result;
 }
 
 async function w2(): Promise<Array<LatencyResult & { system: string }>> {
@@ -303,6 +374,7 @@ async function w2(): Promise<Array<LatencyResult & { system: string }>> {
   out('|---|---|---|---|---|---|---|---|---|---|');
   const cases: Array<[() => LatencySystem, readonly number[]]> = [
     [() => txOutboxLatencySystem(), profile.latency.rates],
+    [() => leanRelayLatencySystem(), profile.latency.rates],
     [() => txOutboxLatencySystem({ source: 'cdc' }), profile.latency.cdcRates],
     [() => txOutboxLatencySystem({ source: 'cdc', via: 'wal' }), profile.latency.cdcRates],
     [() => ptoReplicationLatencySystem(), profile.latency.peerRates],
@@ -336,6 +408,18 @@ async function w2(): Promise<Array<LatencyResult & { system: string }>> {
   }
   out();
   out('Targets: at 1,000 tx/s p99 ≤ 10 ms with the offered rate reached; at 200 tx/s p99 ≤ 5 ms.');
+  const polling = p99At1000['tx-outbox (polling relay)'];
+  const leanP99 = p99At1000[LEAN_RELAY];
+  if (polling !== undefined) {
+    const ratio =
+      leanP99 === undefined
+        ? 'n/a (the lean relay did not run)'
+        : `${fmtMs(polling)} / ${fmtMs(leanP99)} ms = ${(polling / leanP99).toFixed(2)}× (${met(polling <= 1.25 * leanP99)})`;
+    out(
+      `Against the lean relay (it sleeps 1 ms between empty claims): tx-outbox's p99 at 1,000 tx/s ${fmtMs(polling)} ms, ` +
+        `target ≤ 5 ms (${met(polling <= 5)}); within 1.25× of the lean relay's p99: ${ratio}.`,
+    );
+  }
   const cdc = Object.entries(p99At1000).filter(([name]) => name.includes('CDC'));
   if (cdc.length > 0) {
     out(
@@ -349,6 +433,58 @@ async function w2(): Promise<Array<LatencyResult & { system: string }>> {
   }
   out();
   return all;
+}
+
+/** Idle CPU (with W2): a relay on an empty outbox, as % of one core. */
+async function idleCpu(): Promise<Record<string, IdleCpu[]>> {
+  out('### Idle CPU');
+  out();
+  out(
+    `One relay process on an empty, migrated outbox; after 2 s of settling, CPU over ${profile.idleSeconds} s ` +
+      `(${profile.latency.runs} run${profile.latency.runs > 1 ? 's, median' : ''}), % of one core, read from /proc as in W1.`,
+  );
+  out();
+  out('| relay | relay process | its PostgreSQL backends | together | NATS | target ≤ 1 % of a core |');
+  out('|---|---|---|---|---|---|');
+  const relays: Array<[string, IdleRelay]> = [
+    ['tx-outbox (polling relay)', 'tx-outbox'],
+    [`${LEAN_RELAY}, 1 ms sleep between empty claims`, 'lean'],
+  ];
+  const result: Record<string, IdleCpu[]> = {};
+  for (const [name, relay] of relays) {
+    const runs: IdleCpu[] = [];
+    try {
+      for (let i = 0; i < profile.latency.runs; i++) {
+        runs.push(await idleCpuRun(pool, { relay, seconds: profile.idleSeconds }));
+      }
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      out(`| ${name} | failed: ${message.split('\n')[0]} | | | | |`);
+      continue;
+    }
+    result[name] = runs;
+    const median = (f: (r: IdleCpu) => number | undefined): number | undefined => {
+      const values = runs.flatMap((r) => (f(r) === undefined ? [] : [f(r)!]));
+      return values.length === 0 ? undefined : summarize(values).median;
+    };
+    const relayCpu = median((r) => r.relay);
+    const postgres = median((r) => r.postgres);
+    const together = median((r) =>
+      r.relay === undefined || r.postgres === undefined ? undefined : r.relay + r.postgres,
+    );
+    const pct = (n: number | undefined): string => (n === undefined ? 'n/a' : `${n.toFixed(2)} %`);
+    const verdict = together === undefined ? 'n/a' : met(together <= 1);
+    out(
+      `| ${name} | ${pct(relayCpu)} | ${pct(postgres)} | ${pct(together)} | ${pct(median((r) => r.nats))} | ${relay === 'lean' ? `(${verdict}: for comparison)` : verdict} |`,
+    );
+    console.error(`  idle CPU ${name}: ${pct(together)}`);
+  }
+  out();
+  out(
+    'The target is judged on the relay process and its PostgreSQL backends together. The relay process is read in 10 ms ticks (/proc/<pid>/stat): over a short window a tick is 0.1–0.2 % of a core.',
+  );
+  out();
+  return result;
 }
 
 async function w3(): Promise<ProducerRuns & { orm: Record<string, number[]> }> {
@@ -463,6 +599,96 @@ async function w5(): Promise<Record<string, { rate: Summary; violations: number 
   return result;
 }
 
+async function w6(): Promise<{ steady: HeldSteadyRun[]; drain: HeldDrainRun[] }> {
+  out('## W6 — a snapshot held on another connection');
+  out();
+  const { rows } = await pool.query<{ autovacuum: string }>(
+    "SELECT current_setting('autovacuum') AS autovacuum",
+  );
+  out(
+    'Each phase runs without and with a snapshot held on another connection (`BEGIN ISOLATION LEVEL REPEATABLE READ; ' +
+      'SELECT 1 FROM <schema>.events LIMIT 1;`, idle in that transaction until the phase ends, then ROLLBACK): ' +
+      'PostgreSQL can then neither prune the rows the relay deletes nor mark their index entries dead. ' +
+      `Claim times are the relay's own (stats.timings.claim, ms, over its lifetime); autovacuum is ${rows[0]?.autovacuum ?? 'n/a'} on this server.`,
+  );
+  out();
+  const ms = (t: ClaimTiming, key: keyof ClaimTiming): string => fmtMs(t[key]);
+  const label = (held: boolean): string => (held ? 'held' : 'not held');
+  const steady: HeldSteadyRun[] = [];
+  const { rate, seconds } = profile.heldSnapshot;
+  try {
+    for (const held of [false, true]) {
+      steady.push(await heldSteadyRun(pool, { rate, seconds, held }));
+      console.error(`  W6 steady ${label(held)}: claim p99 ${fmtMs(steady.at(-1)!.claim.p99)} ms`);
+    }
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    out(`(a) steady: failed: ${message.split('\n')[0]}`);
+    console.error(`  W6 steady: failed: ${message}`);
+  }
+  out(
+    `(a) Steady: 8 producers (business row + enqueue per transaction) offer ${fmt(rate)} events/s for ${seconds} s; one relay process drains.`,
+  );
+  out();
+  out(
+    '| snapshot | achieved events/s | claim p50 | claim p99 | claim mean | claim max | batches | catch-up after producers stop, s | dead rows at the end |',
+  );
+  out('|---|---|---|---|---|---|---|---|---|');
+  for (const r of steady) {
+    out(
+      `| ${label(r.held)} | ${fmt(r.achievedRate)} | ${ms(r.claim, 'p50')} | ${ms(r.claim, 'p99')} | ${ms(r.claim, 'mean')} | ` +
+        `${ms(r.claim, 'max')} | ${fmt(r.batches)} | ${r.catchUpSeconds.toFixed(2)} | ${fmt(r.deadRows)} |`,
+    );
+  }
+  out();
+  const [free, held] = [steady.find((r) => !r.held), steady.find((r) => r.held)];
+  if (free && held) {
+    const ratio = held.claim.p99 / free.claim.p99;
+    out(
+      `Claim p99 held / not held: ${fmtMs(held.claim.p99)} / ${fmtMs(free.claim.p99)} ms = ${ratio.toFixed(2)}× (target ≤ 2×: ${Number.isFinite(ratio) ? met(ratio <= 2) : 'n/a'}).`,
+    );
+    out();
+  }
+  const drain: HeldDrainRun[] = [];
+  const workload = { events: profile.events, aggregates: profile.aggregates, payloadBytes: PAYLOAD_BYTES };
+  try {
+    for (const h of [false, true]) {
+      drain.push(await heldDrainRun(pool, workload, h));
+      console.error(`  W6 drain ${label(h)}: ${fmt(drain.at(-1)!.perSecond)} events/s`);
+    }
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    out(`(b) drain: failed: ${message.split('\n')[0]}`);
+    console.error(`  W6 drain: failed: ${message}`);
+  }
+  out(
+    `(b) Drain: the snapshot is taken first, then a backlog of ${fmt(profile.events)} events over ${fmt(profile.aggregates)} aggregates is loaded (as W1) and one relay process drains it.`,
+  );
+  out();
+  out(
+    '| snapshot | events/s | seconds | claim p50 | claim p99 | claim mean | batches | CPU: relay | PostgreSQL | NATS |',
+  );
+  out('|---|---|---|---|---|---|---|---|---|---|');
+  for (const r of drain) {
+    out(
+      `| ${label(r.held)} | ${fmt(r.perSecond)} | ${r.seconds.toFixed(2)} | ${ms(r.claim, 'p50')} | ${ms(r.claim, 'p99')} | ` +
+        `${ms(r.claim, 'mean')} | ${fmt(r.batches)} | ${cpuCells(r.cpu)} |`,
+    );
+  }
+  out();
+  const [drainFree, drainHeld] = [drain.find((r) => !r.held), drain.find((r) => r.held)];
+  if (drainFree && drainHeld) {
+    const ratio = drainHeld.perSecond / drainFree.perSecond;
+    out(
+      `Drain held / not held: ${fmt(drainHeld.perSecond)} / ${fmt(drainFree.perSecond)} events/s = ${ratio.toFixed(2)}× (target ≥ 0.95×: ${met(ratio >= 0.95)}).`,
+    );
+    out();
+  }
+  out('One run of each (the full profile: 600 s per steady run). CPU as in W1, ms per 1,000 events.');
+  out();
+  return { steady, drain };
+}
+
 const started = performance.now();
 try {
   report['machine'] = await machine(pool);
@@ -471,10 +697,14 @@ try {
   out(`Machine: ${JSON.stringify(report['machine'])}`);
   out();
   if (only.has('W1')) report['W1'] = await w1();
-  if (only.has('W2')) report['W2'] = await w2();
+  if (only.has('W2')) {
+    report['W2'] = await w2();
+    report['idleCpu'] = await idleCpu();
+  }
   if (only.has('W3')) report['W3'] = await w3();
   if (only.has('W4')) report['W4'] = await w4();
   if (only.has('W5')) report['W5'] = await w5();
+  if (only.has('W6')) report['W6'] = await w6();
 } finally {
   await pool.end();
 }
