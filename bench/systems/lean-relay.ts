@@ -46,7 +46,9 @@ export function spawnLeanRelay(
     settings: relaySessionSettings('off'),
     idleMs: options.idleMs ?? 1,
   };
-  const child = spawn(process.execPath, ['--import', 'tsx', LEAN_PROCESS], {
+  // TXO_RELAY_NODE_ARGS (e.g. --cpu-prof) applies to both relays' processes.
+  const nodeArgs = (process.env['TXO_RELAY_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', LEAN_PROCESS], {
     env: { ...process.env, TXO_BENCH_LEAN: JSON.stringify(config) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
