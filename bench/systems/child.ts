@@ -12,16 +12,21 @@ export interface RelayChild {
 export async function whenStarted(r: RelayChild): Promise<void> {
   for (let i = 0; i < 2000; i++) {
     if (r.lines.some((l) => l.includes('"started"'))) return;
-    if (r.child.exitCode !== null) throw new Error('a relay process exited before it started');
+    if (hasExited(r)) throw new Error('a relay process exited before it started');
     await new Promise((res) => setTimeout(res, 5));
   }
   throw new Error('a relay process did not start within 10 s');
 }
 
+/** Whether the process is gone (it exited, or a signal ended it). */
+export function hasExited(r: RelayChild): boolean {
+  return r.child.exitCode !== null || r.child.signalCode !== null;
+}
+
 /** Stops a relay process gracefully; its peak RSS in MB when it reported one. */
 export async function stopRelay(r: RelayChild): Promise<number | undefined> {
   // A process that already exited (it failed to start) would never emit 'exit' again.
-  if (r.child.exitCode === null && r.child.signalCode === null) {
+  if (!hasExited(r)) {
     const exited = new Promise((resolve) => r.child.once('exit', resolve));
     r.child.kill('SIGTERM');
     await exited;

@@ -18,7 +18,7 @@ import { enqueue, migrate } from '../../src/index.js';
 import { relaySessionSettings } from '../../src/relay/session.js';
 import { CpuMeter } from '../cpu.js';
 import type { LatencySystem } from '../workloads/latency.js';
-import { type RelayChild, stopRelay, whenStarted } from './child.js';
+import { hasExited, type RelayChild, stopRelay, whenStarted } from './child.js';
 import { loadOutbox, pendingCount } from './tx-outbox.js';
 import type { BenchContext, DrainResult, DrainSystem } from './types.js';
 
@@ -82,8 +82,12 @@ export function leanRelaySystem(options: { batchSize?: number } = {}): DrainSyst
       let progressAt = started;
       while (left > 0) {
         await new Promise((r) => setTimeout(r, 20));
-        const failed = relays.find((r) => r.child.exitCode !== null);
-        if (failed) throw new Error(`a lean relay process exited (code ${failed.child.exitCode})`);
+        const failed = relays.find(hasExited);
+        if (failed) {
+          throw new Error(
+            `a lean relay process exited (${failed.child.exitCode ?? failed.child.signalCode})`,
+          );
+        }
         const now = await pendingCount(ctx);
         if (now < left) progressAt = performance.now();
         else if (performance.now() - progressAt > 60_000)

@@ -21,7 +21,7 @@ import pg from 'pg';
 import { enqueue, migrate } from '../../src/index.js';
 import { CpuMeter, type CpuPer1000 } from '../cpu.js';
 import { benchContext } from '../lib.js';
-import { finalStats, type RelayChild, stopRelay, whenStarted } from '../systems/child.js';
+import { finalStats, hasExited, type RelayChild, stopRelay, whenStarted } from '../systems/child.js';
 import { applicationNameOf, loadOutbox, pendingCount, spawnRelay } from '../systems/tx-outbox.js';
 import type { BenchContext, DrainWorkload } from '../systems/types.js';
 import { openLoop } from './open-loop.js';
@@ -158,8 +158,9 @@ async function untilEmpty(
   for (;;) {
     const left = await pendingCount(ctx);
     if (left === 0) return (performance.now() - started) / 1000;
-    if (relay.child.exitCode !== null)
-      throw new Error(`the relay process exited (code ${relay.child.exitCode})`);
+    if (hasExited(relay)) {
+      throw new Error(`the relay process exited (${relay.child.exitCode ?? relay.child.signalCode})`);
+    }
     if (performance.now() - started > timeoutMs) {
       throw new Error(`${left} events still pending after ${timeoutMs / 1000} s`);
     }

@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { migrate } from '../../src/index.js';
 import { CpuMeter } from '../cpu.js';
 import { benchContext } from '../lib.js';
-import { type RelayChild, stopRelay, whenStarted } from '../systems/child.js';
+import { hasExited, type RelayChild, stopRelay, whenStarted } from '../systems/child.js';
 import { leanCpuMeter, spawnLeanRelay } from '../systems/lean-relay.js';
 import { applicationNameOf, spawnRelay } from '../systems/tx-outbox.js';
 
@@ -53,8 +53,9 @@ export async function idleCpuRun(
       await cpu.sample();
     }
     const seconds = (performance.now() - started) / 1000;
-    if (relay.child.exitCode !== null)
-      throw new Error(`the relay process exited (code ${relay.child.exitCode})`);
+    if (hasExited(relay)) {
+      throw new Error(`the relay process exited (${relay.child.exitCode ?? relay.child.signalCode})`);
+    }
     // per1000(1000): the CPU ms of each process over the whole measured part.
     const ms = cpu.per1000(1000);
     const percent = (v: number | undefined): number | undefined =>
