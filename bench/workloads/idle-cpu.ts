@@ -37,7 +37,8 @@ export async function idleCpuRun(
       await whenStarted(relay);
       cpu = leanCpuMeter(ctx, [relay]);
     } else {
-      relay = spawnRelay(ctx, 0, 1000);
+      // The relay as a user runs it: the library's default lease (15 s; W1's processes use 5 s).
+      relay = spawnRelay(ctx, 0, 1000, undefined, undefined, { leaseMs: 15_000 });
       await whenStarted(relay);
       cpu = new CpuMeter(ctx.pool, {
         relayPids: [relay.child.pid!],
