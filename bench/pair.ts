@@ -1,0 +1,82 @@
+/**
+ * W1 in pairs: this build's relay against the lean relay (bench/lean-relay-process.ts), and
+ * optionally another build's relay, run interleaved on the same backlog shape so each system sees
+ * the same machine. For before/after figures of one change without the whole harness.
+ *
+ *   npx tsx bench/pair.ts                                  # 100,000 events, 5,000 aggregates, 3 runs
+ *   TXO_BASE=/path/to/checkout/bench/relay-process.mjs npx tsx bench/pair.ts
+ *   EVENTS=10000 AGGREGATES=1000 RUNS=5 npx tsx bench/pair.ts
+ *
+ * The other build must be built (`npm run build` in its checkout). Prints one line per run and the
+ * medians: events/s, CPU ms per 1,000 events of the relay process, its PostgreSQL backends and
+ * nats-server (bench/cpu.ts), and the relay's peak RSS.
+ */
+import pg from 'pg';
+import { DATABASE_URL, summarize } from './lib.js';
+import { leanRelaySystem } from './systems/lean-relay.js';
+import { txOutboxSystem } from './systems/tx-outbox.js';
+import type { DrainSystem } from './systems/types.js';
+import { drainRun } from './workloads/drain.js';
+
+const events = Number(process.env['EVENTS'] ?? 100_000);
+const aggregates = Number(process.env['AGGREGATES'] ?? 5_000);
+const runs = Number(process.env['RUNS'] ?? 3);
+const base = process.env['TXO_BASE'];
+
+interface Contender {
+  readonly name: string;
+  readonly system: () => DrainSystem;
+  /** The relay process script to run (tx-outbox's, of another build), if not this build's. */
+  readonly script?: string;
+}
+
+const contenders: Contender[] = [
+  ...(base ? [{ name: `tx-outbox (${base})`, system: () => txOutboxSystem(), script: base }] : []),
+  { name: 'tx-outbox (this build)', system: () => txOutboxSystem() },
+  { name: 'lean relay (no order, no leases, no fencing)', system: () => leanRelaySystem() },
+];
+
+interface Figures {
+  readonly rate: number[];
+  readonly relay: number[];
+  readonly postgres: number[];
+  readonly nats: number[];
+  readonly rss: number[];
+}
+
+const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12 });
+const figures = new Map<string, Figures>();
+try {
+  for (let i = 0; i < runs; i++) {
+    for (const c of contenders) {
+      if (c.script) process.env['TXO_BENCH_RELAY_PROCESS'] = c.script;
+      else delete process.env['TXO_BENCH_RELAY_PROCESS'];
+      const r = await drainRun(pool, c.system(), { events, aggregates, payloadBytes: 300, relays: 1 });
+      let f = figures.get(c.name);
+      if (!f) {
+        f = { rate: [], relay: [], postgres: [], nats: [], rss: [] };
+        figures.set(c.name, f);
+      }
+      f.rate.push(r.perSecond);
+      if (r.cpu?.relay !== undefined) f.relay.push(r.cpu.relay);
+      if (r.cpu?.postgres !== undefined) f.postgres.push(r.cpu.postgres);
+      if (r.cpu?.nats !== undefined) f.nats.push(r.cpu.nats);
+      if (r.peakRssMb !== undefined) f.rss.push(r.peakRssMb);
+      console.log(
+        `${c.name}: ${Math.round(r.perSecond)} events/s, CPU ${JSON.stringify(r.cpu)}, RSS ${r.peakRssMb} MB`,
+      );
+    }
+  }
+} finally {
+  delete process.env['TXO_BENCH_RELAY_PROCESS'];
+  await pool.end();
+}
+const median = (values: number[]): string =>
+  values.length === 0 ? 'n/a' : summarize(values).median.toFixed(1);
+console.log(`\n${events} events over ${aggregates} aggregates, ${runs} interleaved runs; medians:`);
+for (const [name, f] of figures) {
+  console.log(
+    `${name}: ${median(f.rate)} events/s [${f.rate.map(Math.round).join(', ')}]; CPU ms per 1,000 events: ` +
+      `relay ${median(f.relay)}, PostgreSQL ${median(f.postgres)}, NATS ${median(f.nats)}; peak RSS ${f.rss.join(', ')} MB`,
+  );
+}
