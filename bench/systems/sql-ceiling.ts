@@ -48,7 +48,7 @@ async function cycle(
     async claim(exclude) {
       const { rows } = await claimer.query<ClaimRow>({
         ...claim,
-        values: [partitions, epochs, 'ceiling', batchSize, exclude, [], '0'],
+        values: [partitions, epochs, 'ceiling', batchSize, exclude, [], '0', []],
       });
       return gateClaim(rows)
         .filter((r) => r.passed)

@@ -147,12 +147,12 @@ function polledVariant(): string {
   return CLAIM_SQL.replace(
     HELD_BACK_FILTER,
     `${HELD_BACK_FILTER}
-    AND e.sequence <= coalesce(($8::jsonb ->> (e.aggregate_type || chr(31) || e.aggregate_id))::bigint, 0)`,
+    AND e.sequence <= coalesce(($9::jsonb ->> (e.aggregate_type || chr(31) || e.aggregate_id))::bigint, 0)`,
   );
 }
 
 /**
- * The polling relay's claim ({@link CLAIM_SQL}) restricted to the polled aggregates: `$8` a JSON
+ * The polling relay's claim ({@link CLAIM_SQL}) restricted to the polled aggregates: `$9` a JSON
  * object of aggregate key → the sequence the stream has handed over so far (see
  * `Handover.claimableUpTo`); rows of other aggregates, or above it, are not candidates.
  */

@@ -225,7 +225,7 @@ export class Handover {
   }
 
   /**
-   * The next claim's polled aggregates and how far P may claim each (`$8` of POLLED_CLAIM_SQL, a
+   * The next claim's polled aggregates and how far P may claim each (`$9` of POLLED_CLAIM_SQL, a
    * JSON object): all of them, or the next 5,000 round-robin.
    */
   claimScope(): Record<string, number> {

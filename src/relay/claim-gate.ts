@@ -15,7 +15,10 @@ import type { ClaimedRow, ClaimRow } from './claim.js';
  *   marks it dead (REPEAT_DEAD_SQL). An aggregate whose lowest claimable event is above
  *   delivered+1 is held at a gap (`'gap'`): after a grace the relay probes for an earlier event
  *   and, finding none, bridges it (BRIDGE_GAPS_SQL). Other rows held back are `'hold'`.
- * Rows are gated in place (no copy); the payloads of rows that do not pass are dropped.
+ * A row of an aggregate with an event in flight (`withheld`: the claim sent no payload) is held
+ * even where the rule would pass it (that event's outcome landed just before the claim began);
+ * the next claim sees it again. Rows are gated in place (no copy); the payloads of rows that do
+ * not pass are dropped.
  */
 export function gateClaim(rows: readonly ClaimRow[]): ClaimedRow[] {
   const gated = rows as ClaimedRow[];
@@ -35,8 +38,9 @@ export function gateClaim(rows: readonly ClaimRow[]): ClaimedRow[] {
   for (const list of byAggregate.values()) {
     if (list.length === 1) {
       const row = list[0]!;
-      if (Number(row.sequence) === Number(row.delivered) + 1) pass(row);
-      else hold(row, 'gap');
+      if (Number(row.sequence) !== Number(row.delivered) + 1) hold(row, 'gap');
+      else if (row.withheld === true) hold(row, 'hold');
+      else pass(row);
       continue;
     }
     list.sort(bySequenceThenId);
@@ -50,8 +54,8 @@ export function gateClaim(rows: readonly ClaimRow[]): ClaimedRow[] {
       previous = sequence;
       // Once one row of the aggregate is held, every later one is: its rank counts the held row.
       passing = passing && sequence === Number(row.delivered) + rank && rank === distinct;
-      if (passing) pass(row);
-      else hold(row, rank === 1 ? 'gap' : 'hold');
+      if (passing && row.withheld !== true) pass(row);
+      else hold(row, rank === 1 && !passing ? 'gap' : 'hold');
     }
   }
   return gated;

@@ -14,8 +14,9 @@
  * The scan starts at `$7` (the relay's scan floor, src/relay/scan-floor.ts; 0 for a full scan).
  * Work per claim is bounded by the batch size (one primary-key probe of aggregate_progress per
  * scanned row), not by the backlog. No row locks: only the partition's owner claims its rows and
- * writes its aggregates' progress. Payloads come with every row (the relay drops those of rows
- * held back): in a drain nearly every row passes.
+ * writes its aggregates' progress. Payloads come with every row except those of the aggregates
+ * with an event in flight (`$8`, `withheld`): such a row cannot pass (its aggregate's delivered
+ * sequence has not moved yet), and a pipelined claim over few aggregates returns many of them.
  */
 export const CLAIM_SQL = `
 WITH mine AS (
@@ -26,11 +27,17 @@ WITH mine AS (
 )
 SELECT e.id::text AS id, e.event_id::text AS event_id, e.partition, e.aggregate_type, e.aggregate_id,
        e.sequence::text AS sequence, e.sequence_base::text AS sequence_base, e.event_type, e.schema_version, e.topic,
-       e.payload::text AS payload, e.payload_bytes, e.headers::text AS headers, e.created_at, e.deliver_after,
-       e.attempts, greatest(coalesce(g.delivered_sequence, 0), e.sequence_base)::text AS delivered
+       CASE WHEN NOT x.withheld THEN e.payload::text END AS payload,
+       CASE WHEN NOT x.withheld THEN e.payload_bytes END AS payload_bytes,
+       e.headers::text AS headers, e.created_at, e.deliver_after, e.attempts,
+       greatest(coalesce(g.delivered_sequence, 0), e.sequence_base)::text AS delivered, x.withheld
 FROM {{schema}}.events e
 LEFT JOIN {{schema}}.aggregate_progress g
   ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
+-- An aggregate with an event in flight ($8) cannot pass: its payloads are not sent.
+CROSS JOIN LATERAL (
+  SELECT (e.aggregate_type || chr(31) || e.aggregate_id) IN (SELECT unnest($8::text[])) AS withheld
+) x
 -- No partition held under a live lease: a one-time filter skips the scan altogether.
 WHERE EXISTS (SELECT 1 FROM mine)
   AND e.partition = ANY (ARRAY(SELECT partition FROM mine))

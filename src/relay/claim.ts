@@ -20,6 +20,8 @@ export interface ClaimRow extends HeldRow {
   event_id: string;
   partition: number;
   sequence: string;
+  /** Its aggregate has an event in flight: the claim did not send its payload, and it cannot pass. */
+  withheld?: boolean;
   /** Absent only in rows of tests written before migration 006. */
   sequence_base?: string;
   event_type: string;
@@ -85,8 +87,8 @@ export interface ClaimerParts {
   /** Where each claim's scan starts ({@link ScanFloor}); none: always at the beginning. */
   readonly floor?: ScanFloor;
   /**
-   * Asked at every claim: more ids to leave out and parameters after the seven (the CDC relay's
-   * polling path: the ids its stream has in flight, and the polled aggregates, `$8`).
+   * Asked at every claim: more ids to leave out and parameters after the eight (the CDC relay's
+   * polling path: the ids its stream has in flight, and the polled aggregates, `$9`).
    */
   readonly scope?: () => { readonly exclude: readonly string[]; readonly values: readonly unknown[] };
 }
@@ -118,6 +120,7 @@ export class Claimer {
         scope ? [...exclude, ...scope.exclude] : exclude,
         p.holdBack.excluded(p.refused.waiting()),
         start?.from ?? '0',
+        p.holdBack.inFlightKeys(),
         ...(scope?.values ?? []),
       ],
     });

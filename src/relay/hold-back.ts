@@ -77,6 +77,11 @@ export class HoldBack {
     return top !== undefined && top >= sequence;
   }
 
+  /** The aggregates with events in flight (the claim withholds their payloads). */
+  inFlightKeys(): string[] {
+    return [...this.#inFlight.keys()];
+  }
+
   /** A claim starts (claims never overlap: the pipeline prefetches one at a time). */
   claimStarting(): void {
     // Every outcome recorded so far is in the snapshot of the claim starting now.

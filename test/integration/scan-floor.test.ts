@@ -79,7 +79,7 @@ describe('the scan floor', () => {
       const buffers = async (from: string): Promise<{ blocks: number; rows: number }> => {
         const { rows } = await client.query({
           text: `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${CLAIM_SQL.replaceAll('{{schema}}', s)}`,
-          values: [[0], ['1'], 'floor', 1000, [], [], from],
+          values: [[0], ['1'], 'floor', 1000, [], [], from, []],
         });
         const plan = (rows[0] as { 'QUERY PLAN': Array<{ Plan: PlanNode }> })['QUERY PLAN'][0]!.Plan;
         // The scan of the events table alone (the progress probes per row come on top of it).

@@ -92,6 +92,14 @@ describe('the claim gate', () => {
     expect(gates(rows)).toEqual(['pass', 'pass']);
   });
 
+  it('holds the rows of an aggregate with an event in flight (payload withheld), even where the rule passes them', () => {
+    const rows = [row('a', 4, 3), row('a', 5, 3), row('b', 1, 0), row('c', 7, 3)];
+    rows[0]!.withheld = true;
+    rows[1]!.withheld = true;
+    rows[3]!.withheld = true;
+    expect(gates(rows)).toEqual(['hold', 'hold', 'pass', 'gap']);
+  });
+
   it('drops the payloads of rows held back, keeps those that pass', () => {
     const rows = gateClaim([row('a', 1, 0), row('b', 3, 0)]);
     expect(rows.map((r) => [r.passed, r.payload])).toEqual([
