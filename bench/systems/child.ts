@@ -1,5 +1,5 @@
 /** A benchmark's relay or listener in a child process: it prints JSON lines to stdout. */
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import type { BenchContext } from './types.js';
@@ -7,6 +7,22 @@ import type { BenchContext } from './types.js';
 export interface RelayChild {
   readonly child: ChildProcess;
   readonly lines: string[];
+}
+
+/**
+ * Starts `args` under this Node.js (after TXO_RELAY_NODE_ARGS, e.g. --cpu-prof) with `config` as
+ * JSON in the environment variable `envName`, and collects the JSON lines it prints.
+ */
+export function spawnRelayChild(args: readonly string[], envName: string, config: unknown): RelayChild {
+  const nodeArgs = (process.env['TXO_RELAY_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, ...args], {
+    env: { ...process.env, [envName]: JSON.stringify(config) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const lines: string[] = [];
+  child.stdout!.setEncoding('utf8');
+  child.stdout!.on('data', (chunk: string) => lines.push(...chunk.split('\n').filter(Boolean)));
+  return { child, lines };
 }
 
 export async function whenStarted(r: RelayChild): Promise<void> {

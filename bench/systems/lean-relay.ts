@@ -11,14 +11,13 @@
  * backend by application_name, nats-server. Timed the same way too: from the moment the process
  * is up until the outbox table is empty.
  */
-import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { enqueue, migrate } from '../../src/index.js';
+import { migrate } from '../../src/index.js';
 import { relaySessionSettings } from '../../src/relay/session.js';
 import { CpuMeter } from '../cpu.js';
-import type { LatencySystem } from '../workloads/latency.js';
-import { hasExited, type RelayChild, stopRelay, whenStarted } from './child.js';
+import { enqueueLatencyEvent, type LatencySystem } from '../workloads/latency.js';
+import { hasExited, type RelayChild, spawnRelayChild, stopRelay, whenStarted } from './child.js';
 import { loadOutbox, pendingCount } from './tx-outbox.js';
 import type { BenchContext, DrainResult, DrainSystem } from './types.js';
 
@@ -47,15 +46,7 @@ export function spawnLeanRelay(
     idleMs: options.idleMs ?? 1,
   };
   // TXO_RELAY_NODE_ARGS (e.g. --cpu-prof) applies to both relays' processes.
-  const nodeArgs = (process.env['TXO_RELAY_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', LEAN_PROCESS], {
-    env: { ...process.env, TXO_BENCH_LEAN: JSON.stringify(config) },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const lines: string[] = [];
-  child.stdout!.setEncoding('utf8');
-  child.stdout!.on('data', (chunk: string) => lines.push(...chunk.split('\n').filter(Boolean)));
-  return { child, lines };
+  return spawnRelayChild(['--import', 'tsx', LEAN_PROCESS], 'TXO_BENCH_LEAN', config);
 }
 
 /** A CPU meter over lean relay processes and their backends. */
@@ -125,20 +116,8 @@ export function leanRelayLatencySystem(): LatencySystem {
       await whenStarted(relay);
       return leanCpuMeter(ctx, [relay]);
     },
-    async enqueue(ctx, client, event) {
-      const { eventId } = await enqueue(
-        client,
-        {
-          aggregateType: 'order',
-          aggregateId: event.aggregateId,
-          type: 'order.placed',
-          topic: event.topic,
-          payload: event.payload,
-        },
-        { schema: ctx.schema },
-      );
-      return eventId;
-    },
+    // The same business transaction and event as tx-outbox's W2 producers.
+    enqueue: (ctx, client, event) => enqueueLatencyEvent(ctx, client, event),
     async stop() {
       if (relay) await stopRelay(relay);
       relay = undefined;

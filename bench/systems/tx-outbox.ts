@@ -16,7 +16,6 @@
  * expires meanwhile; PostgreSQL's wal_sender_timeout is 60 s by default) and the timing starts
  * at SIGCONT: a streaming relay catching up 100,000 events behind.
  */
-import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { enqueue, ensureCdcSlot, inTransaction, migrate } from '../../src/index.js';
@@ -25,6 +24,7 @@ import {
   finalStats,
   type RelayChild,
   type StreamCounter,
+  spawnRelayChild,
   stopRelay,
   streamCounter,
   whenStarted,
@@ -64,17 +64,12 @@ export function spawnRelay(
     relayId: `bench-relay-${index}`,
     mode,
   };
-  const nodeArgs = (process.env['TXO_RELAY_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
   // TXO_BENCH_RELAY_PROCESS: another build's relay-process.mjs (bench/tracing.ts --base).
-  const script = process.env['TXO_BENCH_RELAY_PROCESS'] ?? RELAY_PROCESS;
-  const child = spawn(process.execPath, [...nodeArgs, script], {
-    env: { ...process.env, TXO_BENCH_RELAY: JSON.stringify(config) },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const lines: string[] = [];
-  child.stdout!.setEncoding('utf8');
-  child.stdout!.on('data', (chunk: string) => lines.push(...chunk.split('\n').filter(Boolean)));
-  return { child, lines };
+  return spawnRelayChild(
+    [process.env['TXO_BENCH_RELAY_PROCESS'] ?? RELAY_PROCESS],
+    'TXO_BENCH_RELAY',
+    config,
+  );
 }
 
 export type RelaySource = 'poll' | 'cdc';

@@ -75,26 +75,34 @@ export function txOutboxLatencySystem(
         ...(cdc ? { slot: cdcNamesOf(ctx).slot } : {}),
       });
     },
-    async enqueue(ctx, client, event) {
-      const { eventId } = await enqueue(
-        client,
-        {
-          aggregateType: 'order',
-          aggregateId: event.aggregateId,
-          type: 'order.placed',
-          topic: event.topic,
-          payload: event.payload,
-        },
-        { schema: ctx.schema, ...(via === 'wal' ? { via: 'wal' as const } : {}) },
-      );
-      return eventId;
-    },
+    enqueue: (ctx, client, event) => enqueueLatencyEvent(ctx, client, event, via),
     async stop(ctx) {
       if (relay) await stopRelay(relay);
       relay = undefined;
       if (cdc) await dropReplicationObjects(ctx, cdcNamesOf(ctx));
     },
   };
+}
+
+/** W2's event, written with tx-outbox's `enqueue` in the producer's transaction; its event id. */
+export async function enqueueLatencyEvent(
+  ctx: BenchContext,
+  client: pg.PoolClient,
+  event: LatencyEvent,
+  via?: ProducerVia,
+): Promise<string> {
+  const { eventId } = await enqueue(
+    client,
+    {
+      aggregateType: 'order',
+      aggregateId: event.aggregateId,
+      type: 'order.placed',
+      topic: event.topic,
+      payload: event.payload,
+    },
+    { schema: ctx.schema, ...(via === 'wal' ? { via: 'wal' as const } : {}) },
+  );
+  return eventId;
 }
 
 export interface LatencyResult {
