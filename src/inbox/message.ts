@@ -40,7 +40,9 @@ const DIGITS = /^[0-9]+$/;
  * MQTT 5 user properties and Redis fields) and as earlier versions wrote them (`ce-*` on every
  * transport). Pass the content-type header or property along when the transport has one
  * (HTTP, Kafka, AMQP, MQTT 5). A message without an envelope cannot be deduplicated or
- * ordered: the error names the missing header.
+ * ordered: the error names the missing header. The schema version is required too (an integer
+ * from 1 to 2147483647): a message without one, or with another value, is refused rather than
+ * read as some version the consumer's `accepts` might let through.
  */
 export function fromEnvelope(
   headers: Readonly<Record<string, string | undefined>>,
