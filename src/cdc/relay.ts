@@ -264,6 +264,7 @@ class StreamingRelay implements CdcRelay {
       loopErrorsInARow: this.loopErrorsInARow,
       partitions: this.leases.size,
       brokerUnavailableSince: since === undefined ? undefined : new Date(since),
+      ...this.counters.broker.health(),
       lastError: this.counters.lastError,
     };
   }

@@ -4,6 +4,9 @@ import { headersJsonOf } from './headers.js';
 import { aggregateIdOf, checkDefaultTopic, identifierOf, topicOf } from './names.js';
 import { payloadJsonOf } from './payload.js';
 
+/** The largest schema version: the `schema_version` columns are PostgreSQL integers. */
+export const MAX_SCHEMA_VERSION = 2_147_483_647;
+
 /** An event as the producer writes it. */
 export interface OutboxEvent {
   /**
@@ -99,7 +102,7 @@ export function prepareEvent(
   const topic = topicOf(event.topic, `${field}.topic`);
   if (topic === null) checkDefaultTopic(aggregateType, type, field);
   const schemaVersion = event.schemaVersion ?? 1;
-  if (!Number.isInteger(schemaVersion) || schemaVersion < 1 || schemaVersion > 2_147_483_647) {
+  if (!Number.isInteger(schemaVersion) || schemaVersion < 1 || schemaVersion > MAX_SCHEMA_VERSION) {
     throw new OutboxValidationError(
       `${field}.schemaVersion`,
       `is ${String(schemaVersion)}`,
