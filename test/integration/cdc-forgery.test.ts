@@ -274,6 +274,44 @@ describe('forged WAL-mode events (issue 24, item 1)', () => {
     expect(all).not.toMatch(/ipad|opad/);
   });
 
+  it('without its grant on wal_key the relay does not start, and the producer writes nothing; without a key, nothing either', async () => {
+    await pools['migrator']!.query(
+      `REVOKE SELECT ON "${SCHEMA}".wal_key FROM "${roles.relay}", "${roles.producer}"`,
+    );
+    try {
+      const second = createCdcRelay({ pool: pools['relay']!, publisher, schema: SCHEMA, relayId: 'second' });
+      await expect(second.start()).rejects.toMatchObject({
+        code: 'TXO_NO_PRIVILEGE',
+        message: expect.stringMatching(/may not read "forge_\w+"\.wal_key.*tx-outbox roles --print-sql/),
+      });
+      await second.stop();
+      await expect(genuine('no-grant')).rejects.toMatchObject({ code: 'TXO_NO_PRIVILEGE' });
+    } finally {
+      await pools['migrator']!.query(
+        `GRANT SELECT ON "${SCHEMA}".wal_key TO "${roles.relay}", "${roles.producer}"`,
+      );
+    }
+    // The key's row deleted (by its owner): the statement fails, so no sequence is taken either.
+    const { rows } = await admin.query(`DELETE FROM "${SCHEMA}".wal_key RETURNING *`);
+    try {
+      await expect(genuine('no-key')).rejects.toThrow(/wal_key table holds no key/);
+      const seq = await admin.query(
+        `SELECT 1 FROM "${SCHEMA}".aggregate_sequences WHERE aggregate_id = 'no-key'`,
+      );
+      expect(seq.rows).toEqual([]);
+    } finally {
+      const k = rows[0];
+      await admin.query(
+        `INSERT INTO "${SCHEMA}".wal_key (ipad, opad, created_lsn, created_at) VALUES ($1, $2, $3, $4)`,
+        [k.ipad, k.opad, k.created_lsn, k.created_at],
+      );
+    }
+    const id = await genuine('key-back');
+    await waitFor(() => publisher.received.some((m) => m.eventId === id[0]), {
+      what: 'delivery with the key back',
+    });
+  });
+
   it('tx-outbox roles --section wal: the forgers may no longer call pg_logical_emit_message; the producer and the relay still work', async () => {
     for (const statement of rolesSql({ schema: SCHEMA }).walMessages) await admin.query(statement);
     for (const forger of [pools['nobody']!, pools['consumer']!]) {
