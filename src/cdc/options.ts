@@ -25,6 +25,13 @@ export interface CdcRelayOptions extends RelayOptions {
    * reader); above it the stream is paused. Default 2000: four batches of 500 in flight.
    */
   readonly maxInFlight?: number;
+  /**
+   * Also publish WAL-mode messages of format 1 (tx-outbox before migration 12: no MAC) written
+   * after the schema's WAL key was made. Those written before it are always read. Only while
+   * producers of an older tx-outbox still write in WAL mode: meanwhile any database login can
+   * publish events (docs/cdc.md, Upgrading WAL mode). Default false: refused and counted.
+   */
+  readonly acceptWalFormat1?: boolean;
 }
 
 export interface ResolvedCdcRelayOptions {
@@ -36,6 +43,7 @@ export interface ResolvedCdcRelayOptions {
   readonly statusIntervalMs: number;
   readonly connection: pg.ClientConfig;
   readonly maxInFlight: number;
+  readonly acceptWalFormat1: boolean;
 }
 
 function positive(value: number | undefined, fallback: number, field: string): number {
@@ -48,6 +56,13 @@ function positive(value: number | undefined, fallback: number, field: string): n
     );
   }
   return v;
+}
+
+function flag(value: boolean | undefined, field: string): boolean {
+  if (value === undefined) return false;
+  if (typeof value !== 'boolean')
+    throw new OutboxValidationError(field, `is ${String(value)}`, 'Pass true or false (default false).');
+  return value;
 }
 
 /**
@@ -90,5 +105,6 @@ export function resolveCdcRelayOptions(options: CdcRelayOptions): ResolvedCdcRel
     statusIntervalMs: positive(options.statusIntervalMs, 1000, 'statusIntervalMs'),
     connection: options.connection ?? poolOptions,
     maxInFlight: positive(options.maxInFlight, 2_000, 'maxInFlight'),
+    acceptWalFormat1: flag(options.acceptWalFormat1, 'acceptWalFormat1'),
   });
 }

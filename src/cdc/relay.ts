@@ -32,6 +32,7 @@ import { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
 import { RefusalBound, StreamGate } from './stream-gate.js';
+import { loadWalKey, WalReader, WalRefusals } from './wal-auth.js';
 import { eventsPrefix, heartbeatPrefix } from './wal-message.js';
 
 export type { CdcRelayOptions } from './options.js';
@@ -122,6 +123,8 @@ class StreamingRelay implements CdcRelay {
   private readonly pruner: BackgroundPruner | undefined;
   private readonly heartbeat: Heartbeat;
   private readonly metrics: CdcMetrics;
+  /** WAL-mode messages refused (not authenticated, format 1 where not read): counted, logged. */
+  private readonly walRefusals: WalRefusals;
   private readonly abort = new AbortController();
   /** Rings on new events, settled batches, lost leases and stop. */
   private readonly bell = new Doorbell();
@@ -157,6 +160,7 @@ class StreamingRelay implements CdcRelay {
     this.id = b.relayId;
     this.counters = new RelayCounters(b.metrics);
     this.metrics = new CdcMetrics(b.metricsSink);
+    this.walRefusals = new WalRefusals(b.logger, { relayId: b.relayId, slot: o.slot }, this.metrics.refused);
     this.outage = new OutageLog(
       b.logger,
       { relayId: b.relayId, publisher: b.publisher.name },
@@ -251,6 +255,7 @@ class StreamingRelay implements CdcRelay {
       reconnects: this.cdc.reconnects,
       handovers: this.cdc.handovers,
       polled: this.handover.size,
+      refusedMessages: this.walRefusals.total,
     };
   }
 
@@ -290,6 +295,14 @@ class StreamingRelay implements CdcRelay {
     const names = cdcNames(b.schema, { slot: this.o.slot, publication: this.o.publication });
     await checkCdc(b.pool, names, b.logger);
     await ensureCdcSlot(b.pool, names);
+    // The WAL key (migration 12, the relay role's grant): a setup mistake is said now.
+    await loadWalKey(b.pool, b.schema, b.quotedSchema);
+    if (this.o.acceptWalFormat1) {
+      b.logger.warn(
+        { relayId: this.id, slot: this.o.slot },
+        'acceptWalFormat1: WAL-mode messages of format 1 (no MAC) are published, so any database login can publish events; turn it off once every producer runs this tx-outbox (docs/cdc.md, Upgrading WAL mode)',
+      );
+    }
     if (!this.stopping) await this.history?.start();
     if (this.loopDone || this.stopping) return;
     if (b.signal) {
@@ -505,6 +518,7 @@ class StreamingRelay implements CdcRelay {
   /** One stream, start to end; `healthy` is called once it runs. */
   private async streamOnce(polled: readonly string[], catchUp: bigint, healthy: () => void): Promise<void> {
     const b = this.b;
+    const reader = await this.walReader();
     const stream = new ReplicationStream({
       connection: this.o.connection,
       slot: this.o.slot,
@@ -523,7 +537,7 @@ class StreamingRelay implements CdcRelay {
     const session: StreamSession = {
       stream,
       tracker,
-      batcher: new StreamBatcher(b.schema, eventsPrefix(b.schema), tracker, this.own),
+      batcher: new StreamBatcher(b.schema, eventsPrefix(b.schema), tracker, this.own, reader),
       queue: [],
       unsettled: 0,
       failure: undefined,
@@ -566,6 +580,13 @@ class StreamingRelay implements CdcRelay {
       this.busy.clear();
       this.handingOver.clear();
     }
+  }
+
+  /** The WAL-mode messages' reader of one stream: the key read again for it (src/cdc/wal-auth.ts). */
+  private async walReader(): Promise<WalReader> {
+    const { key, utf8 } = await loadWalKey(this.b.pool, this.b.schema, this.b.quotedSchema);
+    const partitions = await this.partitions();
+    return new WalReader(key, { partitions, utf8 }, this.o.acceptWalFormat1, this.walRefusals);
   }
 
   /** The reader: stream changes into the queue, paused at maxInFlight unsettled events. */

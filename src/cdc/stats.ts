@@ -19,6 +19,11 @@ export interface CdcStats {
   readonly handovers: number;
   /** Aggregates the polling path owns now. */
   readonly polled: number;
+  /**
+   * WAL-mode messages refused (not published, not stored): not authenticated, or in format 1
+   * where it is not read (src/cdc/wal-auth.ts).
+   */
+  readonly refusedMessages: number;
 }
 
 /** Reasons of `tx_outbox_cdc_reconnects_total`. */
@@ -38,6 +43,10 @@ export const CDC_METRICS = {
     'tx_outbox_cdc_reconnects_total',
     'Replication streams opened again after a failure, by reason.',
   ],
+  refused: [
+    'tx_outbox_cdc_refused_messages_total',
+    'WAL-mode messages the CDC relay refused (not published, not stored), by reason: unauthenticated, format_1, invalid.',
+  ],
 } as const;
 
 /** The CDC relay's gauges and counter, on the relay's sink. */
@@ -46,6 +55,8 @@ export class CdcMetrics {
   private readonly lagSeconds: GaugeMetric | undefined;
   private readonly streamingGauge: GaugeMetric | undefined;
   private readonly reconnectCount: CounterMetric | undefined;
+  /** tx_outbox_cdc_refused_messages_total{reason}, counted by WalRefusals (src/cdc/wal-auth.ts). */
+  readonly refused: CounterMetric | undefined;
 
   constructor(sink: MetricsSink) {
     if (!sink.enabled) return;
@@ -53,6 +64,7 @@ export class CdcMetrics {
     this.lagSeconds = sink.gauge(...CDC_METRICS.lagSeconds);
     this.streamingGauge = sink.gauge(...CDC_METRICS.streaming);
     this.reconnectCount = sink.counter(...CDC_METRICS.reconnects, ['reason']);
+    this.refused = sink.counter(...CDC_METRICS.refused, ['reason']);
   }
 
   lag(bytes: number, seconds: number): void {

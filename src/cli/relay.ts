@@ -52,6 +52,7 @@ interface RelayCliOptions extends DatabaseCommandOptions, MetricsFlags {
   readonly publication?: string;
   readonly heartbeat?: string;
   readonly silenceTimeout?: string;
+  readonly acceptWalFormat1?: boolean;
   readonly natsSubjects?: string[];
   readonly webhook?: string;
   readonly webhookSecret?: string;
@@ -125,6 +126,10 @@ export function registerRelay(program: Command): void {
     .option(
       '--silence-timeout <duration>',
       'with --source cdc: reconnect when the stream says nothing for this long (default 30s, more than --heartbeat)',
+    )
+    .option(
+      '--accept-wal-format-1',
+      'with --source cdc: also publish WAL-mode events of format 1 (no MAC) written after migration 12, while producers of an older tx-outbox still run; meanwhile any database login can publish events (docs/cdc.md)',
     )
     .option('--batch-size <n>', 'events claimed per batch (default 500)', integerOption(1, 10_000))
     .option(
@@ -219,6 +224,7 @@ function checkCdcFlags(options: RelayCliOptions, kind: RelayKind): void {
       ['--publication', options.publication],
       ['--heartbeat', options.heartbeat],
       ['--silence-timeout', options.silenceTimeout],
+      ['--accept-wal-format-1', options.acceptWalFormat1],
     ] as const
   ).filter(([, v]) => v !== undefined);
   if (given.length > 0) throw usageError(`${given.map(([f]) => f).join(', ')} need --source cdc`);
@@ -230,7 +236,14 @@ export function cdcFlags(options: {
   readonly publication?: string;
   readonly heartbeat?: string;
   readonly silenceTimeout?: string;
-}): { slot?: string; publication?: string; heartbeatMs?: number; silenceTimeoutMs?: number } {
+  readonly acceptWalFormat1?: boolean;
+}): {
+  slot?: string;
+  publication?: string;
+  heartbeatMs?: number;
+  silenceTimeoutMs?: number;
+  acceptWalFormat1?: boolean;
+} {
   const heartbeatMs =
     options.heartbeat === undefined ? undefined : parseDuration('--heartbeat', options.heartbeat);
   const silenceTimeoutMs =
@@ -247,6 +260,7 @@ export function cdcFlags(options: {
     ...(options.publication === undefined ? {} : { publication: options.publication }),
     ...(heartbeatMs === undefined ? {} : { heartbeatMs }),
     ...(silenceTimeoutMs === undefined ? {} : { silenceTimeoutMs }),
+    ...(options.acceptWalFormat1 ? { acceptWalFormat1: true } : {}),
   };
 }
 

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
 import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
+import { loadWalKey } from '../../src/cdc/wal-auth.js';
 import { brokerUnavailable, PublishError } from '../../src/errors.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
@@ -297,14 +298,17 @@ describe('CDC relay', () => {
     30_000,
   );
 
-  it('keeps an unreadable WAL-mode message as a dead event and streams on', async () => {
+  it('keeps an unreadable (authenticated) WAL-mode message as a dead event and streams on', async () => {
     const { publisher, prefix } = broker();
     const r = relay(publisher);
     await r.start();
+    // Format 99 from a holder of the producer's rights (the schema's key): kept, without its MAC.
+    const { key } = await loadWalKey(db.pool, db.schema, `"${db.schema}"`);
+    const unreadable = Buffer.from([99, 1, 2, 3]);
     await inTransaction(db.pool, async (tx) => {
       await tx.query('SELECT pg_logical_emit_message(true, $1, $2::bytea)', [
         `tx-outbox:${db.schema}`,
-        Buffer.from([99, 1, 2, 3]),
+        Buffer.concat([unreadable, key.mac(unreadable)]),
       ]);
       await enqueueVia(tx, events(prefix, 'after-garbage', 1), db.schema, 'wal');
     });
