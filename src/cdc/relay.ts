@@ -19,11 +19,11 @@ import { RelayCounters, type RelayStats } from '../relay/stats.js';
 import { type Failure, MAX_ERROR_CHARS, type Verdict } from '../relay/verdicts.js';
 import { Doorbell } from '../relay/wakeup.js';
 import { withSchema } from '../schema/identifiers.js';
-import { AckTracker } from './acks.js';
+import { AckTracker, nothingInFlight } from './acks.js';
 import { type Fence, FencedError, Handover, type HandoverRow, type ProgressRow } from './handover.js';
 import { CAUGHT_UP_SQL, HANDOVER_SQL } from './handover-sql.js';
 import { Heartbeat } from './heartbeat.js';
-import { formatLsn, parseLsn } from './lsn.js';
+import { formatLsn, type Lsn, parseLsn } from './lsn.js';
 import { type CdcRelayOptions, type ResolvedCdcRelayOptions, resolveCdcRelayOptions } from './options.js';
 import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
@@ -78,6 +78,8 @@ interface StreamSession {
   queue: StreamEvent[];
   /** Events read and not settled yet. */
   unsettled: number;
+  /** Changes the reader took from the stream and read into units (see {@link nothingInFlight}). */
+  read: number;
   /** The reader's or a recording's failure: ends the session. */
   failure: unknown;
   /** The outcome being recorded (one at a time; the next batch publishes meanwhile). */
@@ -531,6 +533,8 @@ class StreamingRelay implements CdcRelay {
       // The stream's own read-ahead is bounded like the relay's: decoded changes waiting for the
       // reader cost memory as unsettled events do (a 10,000 default each was ~100 MB of RSS).
       highWaterMark: this.o.maxInFlight,
+      // Called only once the stream runs, after `session` below is set.
+      onKeepalive: (walEnd) => this.keepalive(session, walEnd),
       logger: b.logger,
     });
     const tracker = new AckTracker();
@@ -540,6 +544,7 @@ class StreamingRelay implements CdcRelay {
       batcher: new StreamBatcher(b.schema, eventsPrefix(b.schema), tracker, this.own, reader),
       queue: [],
       unsettled: 0,
+      read: 0,
       failure: undefined,
       recording: undefined,
       refusedBatches: 0,
@@ -605,6 +610,7 @@ class StreamingRelay implements CdcRelay {
         }
         this.cdc.server = session.stream.serverLsn;
         const events = session.batcher.add(changes);
+        session.read += changes.length;
         session.unsettled += events.length;
         for (const e of events) session.queue.push(e);
         this.confirm(session);
@@ -618,7 +624,30 @@ class StreamingRelay implements CdcRelay {
 
   private confirm(session: StreamSession): void {
     const lsn = session.tracker.confirmable();
-    if (lsn === undefined) return;
+    if (lsn !== undefined) this.advance(session, lsn);
+  }
+
+  /**
+   * A keepalive's WAL end, confirmed when nothing is in flight (as pg_recvlogical does): the WAL
+   * up to it holds nothing unsettled of the relay's, and PostgreSQL's shutdown waits until the
+   * client confirms all it was sent, so a relay that confirmed only its own events' ends would
+   * hold a restart of the database up for as long as it stays connected.
+   */
+  private keepalive(session: StreamSession, walEnd: Lsn): void {
+    if (session.failure !== undefined) return;
+    this.confirm(session);
+    const idle = nothingInFlight({
+      buffered: session.stream.buffered,
+      handedOut: session.stream.handedOut,
+      read: session.read,
+      pendingUnits: session.tracker.pendingUnits,
+      unsettled: session.unsettled,
+    });
+    if (idle) this.advance(session, walEnd);
+  }
+
+  /** The slot may be confirmed up to `lsn`: the stream's next status update says so. */
+  private advance(session: StreamSession, lsn: Lsn): void {
     session.stream.confirm(lsn);
     if (lsn > this.cdc.confirmed) this.cdc.confirmed = lsn;
     if (!session.caughtUp && !session.catchingUp && lsn >= session.catchUp) {
