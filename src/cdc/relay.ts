@@ -388,8 +388,28 @@ class StreamingRelay implements CdcRelay {
       await this.leases.renew();
     } catch (error) {
       this.b.logger.warn({ err: error, relayId: this.id }, 'lease renewal failed');
+      if ((error as { code?: unknown }).code === CANNOT_CONNECT_NOW) this.serverGoingDown(error);
     }
     if (this.session && !(await this.holdsAll().catch(() => false))) this.bell.wake();
+  }
+
+  /**
+   * PostgreSQL refuses connections (shutting down): the stream ends now. A shutdown waits for the
+   * walsender, and the walsender until the relay confirms all it was sent; with events in flight
+   * that the relay cannot settle (a broker that is down) the database would stay down as long as
+   * the broker. What was not confirmed streams again once the server is back.
+   */
+  private serverGoingDown(cause: unknown): void {
+    const session = this.session;
+    if (session === undefined || session.failure !== undefined) return;
+    session.failure = new OutboxError(
+      'PostgreSQL refuses connections (shutting down): the replication stream ends and starts again ' +
+        'from the confirmed position once the server is back',
+      { code: 'TXO_CDC_SERVER_DOWN', retryable: true, cause },
+    );
+    void session.stream.close();
+    this.bell.wake();
+    this.readerBell.wake();
   }
 
   private async writeState(): Promise<void> {
@@ -1041,6 +1061,9 @@ class StreamingRelay implements CdcRelay {
     this.bell.wake();
   }
 }
+
+/** SQLSTATE 57P03: the server is shutting down (or starting up, or in recovery). */
+const CANNOT_CONNECT_NOW = '57P03';
 
 /** How often a relay whose slot was lost runs the start checks again. */
 const SLOT_LOST_RETRY_MS = 60_000;
