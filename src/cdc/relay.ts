@@ -27,7 +27,7 @@ import { formatLsn, type Lsn, parseLsn } from './lsn.js';
 import { type CdcRelayOptions, type ResolvedCdcRelayOptions, resolveCdcRelayOptions } from './options.js';
 import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
-import { CDC_SLOT_LOST, cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
+import { CDC_SLOT_LOST, cdcNames, cdcSlotStatus, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
 import { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
@@ -148,6 +148,10 @@ class StreamingRelay implements CdcRelay {
   private stateTimer: NodeJS.Timeout | undefined;
   private unregisterBacklogGauges: (() => void) | undefined;
   private readonly cdc = { reconnects: 0, handovers: 0, confirmed: 0n, server: 0n };
+  /** The slot as last sampled from pg_replication_slots ({@link sampleSlot}). */
+  private slotSample = { lagBytes: 0, retainedBytes: 0 };
+  /** The last sample failed (logged once a streak). */
+  private sampleFailing = false;
   private readonly stateSql: string;
   private readonly caughtUpSql: string;
   private readonly trouble: StreamTrouble;
@@ -252,7 +256,8 @@ class StreamingRelay implements CdcRelay {
       streaming: this.session !== undefined,
       confirmedLsn: confirmed > 0n ? formatLsn(confirmed) : undefined,
       serverLsn: server > 0n ? formatLsn(server) : undefined,
-      lagBytes: server > confirmed && confirmed > 0n ? Number(server - confirmed) : 0,
+      lagBytes: this.slotSample.lagBytes,
+      retainedBytes: this.slotSample.retainedBytes,
       lagSeconds: oldest ? Math.max(0, (Date.now() - oldest.getTime()) / 1000) : 0,
       reconnects: this.cdc.reconnects,
       handovers: this.cdc.handovers,
@@ -317,6 +322,7 @@ class StreamingRelay implements CdcRelay {
     this.renewTimer = setInterval(() => void this.renew(), Math.max(100, Math.floor(b.leaseMs / 3)));
     this.stateTimer = setInterval(() => void this.writeState(), b.backlogIntervalMs);
     this.stateTimer.unref();
+    void this.sampleSlot();
     this.loopDone = this.loop();
     this.backlog.start();
     this.pruner?.start();
@@ -413,8 +419,9 @@ class StreamingRelay implements CdcRelay {
   }
 
   private async writeState(): Promise<void> {
+    await this.sampleSlot();
     const stats = this.cdcStats();
-    this.metrics.lag(stats.lagBytes, stats.lagSeconds);
+    this.metrics.lagSeconds(stats.lagSeconds);
     if (!this.session || stats.confirmedLsn === undefined) return;
     await this.b.pool
       .query(this.stateSql, [this.o.slot, this.id, stats.confirmedLsn, stats.lagSeconds])
@@ -423,6 +430,32 @@ class StreamingRelay implements CdcRelay {
         if ((error as { code?: unknown }).code !== '42P01')
           this.b.logger.warn({ err: error, relayId: this.id }, 'could not write cdc_state');
       });
+  }
+
+  /**
+   * The slot's lag and retained WAL as PostgreSQL counts them (`cdc status`'s reading, every
+   * `backlogIntervalMs`, standby or streaming): what the relay knows from its stream is only what
+   * the server sent it, not the WAL the slot holds back.
+   */
+  private async sampleSlot(): Promise<void> {
+    try {
+      const status = await cdcSlotStatus(this.b.pool, {
+        schema: this.b.schema,
+        slot: this.o.slot,
+        publication: this.o.publication,
+      });
+      this.sampleFailing = false;
+      if (!status.exists) return;
+      this.slotSample = { lagBytes: status.lagBytes ?? 0, retainedBytes: status.retainedBytes ?? 0 };
+      this.metrics.slot(this.slotSample.lagBytes, this.slotSample.retainedBytes);
+    } catch (error) {
+      if (!this.sampleFailing)
+        this.b.logger.warn(
+          { err: error, relayId: this.id },
+          'could not read the slot lag (pg_replication_slots)',
+        );
+      this.sampleFailing = true;
+    }
   }
 
   /**
@@ -664,6 +697,7 @@ class StreamingRelay implements CdcRelay {
       unsettled: session.unsettled,
     });
     if (idle) this.advance(session, walEnd);
+    this.cdc.server = session.stream.serverLsn;
   }
 
   /** The slot may be confirmed up to `lsn`: the stream's next status update says so. */

@@ -48,6 +48,7 @@ export interface ChildCdcStats {
   readonly confirmedLsn: string | undefined;
   readonly serverLsn: string | undefined;
   readonly lagBytes: number;
+  readonly retainedBytes: number;
   readonly lagSeconds: number;
   readonly reconnects: number;
   readonly handovers: number;
