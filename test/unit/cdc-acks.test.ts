@@ -89,7 +89,7 @@ describe('AckTracker', () => {
   });
 });
 
-describe('nothingInFlight (may a keepalive\'s WAL end be confirmed?)', () => {
+describe("nothingInFlight (may a keepalive's WAL end be confirmed?)", () => {
   const idle: StreamHold = { buffered: 0, handedOut: 7, read: 7, pendingUnits: 0, unsettled: 0 };
 
   it('yes only when every change received was read and every unit read is settled and confirmed', () => {
