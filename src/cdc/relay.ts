@@ -19,15 +19,15 @@ import { RelayCounters, type RelayStats } from '../relay/stats.js';
 import { type Failure, MAX_ERROR_CHARS, type Verdict } from '../relay/verdicts.js';
 import { Doorbell } from '../relay/wakeup.js';
 import { withSchema } from '../schema/identifiers.js';
-import { AckTracker } from './acks.js';
+import { AckTracker, nothingInFlight } from './acks.js';
 import { type Fence, FencedError, Handover, type HandoverRow, type ProgressRow } from './handover.js';
 import { CAUGHT_UP_SQL, HANDOVER_SQL } from './handover-sql.js';
 import { Heartbeat } from './heartbeat.js';
-import { formatLsn, parseLsn } from './lsn.js';
+import { formatLsn, type Lsn, parseLsn } from './lsn.js';
 import { type CdcRelayOptions, type ResolvedCdcRelayOptions, resolveCdcRelayOptions } from './options.js';
 import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
-import { CDC_SLOT_LOST, cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
+import { CDC_SLOT_LOST, cdcNames, cdcSlotStatus, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
 import { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
@@ -78,6 +78,8 @@ interface StreamSession {
   queue: StreamEvent[];
   /** Events read and not settled yet. */
   unsettled: number;
+  /** Changes the reader took from the stream and read into units (see {@link nothingInFlight}). */
+  read: number;
   /** The reader's or a recording's failure: ends the session. */
   failure: unknown;
   /** The outcome being recorded (one at a time; the next batch publishes meanwhile). */
@@ -146,6 +148,10 @@ class StreamingRelay implements CdcRelay {
   private stateTimer: NodeJS.Timeout | undefined;
   private unregisterBacklogGauges: (() => void) | undefined;
   private readonly cdc = { reconnects: 0, handovers: 0, confirmed: 0n, server: 0n };
+  /** The slot as last sampled from pg_replication_slots ({@link sampleSlot}). */
+  private slotSample = { lagBytes: 0, retainedBytes: 0 };
+  /** The last sample failed (logged once a streak). */
+  private sampleFailing = false;
   private readonly stateSql: string;
   private readonly caughtUpSql: string;
   private readonly trouble: StreamTrouble;
@@ -250,7 +256,8 @@ class StreamingRelay implements CdcRelay {
       streaming: this.session !== undefined,
       confirmedLsn: confirmed > 0n ? formatLsn(confirmed) : undefined,
       serverLsn: server > 0n ? formatLsn(server) : undefined,
-      lagBytes: server > confirmed && confirmed > 0n ? Number(server - confirmed) : 0,
+      lagBytes: this.slotSample.lagBytes,
+      retainedBytes: this.slotSample.retainedBytes,
       lagSeconds: oldest ? Math.max(0, (Date.now() - oldest.getTime()) / 1000) : 0,
       reconnects: this.cdc.reconnects,
       handovers: this.cdc.handovers,
@@ -315,6 +322,7 @@ class StreamingRelay implements CdcRelay {
     this.renewTimer = setInterval(() => void this.renew(), Math.max(100, Math.floor(b.leaseMs / 3)));
     this.stateTimer = setInterval(() => void this.writeState(), b.backlogIntervalMs);
     this.stateTimer.unref();
+    void this.sampleSlot();
     this.loopDone = this.loop();
     this.backlog.start();
     this.pruner?.start();
@@ -386,13 +394,34 @@ class StreamingRelay implements CdcRelay {
       await this.leases.renew();
     } catch (error) {
       this.b.logger.warn({ err: error, relayId: this.id }, 'lease renewal failed');
+      if ((error as { code?: unknown }).code === CANNOT_CONNECT_NOW) this.serverGoingDown(error);
     }
     if (this.session && !(await this.holdsAll().catch(() => false))) this.bell.wake();
   }
 
+  /**
+   * PostgreSQL refuses connections (shutting down): the stream ends now. A shutdown waits for the
+   * walsender, and the walsender until the relay confirms all it was sent; with events in flight
+   * that the relay cannot settle (a broker that is down) the database would stay down as long as
+   * the broker. What was not confirmed streams again once the server is back.
+   */
+  private serverGoingDown(cause: unknown): void {
+    const session = this.session;
+    if (session === undefined || session.failure !== undefined) return;
+    session.failure = new OutboxError(
+      'PostgreSQL refuses connections (shutting down): the replication stream ends and starts again ' +
+        'from the confirmed position once the server is back',
+      { code: 'TXO_CDC_SERVER_DOWN', retryable: true, cause },
+    );
+    void session.stream.close();
+    this.bell.wake();
+    this.readerBell.wake();
+  }
+
   private async writeState(): Promise<void> {
+    await this.sampleSlot();
     const stats = this.cdcStats();
-    this.metrics.lag(stats.lagBytes, stats.lagSeconds);
+    this.metrics.lagSeconds(stats.lagSeconds);
     if (!this.session || stats.confirmedLsn === undefined) return;
     await this.b.pool
       .query(this.stateSql, [this.o.slot, this.id, stats.confirmedLsn, stats.lagSeconds])
@@ -401,6 +430,32 @@ class StreamingRelay implements CdcRelay {
         if ((error as { code?: unknown }).code !== '42P01')
           this.b.logger.warn({ err: error, relayId: this.id }, 'could not write cdc_state');
       });
+  }
+
+  /**
+   * The slot's lag and retained WAL as PostgreSQL counts them (`cdc status`'s reading, every
+   * `backlogIntervalMs`, standby or streaming): what the relay knows from its stream is only what
+   * the server sent it, not the WAL the slot holds back.
+   */
+  private async sampleSlot(): Promise<void> {
+    try {
+      const status = await cdcSlotStatus(this.b.pool, {
+        schema: this.b.schema,
+        slot: this.o.slot,
+        publication: this.o.publication,
+      });
+      this.sampleFailing = false;
+      if (!status.exists) return;
+      this.slotSample = { lagBytes: status.lagBytes ?? 0, retainedBytes: status.retainedBytes ?? 0 };
+      this.metrics.slot(this.slotSample.lagBytes, this.slotSample.retainedBytes);
+    } catch (error) {
+      if (!this.sampleFailing)
+        this.b.logger.warn(
+          { err: error, relayId: this.id },
+          'could not read the slot lag (pg_replication_slots)',
+        );
+      this.sampleFailing = true;
+    }
   }
 
   /**
@@ -531,6 +586,8 @@ class StreamingRelay implements CdcRelay {
       // The stream's own read-ahead is bounded like the relay's: decoded changes waiting for the
       // reader cost memory as unsettled events do (a 10,000 default each was ~100 MB of RSS).
       highWaterMark: this.o.maxInFlight,
+      // Called only once the stream runs, after `session` below is set.
+      onKeepalive: (walEnd) => this.keepalive(session, walEnd),
       logger: b.logger,
     });
     const tracker = new AckTracker();
@@ -540,6 +597,7 @@ class StreamingRelay implements CdcRelay {
       batcher: new StreamBatcher(b.schema, eventsPrefix(b.schema), tracker, this.own, reader),
       queue: [],
       unsettled: 0,
+      read: 0,
       failure: undefined,
       recording: undefined,
       refusedBatches: 0,
@@ -605,6 +663,7 @@ class StreamingRelay implements CdcRelay {
         }
         this.cdc.server = session.stream.serverLsn;
         const events = session.batcher.add(changes);
+        session.read += changes.length;
         session.unsettled += events.length;
         for (const e of events) session.queue.push(e);
         this.confirm(session);
@@ -618,7 +677,31 @@ class StreamingRelay implements CdcRelay {
 
   private confirm(session: StreamSession): void {
     const lsn = session.tracker.confirmable();
-    if (lsn === undefined) return;
+    if (lsn !== undefined) this.advance(session, lsn);
+  }
+
+  /**
+   * A keepalive's WAL end, confirmed when nothing is in flight (as pg_recvlogical does): the WAL
+   * up to it holds nothing unsettled of the relay's, and PostgreSQL's shutdown waits until the
+   * client confirms all it was sent, so a relay that confirmed only its own events' ends would
+   * hold a restart of the database up for as long as it stays connected.
+   */
+  private keepalive(session: StreamSession, walEnd: Lsn): void {
+    if (session.failure !== undefined) return;
+    this.confirm(session);
+    const idle = nothingInFlight({
+      buffered: session.stream.buffered,
+      handedOut: session.stream.handedOut,
+      read: session.read,
+      pendingUnits: session.tracker.pendingUnits,
+      unsettled: session.unsettled,
+    });
+    if (idle) this.advance(session, walEnd);
+    this.cdc.server = session.stream.serverLsn;
+  }
+
+  /** The slot may be confirmed up to `lsn`: the stream's next status update says so. */
+  private advance(session: StreamSession, lsn: Lsn): void {
     session.stream.confirm(lsn);
     if (lsn > this.cdc.confirmed) this.cdc.confirmed = lsn;
     if (!session.caughtUp && !session.catchingUp && lsn >= session.catchUp) {
@@ -1012,6 +1095,9 @@ class StreamingRelay implements CdcRelay {
     this.bell.wake();
   }
 }
+
+/** SQLSTATE 57P03: the server is shutting down (or starting up, or in recovery). */
+const CANNOT_CONNECT_NOW = '57P03';
 
 /** How often a relay whose slot was lost runs the start checks again. */
 const SLOT_LOST_RETRY_MS = 60_000;

@@ -7,10 +7,18 @@ export interface CdcStats {
   readonly streaming: boolean;
   /** The slot position this relay confirmed last (`16/B374D848`), if any. */
   readonly confirmedLsn: string | undefined;
-  /** The server's WAL end as last seen on the stream. */
+  /** The WAL position the server last said it had sent this relay up to (its keepalives). */
   readonly serverLsn: string | undefined;
-  /** Server WAL end − confirmed position, bytes. */
+  /**
+   * `pg_current_wal_lsn() − confirmed_flush_lsn` of the slot, bytes: the WAL it has not confirmed,
+   * as last sampled from pg_replication_slots (every `backlogIntervalMs`); 0 until then.
+   */
   readonly lagBytes: number;
+  /**
+   * `pg_current_wal_lsn() − restart_lsn` of the slot, bytes: the WAL PostgreSQL keeps for it (at
+   * least `lagBytes`; bounded by `max_slot_wal_keep_size`), sampled with `lagBytes`.
+   */
+  readonly retainedBytes: number;
   /** Age of the oldest streamed transaction not settled yet, s (0 when none). */
   readonly lagSeconds: number;
   /** Streams opened again after a failure. */
@@ -32,7 +40,11 @@ export type ReconnectReason = 'silent' | 'slot_active' | 'fenced' | 'leases_lost
 export const CDC_METRICS = {
   lagBytes: [
     'tx_outbox_cdc_slot_lag_bytes',
-    'Server WAL end minus the slot position the CDC relay confirmed, bytes.',
+    "WAL the CDC slot has not confirmed: pg_current_wal_lsn() minus the slot's confirmed_flush_lsn, bytes.",
+  ],
+  retainedBytes: [
+    'tx_outbox_cdc_slot_retained_bytes',
+    "WAL PostgreSQL keeps for the CDC slot: pg_current_wal_lsn() minus the slot's restart_lsn, bytes.",
   ],
   lagSeconds: [
     'tx_outbox_cdc_slot_lag_seconds',
@@ -52,7 +64,8 @@ export const CDC_METRICS = {
 /** The CDC relay's gauges and counter, on the relay's sink. */
 export class CdcMetrics {
   private readonly lagBytes: GaugeMetric | undefined;
-  private readonly lagSeconds: GaugeMetric | undefined;
+  private readonly retainedBytes: GaugeMetric | undefined;
+  private readonly lagSecondsGauge: GaugeMetric | undefined;
   private readonly streamingGauge: GaugeMetric | undefined;
   private readonly reconnectCount: CounterMetric | undefined;
   /** tx_outbox_cdc_refused_messages_total{reason}, counted by WalRefusals (src/cdc/wal-auth.ts). */
@@ -61,15 +74,21 @@ export class CdcMetrics {
   constructor(sink: MetricsSink) {
     if (!sink.enabled) return;
     this.lagBytes = sink.gauge(...CDC_METRICS.lagBytes);
-    this.lagSeconds = sink.gauge(...CDC_METRICS.lagSeconds);
+    this.retainedBytes = sink.gauge(...CDC_METRICS.retainedBytes);
+    this.lagSecondsGauge = sink.gauge(...CDC_METRICS.lagSeconds);
     this.streamingGauge = sink.gauge(...CDC_METRICS.streaming);
     this.reconnectCount = sink.counter(...CDC_METRICS.reconnects, ['reason']);
     this.refused = sink.counter(...CDC_METRICS.refused, ['reason']);
   }
 
-  lag(bytes: number, seconds: number): void {
-    this.lagBytes?.set(undefined, bytes);
-    this.lagSeconds?.set(undefined, seconds);
+  /** The slot as sampled from pg_replication_slots. */
+  slot(lagBytes: number, retainedBytes: number): void {
+    this.lagBytes?.set(undefined, lagBytes);
+    this.retainedBytes?.set(undefined, retainedBytes);
+  }
+
+  lagSeconds(seconds: number): void {
+    this.lagSecondsGauge?.set(undefined, seconds);
   }
 
   streaming(on: boolean): void {
