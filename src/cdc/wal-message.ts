@@ -161,6 +161,27 @@ export interface WalSchema {
   readonly utf8: boolean;
 }
 
+/** Below this a first byte may be a later format version; text (`{`, a letter) starts here. */
+const FIRST_TEXT_BYTE = 0x20;
+
+/**
+ * Why a first byte is no format this relay reads: a later version's (a producer of a newer
+ * tx-outbox), or no tx-outbox format at all (damaged, or written by something else under the
+ * events prefix) — never blamed on another version when it is not one.
+ */
+function unknownFormat(version: number): string {
+  if (version > WAL_FORMAT_VERSION && version < FIRST_TEXT_BYTE) {
+    return (
+      `is in format version ${version}, newer than the versions this tx-outbox reads (${WAL_FORMAT_UNSIGNED} and ${WAL_FORMAT_VERSION}): ` +
+      'a producer of a later tx-outbox version wrote it; upgrade the relay no later than the producers'
+    );
+  }
+  return (
+    `starts with byte 0x${version.toString(16).padStart(2, '0')}, which is no tx-outbox format version: ` +
+    'the message is damaged, or something other than enqueue wrote it under the events prefix'
+  );
+}
+
 /**
  * Reads a WAL-mode event message (the `content` of a pgoutput 'M' message with the events
  * prefix) of format 2 (its MAC, not verified here, left out: src/cdc/wal-auth.ts verifies first)
@@ -177,12 +198,7 @@ export function decodeWalEvent(content: Uint8Array, schema?: WalSchema): WalEven
     : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
   if (whole.length === 0) throw bad('is empty');
   const version = whole[0]!;
-  if (version !== WAL_FORMAT_VERSION && version !== WAL_FORMAT_UNSIGNED) {
-    throw bad(
-      `is in format version ${version}, and this tx-outbox reads versions ${WAL_FORMAT_UNSIGNED} and ${WAL_FORMAT_VERSION} only: ` +
-        'a producer of another tx-outbox version wrote it; run a relay of the same version as the producers',
-    );
-  }
+  if (version !== WAL_FORMAT_VERSION && version !== WAL_FORMAT_UNSIGNED) throw bad(unknownFormat(version));
   const b =
     version === WAL_FORMAT_VERSION ? whole.subarray(0, Math.max(1, whole.length - WAL_MAC_BYTES)) : whole;
   const r = new Reader(b, 1);

@@ -158,7 +158,30 @@ describe('WAL message', () => {
     })();
     expect(error).toBeInstanceOf(OutboxError);
     expect((error as OutboxError).code).toBe('TXO_CDC_BAD_MESSAGE');
-    expect((error as Error).message).toMatch(/format version 3.*reads versions 1 and 2 only/);
+    expect((error as Error).message).toMatch(
+      /format version 3, newer than the versions this tx-outbox reads \(1 and 2\)/,
+    );
+  });
+
+  it('does not blame another tx-outbox version for a message in no format of ours', () => {
+    for (const garbage of [
+      Buffer.from('{"forged":true}'),
+      Buffer.from([0x00, 1, 2, 3]),
+      Buffer.from('garbage'),
+    ]) {
+      const error = (() => {
+        try {
+          decodeWalEvent(garbage);
+        } catch (e) {
+          return e;
+        }
+      })();
+      expect((error as OutboxError).code).toBe('TXO_CDC_BAD_MESSAGE');
+      expect((error as Error).message).toMatch(
+        /which is no tx-outbox format version: the message is damaged/,
+      );
+      expect((error as Error).message).not.toMatch(/tx-outbox version wrote it/);
+    }
   });
 
   it('refuses an empty message, a cut one and unknown flags', () => {
