@@ -13,6 +13,7 @@ import { DATABASE_CONNECT_CODES } from '../network-errors.js';
 import { redactFields, redactText } from '../redact.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+import { warnSecretsOnCommandLine } from './argv-secrets.js';
 
 /** Exit code for bad usage or invalid input. */
 export const EXIT_USAGE = 2;
@@ -50,9 +51,18 @@ export interface LogLevelOptions {
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
-/** Adds `--database-url` (default: env DATABASE_URL) and `--schema` (default `outbox`). */
+/**
+ * Adds `--database-url` (default: env DATABASE_URL) and `--schema` (default `outbox`). Every
+ * command that takes `--database-url` warns, before it runs, when the URL given there carries a
+ * password (visible in `ps`): the one check for all of them (argv-secrets.ts), at `--log-level`.
+ */
 export function addDatabaseOptions(command: Command, { schema = true } = {}): Command {
   command.option('--database-url <url>', 'PostgreSQL connection URL (default: env DATABASE_URL)');
+  command.hook('preAction', (self) => {
+    const { databaseUrl: url, logLevel } = self.opts<{ databaseUrl?: string; logLevel?: string }>();
+    if (url === undefined) return;
+    warnSecretsOnCommandLine({ '--database-url': url }, createLogger(logLevel ?? 'warn'));
+  });
   if (schema) {
     command.option('--schema <name>', 'schema holding the outbox tables', schemaName, DEFAULT_SCHEMA);
   }

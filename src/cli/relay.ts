@@ -263,9 +263,9 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   }
   const url = databaseUrl(options);
   const logger = createLogger(options.logLevel);
+  // --database-url is checked for every command (common.ts, addDatabaseOptions).
   warnSecretsOnCommandLine(
     {
-      '--database-url': options.databaseUrl,
       '--nats': options.nats,
       '--webhook': options.webhook,
       '--rabbitmq': options.rabbitmq,
