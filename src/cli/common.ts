@@ -19,6 +19,12 @@ import { warnSecretsOnCommandLine } from './argv-secrets.js';
 export const EXIT_USAGE = 2;
 /** Exit code for a runtime failure. */
 export const EXIT_FAILURE = 1;
+/**
+ * Exit code when an id given on the command line names nothing the command can act on: not found
+ * (`event`, `dead show`, `inbox show`), or not dead / not quarantined any more (`dead replay`,
+ * `dead skip`, `inbox release`, which still act on the other ids given). A script sees the typo.
+ */
+export const EXIT_NOT_FOUND = 3;
 /** Exit code after an interrupt (128 + SIGINT). */
 export const EXIT_INTERRUPTED = 130;
 
@@ -177,7 +183,7 @@ export function verboseRequested(argv: readonly string[]): boolean {
 /**
  * Prints one line `tx-outbox: <message>` on stderr (plus the stack and causes
  * when verbose) and returns the exit code: 0 for help and version, 2 for bad
- * usage and invalid input, 1 for anything else.
+ * usage and invalid input, a CliError's own (3: an id not found), 1 for anything else.
  */
 export function reportError(error: unknown, verbose: boolean): number {
   if (error instanceof CommanderError) return reportCommanderError(error);
