@@ -7,7 +7,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
-import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
+import { dropCdcSlot, ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup.js';
 import { handoverPrefix } from '../../src/cdc/stream-batch.js';
 import { encodeWalBody, eventsPrefix } from '../../src/cdc/wal-message.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
@@ -32,7 +32,7 @@ afterEach(async () => {
 });
 afterAll(async () => {
   for (const s of schemas) {
-    await dropCdcSlot(pool, { slot: `txo_${s}`, publication: `txo_${s}` }).catch(() => undefined);
+    await dropCdcSlot(pool, { schema: s }).catch(() => undefined);
     await pool.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
   }
   await pool.end();
@@ -124,7 +124,7 @@ async function currentLsn(): Promise<string> {
 async function slotPast(schema: string, lsn: string): Promise<boolean> {
   const { rows } = await pool.query<{ past: boolean }>(
     'SELECT confirmed_flush_lsn >= $2::pg_lsn AS past FROM pg_replication_slots WHERE slot_name = $1',
-    [`txo_${schema}`, lsn],
+    [(await resolveCdcNames(pool, { schema })).slot, lsn],
   );
   return rows[0]?.past === true;
 }

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { enqueue as drizzleEnqueue } from '../../src/adapters/drizzle.js';
 import { enqueue as knexEnqueue } from '../../src/adapters/knex.js';
 import { enqueue as postgresJsEnqueue } from '../../src/adapters/postgres-js.js';
+import { resolveCdcNames } from '../../src/cdc/setup.js';
 import { decodeWalEvent, eventsPrefix, type WalEvent } from '../../src/cdc/wal-message.js';
 import { OutboxError, OutboxValidationError } from '../../src/errors.js';
 import { type EnqueueOptions, enqueue } from '../../src/producer/enqueue.js';
@@ -29,7 +30,7 @@ let pub: string;
 beforeAll(async () => {
   db = await createTestDb('walprod', { partitions: 8 });
   S = `"${db.schema}"`;
-  slot = `txo_${db.schema}`;
+  slot = (await resolveCdcNames(db.pool, { schema: db.schema })).slot; // this database's default
   pub = `txo_${db.schema}`;
   await db.pool.query(`CREATE PUBLICATION "${pub}" FOR TABLE ${S}.events WITH (publish = 'insert')`);
   await db.pool.query(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, [slot]);
