@@ -5,7 +5,10 @@ import { cdcNames } from './setup.js';
 
 /** The polling relay's options (`listen` ignored: the stream is the wake-up), and the stream's own. */
 export interface CdcRelayOptions extends RelayOptions {
-  /** Replication slot. Default `txo_<schema>`. */
+  /**
+   * Replication slot. Default: this database's slot of the schema, `txo_<database>_<schema>_<hash>`
+   * (or `txo_<schema>` while this database has a slot of that name), resolved at start.
+   */
   readonly slot?: string;
   /** Publication of `<schema>.events`. Default `txo_<schema>`. */
   readonly publication?: string;
@@ -36,7 +39,8 @@ export interface CdcRelayOptions extends RelayOptions {
 
 export interface ResolvedCdcRelayOptions {
   readonly base: ResolvedRelayOptions;
-  readonly slot: string;
+  /** The slot given; undefined: the database's default, resolved by the relay's start (resolveCdcNames). */
+  readonly slot: string | undefined;
   readonly publication: string;
   readonly heartbeatMs: number;
   readonly silenceTimeoutMs: number;

@@ -27,7 +27,15 @@ import { formatLsn, type Lsn, parseLsn } from './lsn.js';
 import { type CdcRelayOptions, type ResolvedCdcRelayOptions, resolveCdcRelayOptions } from './options.js';
 import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
-import { CDC_SLOT_LOST, cdcNames, cdcSlotStatus, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
+import {
+  CDC_SLOT_LOST,
+  type CdcNames,
+  cdcSlotStatus,
+  checkCdc,
+  ensureCdcSlot,
+  resolveCdcNames,
+  takeOverSlot,
+} from './setup.js';
 import { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
@@ -156,6 +164,8 @@ class StreamingRelay implements CdcRelay {
   private readonly caughtUpSql: string;
   private readonly trouble: StreamTrouble;
   private readonly loopLog: RepeatedErrorLog;
+  /** The slot (given, or this database's default) and publication, resolved by start(). */
+  private names: CdcNames | undefined;
   /** The slot was lost while running: re-run the start checks before the next attempt. */
   private slotLost = false;
 
@@ -240,7 +250,7 @@ class StreamingRelay implements CdcRelay {
     this.stateSql = withSchema(CDC_STATE_SQL, b.quotedSchema);
     this.caughtUpSql = withSchema(CAUGHT_UP_SQL, b.quotedSchema);
     this.trouble = new StreamTrouble(b.leaseMs);
-    this.loopLog = new RepeatedErrorLog(b.logger, { relayId: b.relayId, slot: o.slot });
+    this.loopLog = new RepeatedErrorLog(b.logger, { relayId: b.relayId });
   }
 
   stats(): RelayStats & { cdc: CdcStats } {
@@ -252,7 +262,7 @@ class StreamingRelay implements CdcRelay {
     const server = this.cdc.server;
     const oldest = this.session?.tracker.oldestPendingCommitTime;
     return {
-      slot: this.o.slot,
+      slot: this.names?.slot ?? this.o.slot,
       streaming: this.session !== undefined,
       confirmedLsn: confirmed > 0n ? formatLsn(confirmed) : undefined,
       serverLsn: server > 0n ? formatLsn(server) : undefined,
@@ -299,14 +309,19 @@ class StreamingRelay implements CdcRelay {
       relayId: this.id,
     });
     // Setup mistakes (wal_level, a lost slot) are for the operator: say so now, never skip.
-    const names = cdcNames(b.schema, { slot: this.o.slot, publication: this.o.publication });
+    const names = await resolveCdcNames(b.pool, {
+      schema: b.schema,
+      slot: this.o.slot,
+      publication: this.o.publication,
+    });
     await checkCdc(b.pool, names, b.logger);
     await ensureCdcSlot(b.pool, names);
+    this.names = names;
     // The WAL key (migration 12, the relay role's grant): a setup mistake is said now.
     await loadWalKey(b.pool, b.schema, b.quotedSchema);
     if (this.o.acceptWalFormat1) {
       b.logger.warn(
-        { relayId: this.id, slot: this.o.slot },
+        { relayId: this.id, slot: names.slot },
         'acceptWalFormat1: WAL-mode messages of format 1 (no MAC) are published, so any database login can publish events; turn it off once every producer runs this tx-outbox (docs/cdc.md, Upgrading WAL mode)',
       );
     }
@@ -333,7 +348,7 @@ class StreamingRelay implements CdcRelay {
         logger: b.logger,
       });
     }
-    b.logger.info({ relayId: this.id, schema: b.schema, slot: this.o.slot }, 'CDC relay started');
+    b.logger.info({ relayId: this.id, schema: b.schema, slot: names.slot }, 'CDC relay started');
   }
 
   stop(options: { timeout?: number } = {}): Promise<void> {
@@ -381,6 +396,13 @@ class StreamingRelay implements CdcRelay {
     b.logger.info({ relayId: this.id, ...this.counters.counts, ...this.cdcStats() }, 'CDC relay stopped');
   }
 
+  /** The names start() resolved: the loop, the stream and the state writes run only after it. */
+  private resolved(): CdcNames {
+    if (this.names === undefined)
+      throw new OutboxError('the CDC relay has not started', { code: 'TXO_RELAY_NOT_STARTED' });
+    return this.names;
+  }
+
   private partitions(): Promise<number> {
     return this.partitionCount.get();
   }
@@ -424,7 +446,7 @@ class StreamingRelay implements CdcRelay {
     this.metrics.lagSeconds(stats.lagSeconds);
     if (!this.session || stats.confirmedLsn === undefined) return;
     await this.b.pool
-      .query(this.stateSql, [this.o.slot, this.id, stats.confirmedLsn, stats.lagSeconds])
+      .query(this.stateSql, [this.resolved().slot, this.id, stats.confirmedLsn, stats.lagSeconds])
       .catch((error: unknown) => {
         // Before migration 11 there is no cdc_state: nothing to write, quietly.
         if ((error as { code?: unknown }).code !== '42P01')
@@ -439,9 +461,10 @@ class StreamingRelay implements CdcRelay {
    */
   private async sampleSlot(): Promise<void> {
     try {
+      // Before start() resolved the names, cdcSlotStatus resolves the default itself.
       const status = await cdcSlotStatus(this.b.pool, {
         schema: this.b.schema,
-        slot: this.o.slot,
+        slot: this.names?.slot ?? this.o.slot,
         publication: this.o.publication,
       });
       this.sampleFailing = false;
@@ -466,7 +489,7 @@ class StreamingRelay implements CdcRelay {
   private async loop(): Promise<void> {
     const b = this.b;
     let failures = 0;
-    const names = cdcNames(b.schema, { slot: this.o.slot, publication: this.o.publication });
+    const names = this.resolved();
     while (!this.halt) {
       try {
         if (this.slotLost) {
@@ -480,7 +503,7 @@ class StreamingRelay implements CdcRelay {
         }
         // The slot's holder, if any, is a relay that lost the leases: end its stream.
         if (!(await this.leases.verifyAll())) continue;
-        await takeOverSlot(b.pool, this.o.slot, { logger: b.logger });
+        await takeOverSlot(b.pool, names.slot, { logger: b.logger });
         const start = await this.handover.rebuild(b.pool);
         const catchUp = start.polled.length > 0 || start.unknown > 0 ? await this.catchUpMark() : 0n;
         await this.streamOnce(start.polled, catchUp, () => {
@@ -505,6 +528,7 @@ class StreamingRelay implements CdcRelay {
         if (this.trouble.yield) {
           const standbyMs = this.trouble.standbyMs(b.random);
           this.loopLog.report(error, 'CDC stream cannot run: released every lease, standing by', {
+            slot: names.slot,
             standbyMs,
           });
           await this.releaseLeases();
@@ -512,7 +536,7 @@ class StreamingRelay implements CdcRelay {
           continue;
         }
         const delay = loopErrorDelay(failures, b.random);
-        this.loopLog.report(error, 'CDC stream ended; reconnecting', { retryInMs: delay });
+        this.loopLog.report(error, 'CDC stream ended; reconnecting', { slot: names.slot, retryInMs: delay });
         await this.bell.sleep(delay);
       }
     }
@@ -523,13 +547,14 @@ class StreamingRelay implements CdcRelay {
    * Say so with the start check's full message (what may be missing, how to recover), give the
    * leases back (the polling relay of the recovery needs them), and check again every minute.
    */
-  private async onSlotLost(names: ReturnType<typeof cdcNames>, error: unknown): Promise<void> {
+  private async onSlotLost(names: CdcNames, error: unknown): Promise<void> {
     const full = await checkCdc(this.b.pool, names).then(
       () => error,
       (e: unknown) => e,
     );
     this.counters.lastError = redactText(errorMessage(full));
     this.loopLog.report(full, 'CDC slot lost: not streaming; leases released; checking again every minute', {
+      slot: names.slot,
       retryInMs: SLOT_LOST_RETRY_MS,
     });
     this.slotLost = true;
@@ -573,10 +598,11 @@ class StreamingRelay implements CdcRelay {
   /** One stream, start to end; `healthy` is called once it runs. */
   private async streamOnce(polled: readonly string[], catchUp: bigint, healthy: () => void): Promise<void> {
     const b = this.b;
+    const slot = this.resolved().slot;
     const reader = await this.walReader();
     const stream = new ReplicationStream({
       connection: this.o.connection,
-      slot: this.o.slot,
+      slot,
       publication: this.o.publication,
       // From what this relay knows is settled, when that is past the slot's confirmed_flush (the
       // server honours the later of the two): fewer duplicates after a walsender was killed.
@@ -618,7 +644,7 @@ class StreamingRelay implements CdcRelay {
       this.metrics.streaming(true);
       this.poll.start(() => session.caughtUp);
       healthy();
-      b.logger.info({ relayId: this.id, slot: this.o.slot, from: formatLsn(stream.confirmed) }, 'streaming');
+      b.logger.info({ relayId: this.id, slot, from: formatLsn(stream.confirmed) }, 'streaming');
       const reader = this.read(session);
       try {
         await this.publishLoop(session);

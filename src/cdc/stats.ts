@@ -2,7 +2,8 @@ import type { CounterMetric, GaugeMetric, MetricsSink } from '../metrics/sink.js
 
 /** The stream's side of `stats()`. */
 export interface CdcStats {
-  readonly slot: string;
+  /** The slot: the one given, or this database's default once start() resolved it (before: undefined). */
+  readonly slot: string | undefined;
   /** A replication stream is open and this relay holds every partition. */
   readonly streaming: boolean;
   /** The slot position this relay confirmed last (`16/B374D848`), if any. */

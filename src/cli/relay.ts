@@ -15,6 +15,7 @@ import type { RelayOptions } from '../relay/options.js';
 import type { RelayPruneOptions } from '../relay/pruner.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import { warnSecretsOnCommandLine } from './argv-secrets.js';
+import { DEFAULT_SLOT_HELP } from './cdc.js';
 import { type DatabaseCommandOptions, withDatabaseOptions } from './command.js';
 import {
   createLogger,
@@ -117,7 +118,11 @@ export function registerRelay(program: Command): void {
       '--ce-source <uri>',
       "CloudEvents source of the events, a URI-reference such as https://orders.example.com (default 'tx-outbox')",
     )
-    .option('--slot <name>', 'with --source cdc: replication slot (default txo_<schema>)', nonEmptyOption)
+    .option(
+      '--slot <name>',
+      `with --source cdc: replication slot (default ${DEFAULT_SLOT_HELP})`,
+      nonEmptyOption,
+    )
     .option('--publication <name>', 'with --source cdc: publication (default txo_<schema>)', nonEmptyOption)
     .option(
       '--heartbeat <duration>',
@@ -277,9 +282,9 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   }
   const url = databaseUrl(options);
   const logger = createLogger(options.logLevel);
+  // --database-url is checked for every command (common.ts, addDatabaseOptions).
   warnSecretsOnCommandLine(
     {
-      '--database-url': options.databaseUrl,
       '--nats': options.nats,
       '--webhook': options.webhook,
       '--rabbitmq': options.rabbitmq,
@@ -342,7 +347,8 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
     await serve(relay, logger, signals.first, {
       schema: options.schema,
       source: flags.kind,
-      ...(cdc === undefined ? {} : { slot: cdc.slot ?? `txo_${options.schema}` }),
+      // The default slot is resolved by the relay's start: its "CDC relay started" line names it.
+      ...(cdc?.slot === undefined ? {} : { slot: cdc.slot }),
       publisher:
         source.kind === 'config' ? { config: source.file, publisher: publisher.name } : describe(source.spec),
       pending: status.pending,

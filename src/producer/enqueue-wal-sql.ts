@@ -111,17 +111,3 @@ export function walStatements(schema: string, quotedSchema: string): WalStatemen
     manyVersioned: fill(EMIT_MANY_VERSIONED(prefix)),
   };
 }
-
-/**
- * What WAL mode needs of the database: wal_level = logical and a live pgoutput slot of this
- * database, else the messages would decode for no one (or not be written to the WAL at all).
- */
-export const WAL_SLOT_CHECK_SQL = `
-SELECT current_setting('wal_level') AS wal_level,
-       s.slot_name IS NOT NULL AS exists,
-       s.plugin,
-       s.slot_type,
-       s.database = current_database() AS here,
-       s.wal_status
-FROM (VALUES (1)) AS one (x)
-LEFT JOIN pg_catalog.pg_replication_slots s ON s.slot_name = $1::text`;

@@ -52,7 +52,10 @@ export interface EnqueueOptions {
    * `notify` does not apply.
    */
   readonly via?: 'table' | 'wal';
-  /** With `via: 'wal'`: the CDC relay's replication slot. Default `txo_<schema>`. */
+  /**
+   * With `via: 'wal'`: the CDC relay's replication slot. Default: the schema's default slot in the
+   * transaction's database, as the CDC relay resolves it (`txo_<database>_<schema>_<hash>`, docs/cdc.md).
+   */
   readonly slot?: string;
 }
 
@@ -185,7 +188,7 @@ export async function enqueue(
     throw new OutboxValidationError('via', `is ${String(via)}`, "Pass 'table' or 'wal'.");
   }
   const wal = via === 'wal';
-  const slot = wal || options.slot !== undefined ? walSlotName(schema, options.slot) : '';
+  const slot = wal || options.slot !== undefined ? walSlotName(schema, options.slot) : undefined;
   const sql = wal
     ? walStatementsFor(schema, prepareStatements)
     : statementsFor(schema, options.notify ?? true, prepareStatements);

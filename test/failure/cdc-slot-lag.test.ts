@@ -72,7 +72,7 @@ describe('cdc failure: the slot held back while the broker is down', () => {
     });
     await relay.start();
     await waitFor(() => relay!.stats().cdc.streaming, { what: 'streaming' });
-    const { slot } = cdcNames(SCHEMA);
+    const { slot } = await cdcNames(pool, SCHEMA);
 
     const first = await produce(pool, SCHEMA, cdcEvents('lag', 200, 20), { perTx: 100 });
     await waitFor(() => publisher.received.length === 200, { what: 'the first events delivered' });

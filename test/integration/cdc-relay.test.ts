@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
-import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
+import { dropCdcSlot, ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup.js';
 import { loadWalKey } from '../../src/cdc/wal-auth.js';
 import { brokerUnavailable, PublishError } from '../../src/errors.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
@@ -34,9 +34,7 @@ afterEach(async () => {
 });
 afterAll(async () => {
   if (db) {
-    await dropCdcSlot(db.pool, { slot: `txo_${db.schema}`, publication: `txo_${db.schema}` }).catch(
-      () => undefined,
-    );
+    await dropCdcSlot(db.pool, { schema: db.schema }).catch(() => undefined);
     await db.close();
   }
 });
@@ -156,7 +154,7 @@ async function currentLsn(): Promise<string> {
 async function slotPast(lsn: string): Promise<boolean> {
   const { rows } = await db.pool.query<{ past: boolean }>(
     'SELECT confirmed_flush_lsn >= $2::pg_lsn AS past FROM pg_replication_slots WHERE slot_name = $1',
-    [`txo_${db.schema}`, lsn],
+    [(await resolveCdcNames(db.pool, { schema: db.schema })).slot, lsn],
   );
   return rows[0]?.past === true;
 }

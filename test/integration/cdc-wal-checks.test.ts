@@ -10,7 +10,7 @@ import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { partitionOf } from '../../src/cdc/partition-of.js';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
-import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
+import { dropCdcSlot, ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup.js';
 import { handoverPrefix } from '../../src/cdc/stream-batch.js';
 import { loadWalKey } from '../../src/cdc/wal-auth.js';
 import { encodeWalBody, eventsPrefix } from '../../src/cdc/wal-message.js';
@@ -36,7 +36,7 @@ afterEach(async () => {
 });
 afterAll(async () => {
   for (const s of schemas) {
-    await dropCdcSlot(pool, { slot: `txo_${s}`, publication: `txo_${s}` }).catch(() => undefined);
+    await dropCdcSlot(pool, { schema: s }).catch(() => undefined);
     await pool.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
   }
   await pool.end();
@@ -136,7 +136,7 @@ async function currentLsn(): Promise<string> {
 async function slotPast(schema: string, lsn: string): Promise<boolean> {
   const { rows } = await pool.query<{ past: boolean }>(
     'SELECT confirmed_flush_lsn >= $2::pg_lsn AS past FROM pg_replication_slots WHERE slot_name = $1',
-    [`txo_${schema}`, lsn],
+    [(await resolveCdcNames(pool, { schema })).slot, lsn],
   );
   return rows[0]?.past === true;
 }

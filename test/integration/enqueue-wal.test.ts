@@ -12,6 +12,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { enqueue as drizzleEnqueue } from '../../src/adapters/drizzle.js';
 import { enqueue as knexEnqueue } from '../../src/adapters/knex.js';
 import { enqueue as postgresJsEnqueue } from '../../src/adapters/postgres-js.js';
+import { resolveCdcNames } from '../../src/cdc/setup.js';
 import { loadWalKey, type WalKey } from '../../src/cdc/wal-auth.js';
 import { decodeWalEvent, eventsPrefix, type WalEvent } from '../../src/cdc/wal-message.js';
 import { OutboxError, OutboxValidationError } from '../../src/errors.js';
@@ -32,7 +33,7 @@ let key: WalKey;
 beforeAll(async () => {
   db = await createTestDb('walprod', { partitions: 8 });
   S = `"${db.schema}"`;
-  slot = `txo_${db.schema}`;
+  slot = (await resolveCdcNames(db.pool, { schema: db.schema })).slot; // this database's default
   pub = `txo_${db.schema}`;
   await db.pool.query(`CREATE PUBLICATION "${pub}" FOR TABLE ${S}.events WITH (publish = 'insert')`);
   await db.pool.query(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, [slot]);
