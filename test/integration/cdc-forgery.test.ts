@@ -24,7 +24,7 @@ import type { OutboxEvent, PreparedEvent } from '../../src/producer/event.js';
 import { walSlotGate } from '../../src/producer/wal-slot.js';
 import { migrate } from '../../src/schema/migrate.js';
 import { rolesSql } from '../../src/schema/roles.js';
-import { firstDeliveryOrderViolations } from '../helpers/cdc.js';
+import { cdcNames, firstDeliveryOrderViolations } from '../helpers/cdc.js';
 import { inTransaction, waitFor } from '../helpers/db.js';
 import { type LogLine, logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
@@ -164,12 +164,13 @@ async function forge(as: pg.Pool, f: Forgery, transactional = true): Promise<num
 
 /** The slot's confirmed position is at or past the WAL position now. */
 async function settled(): Promise<void> {
+  const { slot } = await cdcNames(admin, SCHEMA);
   const { rows } = await admin.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
   await waitFor(
     async () => {
       const r = await admin.query<{ past: boolean }>(
         'SELECT confirmed_flush_lsn >= $2::pg_lsn AS past FROM pg_replication_slots WHERE slot_name = $1',
-        [`txo_${SCHEMA}`, rows[0]!.lsn],
+        [slot, rows[0]!.lsn],
       );
       return r.rows[0]?.past === true;
     },
