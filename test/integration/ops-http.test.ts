@@ -182,9 +182,21 @@ describe('serveMetrics', () => {
           { schema: db.schema },
         ),
       );
-      const down = await waitReady(server, 503, 'not ready: NATS down');
+      // 503 from the first publish left unanswered ("not known yet"), then the outage itself.
+      const waiting = await waitReady(server, 503, 'not ready: NATS down');
+      expect(waiting.failing).toEqual(['broker']);
+      expect(waiting.checks['broker']?.detail).toMatch(
+        /^nats: (not known yet: the first publish|unreachable since )/,
+      );
+      let down = waiting;
+      await waitFor(
+        async () => {
+          down = (await readyz(server)).body;
+          return /^nats: unreachable since /.test(down.checks['broker']?.detail ?? '');
+        },
+        { what: 'the outage named' },
+      );
       expect(down.failing).toEqual(['broker']);
-      expect(down.checks['broker']?.detail).toMatch(/^nats: unreachable since /);
       const metrics = (await get(server, '/metrics')).body;
       expect(metrics).toContain(`tx_outbox_relay_ready{schema="${db.schema}",publisher="nats"} 0`);
       expect(metrics).not.toContain(
