@@ -57,10 +57,15 @@ ALTER TABLE {{schema}}.events ADD CONSTRAINT events_names_check
 -- The destination: the topic, or without one <aggregate_type>.<event_type>, is one every broker
 -- takes (src/producer/names.ts): at most 255 bytes, no whitespace, no wildcard of NATS (* >) or
 -- MQTT (+ #), no leading '$' (system subjects), no empty token (a leading, trailing or double dot).
+-- A skip marker (`dead skip`, src/skip-marker.ts) goes where the event it replaces would have
+-- gone: its payload names that type (`skippedType`), which publishers route by.
 ALTER TABLE {{schema}}.events DROP CONSTRAINT IF EXISTS events_topic_check;
 ALTER TABLE {{schema}}.events ADD CONSTRAINT events_topic_check
-  CHECK (octet_length(coalesce(topic, aggregate_type || '.' || event_type)) <= 255
-         AND coalesce(topic, aggregate_type || '.' || event_type)
+  CHECK ((event_type <> 'tx-outbox.skipped' OR coalesce(jsonb_typeof(payload -> 'skippedType') = 'string', false))
+         AND octet_length(coalesce(topic, aggregate_type || '.' || CASE WHEN event_type = 'tx-outbox.skipped'
+                                                                       THEN payload ->> 'skippedType' ELSE event_type END)) <= 255
+         AND coalesce(topic, aggregate_type || '.' || CASE WHEN event_type = 'tx-outbox.skipped'
+                                                           THEN payload ->> 'skippedType' ELSE event_type END)
              !~ E'^[$.]|\\.$|\\.\\.|[*>+#\\t-\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]') NOT VALID;
 
 -- The headers (src/producer/headers.ts): a JSON object of strings; names are HTTP tokens of at
@@ -94,11 +99,12 @@ ALTER TABLE {{schema}}.events ADD CONSTRAINT events_headers_check
              AND (octet_length(headers::text) <= 262
                   OR headers::text !~ E'"[-!#$%&''*+.^_`|~0-9A-Za-z]{128}[-!#$%&''*+.^_`|~0-9A-Za-z]{128}'))) NOT VALID;
 
--- The producers' sequence rows: a base of at least 0 below the last sequence handed out, within
--- the safe integers (the next event would break events_sequence_check: enqueue fails loudly).
+-- The producers' sequence rows: a base of at least 0, the last sequence handed out at or above it
+-- (at it: none yet) and within the safe integers (past them, the next event would break
+-- events_sequence_check: enqueue fails loudly).
 ALTER TABLE {{schema}}.aggregate_sequences DROP CONSTRAINT IF EXISTS aggregate_sequences_sequence_check;
 ALTER TABLE {{schema}}.aggregate_sequences ADD CONSTRAINT aggregate_sequences_sequence_check
-  CHECK (sequence_base >= 0 AND last_sequence > sequence_base AND last_sequence <= 9007199254740991) NOT VALID;
+  CHECK (sequence_base >= 0 AND last_sequence >= sequence_base AND last_sequence <= 9007199254740991) NOT VALID;
 
 DO $migration$
 DECLARE

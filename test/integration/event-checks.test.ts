@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
+import { skipDead } from '../../src/ops/dead-skip.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import {
@@ -158,7 +159,7 @@ describe('the events table refuses what no relay can deliver', () => {
     const producer = r.as('producer');
     const insert = `INSERT INTO ${s}.aggregate_sequences (aggregate_type, aggregate_id, last_sequence, sequence_base)
                     VALUES ('order', $1, $2, $3)`;
-    await expect(producer.query(insert, ['seq-1', 0, 0])).rejects.toMatchObject({ code: '23514' });
+    await expect(producer.query(insert, ['seq-1', 3, 5])).rejects.toMatchObject({ code: '23514' });
     await expect(producer.query(insert, ['seq-2', 5, -1])).rejects.toMatchObject({ code: '23514' });
     await expect(producer.query(insert, ['seq-3', '9007199254740992', 0])).rejects.toMatchObject({
       code: '23514',
@@ -309,6 +310,41 @@ describe('the events table refuses what no relay can deliver', () => {
     const byHand = publisher.received.find((m) => m.aggregateId === 'by-hand');
     expect(byHand?.headers).toEqual({ 'x-tenant': 'acme' });
     await r.admin.query(`DELETE FROM ${s}.events`);
+  });
+});
+
+describe('skip markers', () => {
+  it("take the skipped event's destination: an operator's dead skip writes one, a forged one without it is refused", async () => {
+    // No topic: <aggregateType>.<type> is 255 bytes, with the marker's own type it would be 265.
+    const event = { aggregateType: 'a'.repeat(200), aggregateId: 'long', type: 't'.repeat(54), payload: {} };
+    const [{ eventId }] = await inTransaction(r.as('producer'), (tx) =>
+      enqueue(tx, [event], { schema: r.schema }),
+    );
+    await r.admin.query(`UPDATE ${s}.events SET status = 'dead', dead_at = now() WHERE event_id = $1`, [
+      eventId,
+    ]);
+    const skipped = await skipDead(r.as('operator'), {
+      schema: r.schema,
+      eventIds: [eventId!],
+      reason: 'test',
+    });
+    expect(skipped.skipped).toEqual([eventId]);
+    const { rows } = await r.admin.query(
+      `SELECT event_type, payload->>'skippedType' AS routed FROM ${s}.events`,
+    );
+    expect(rows).toEqual([{ event_type: 'tx-outbox.skipped', routed: 't'.repeat(54) }]);
+    await r.admin.query(`DELETE FROM ${s}.events`);
+
+    for (const payload of ['{}', '{"skippedType": 1}', '{"skippedType": "order placed"}']) {
+      await expect(
+        r.as('producer').query(
+          `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
+           VALUES (gen_random_uuid(), ${s}.partition_of('order', 'm'), 'order', 'm', 1, 'tx-outbox.skipped', $1::jsonb)`,
+          [payload],
+        ),
+        payload,
+      ).rejects.toMatchObject({ constraint: 'events_topic_check' });
+    }
   });
 });
 
