@@ -10,7 +10,7 @@ import {
 } from '../../src/producer/headers.js';
 import { createRelay } from '../../src/relay/relay.js';
 import { migrate } from '../../src/schema/migrate.js';
-import { createTestDb, inTransaction, waitFor } from '../helpers/db.js';
+import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { createLoginRoles, type LoginRoles } from '../helpers/login-roles.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 
@@ -88,69 +88,101 @@ async function hotEvents(): Promise<number> {
 
 describe('the events table refuses what no relay can deliver', () => {
   it("refuses the producer role's hand-written rows: a partition outside or beside the aggregate's, a sequence below 1 …", async () => {
-    const refused: Array<[string, Row, string]> = [
-      ['partition 999', { partition: 999 }, 'events_partition_check'],
-      ['partition -5', { partition: -5 }, 'events_partition_check'],
-      ["another aggregate's partition", { partition: 'wrong' }, 'events_partition_check'],
-      ['sequence -7', { sequence: -7 }, 'events_sequence_check'],
-      ['sequence 0', { sequence: 0 }, 'events_sequence_check'],
-      ['sequence 2^53', { sequence: '9007199254740992' }, 'events_sequence_check'],
-      ['sequence_base at the sequence', { sequence: 5, sequenceBase: 5 }, 'events_sequence_check'],
-      ['sequence_base -1', { sequenceBase: -1 }, 'events_sequence_check'],
-      ['schema version 0', { schemaVersion: 0 }, 'events_counts_check'],
-      ['next attempt at infinity', { nextAttemptAt: 'infinity' }, 'events_due_check'],
-      ['deliver_after infinity', { deliverAfter: 'infinity' }, 'events_due_check'],
+    const PARTITION = /^partition -?\d+ is not its aggregate's \(\d+\)$/;
+    const NAME =
+      /^aggregate_type, aggregate_id, event_type or topic holds a control character, a noncharacter or U\+FFFD$/;
+    const EDGE = /^aggregate_type or event_type starts or ends with whitespace$/;
+    const DESTINATION =
+      /^the destination \(topic, or <aggregate_type>\.<event_type> without one\) holds whitespace, a wildcard, a leading \$ or an empty token$/;
+    const NOT_OBJECT = /^headers are not a JSON object$/;
+    const TRACE = /^traceparent or tracestate is not a string of printable ASCII$/;
+    const HEADERS = /^headers are not all strings of printable ASCII under HTTP token names$/;
+    const RESERVED = /^a header name is one the envelope or a transport gives a meaning/;
+    const refused: Array<[string, Row, RegExp]> = [
+      ['partition 999', { partition: 999 }, PARTITION],
+      ['partition -5', { partition: -5 }, PARTITION],
+      ["another aggregate's partition", { partition: 'wrong' }, PARTITION],
+      ['sequence -7', { sequence: -7 }, /^sequence -7 is not from 1 to 9007199254740991$/],
+      ['sequence 0', { sequence: 0 }, /^sequence 0 is not/],
+      ['sequence 2^53', { sequence: '9007199254740992' }, /^sequence 9007199254740992 is not/],
+      [
+        'sequence_base at the sequence',
+        { sequence: 5, sequenceBase: 5 },
+        /^sequence_base 5 is not from 0 to the sequence \(5\) minus 1$/,
+      ],
+      ['sequence_base -1', { sequenceBase: -1 }, /^sequence_base -1 is not/],
+      ['schema version 0', { schemaVersion: 0 }, /^schema_version 0 is below 1$/],
+      ['next attempt at infinity', { nextAttemptAt: 'infinity' }, /^next_attempt_at is infinite: never due$/],
+      ['deliver_after infinity', { deliverAfter: 'infinity' }, /^deliver_after is infinite or past/],
       [
         'deliver_after past a JavaScript Date',
         { deliverAfter: '275760-09-14 00:00:00+00' },
-        'events_due_check',
+        /^deliver_after is/,
       ],
-      ['an empty type', { type: '' }, 'events_names_check'],
-      ['a type of 256 bytes', { type: `t${'é'.repeat(128)}`, topic: 'orders' }, 'events_names_check'],
-      ['a newline in the aggregate id', { aggregateId: 'a\nb' }, 'events_names_check'],
-      ['a noncharacter in the aggregate type', { aggregateType: 'order\u{10FFFF}' }, 'events_names_check'],
-      ['U+FFFD in the type', { type: 'order.\uFFFD' }, 'events_names_check'],
-      ['a type starting with a space', { type: ' order.placed', topic: 'orders' }, 'events_names_check'],
+      ['an empty type', { type: '' }, /^event_type is empty or over 255 bytes$/],
       [
-        'an aggregate type ending with U+3000',
-        { aggregateType: 'order\u3000', topic: 'orders' },
-        'events_names_check',
+        'a type of 256 bytes',
+        { type: `t${'é'.repeat(128)}`, topic: 'orders' },
+        /^event_type is empty or over 255 bytes$/,
       ],
-      ['a topic with a space', { topic: 'orders placed' }, 'events_topic_check'],
-      ['a topic with a NATS wildcard', { topic: 'orders.>' }, 'events_topic_check'],
-      ['a topic with an MQTT wildcard', { topic: 'orders/#' }, 'events_topic_check'],
-      ['a system topic', { topic: '$SYS.orders' }, 'events_topic_check'],
-      ['a topic with an empty token', { topic: 'orders..placed' }, 'events_topic_check'],
-      ['no topic, an aggregate type with a wildcard', { aggregateType: 'order*' }, 'events_topic_check'],
-      ['no topic, a type ending with a dot', { type: 'placed.' }, 'events_topic_check'],
+      ['an empty topic', { topic: '' }, /^topic is empty or over 255 bytes$/],
+      ['a newline in the aggregate id', { aggregateId: 'a\nb' }, NAME],
+      ['a noncharacter in the aggregate type', { aggregateType: 'order\u{10FFFF}' }, NAME],
+      ['U+FFFD in the type', { type: 'order.\uFFFD' }, NAME],
+      ['a DEL in the topic', { topic: 'orders\u007f' }, NAME],
+      ['a type starting with a space', { type: ' order.placed', topic: 'orders' }, EDGE],
+      ['an aggregate type ending with U+3000', { aggregateType: 'order\u3000', topic: 'orders' }, EDGE],
+      ['a topic with a space', { topic: 'orders placed' }, DESTINATION],
+      ['a topic with a NATS wildcard', { topic: 'orders.>' }, DESTINATION],
+      ['a topic with an MQTT wildcard', { topic: 'orders/#' }, DESTINATION],
+      ['a system topic', { topic: '$SYS.orders' }, DESTINATION],
+      ['a topic with an empty token', { topic: 'orders..placed' }, DESTINATION],
+      ['no topic, an aggregate type with a wildcard', { aggregateType: 'order*' }, DESTINATION],
+      ['no topic, a type ending with a dot', { type: 'placed.' }, DESTINATION],
       [
         'no topic, a default topic of 256 bytes',
         { aggregateType: 'a'.repeat(128), type: 'b'.repeat(127) },
-        'events_topic_check',
+        /^the destination \(topic, or <aggregate_type>\.<event_type> without one\) is over 255 bytes$/,
       ],
-      ['headers that are an array', { headers: '["a"]' }, 'events_headers_check'],
-      ['headers that are JSON null', { headers: 'null' }, 'events_headers_check'],
-      ['a header that is a number', { headers: '{"x-n": 1}' }, 'events_headers_check'],
-      ['a header that is an object', { headers: '{"x-n": {"a": "b"}}' }, 'events_headers_check'],
-      ['a header name with a space', { headers: '{"x n": "v"}' }, 'events_headers_check'],
-      ['a header value with a CR LF', { headers: '{"x-n": "a\\r\\nb"}' }, 'events_headers_check'],
-      ['a header value with non-ASCII', { headers: '{"x-n": "café"}' }, 'events_headers_check'],
-      ['a header value with DEL', { headers: '{"x-n": "a\u007fb"}' }, 'events_headers_check'],
-      ['a ce-id header', { headers: '{"ce-id": "forged"}' }, 'events_headers_check'],
-      ['a Type header', { headers: '{"Type": "order.cancelled"}' }, 'events_headers_check'],
+      ['headers that are an array', { headers: '["a"]' }, NOT_OBJECT],
+      ['headers that are JSON null', { headers: 'null' }, NOT_OBJECT],
+      ['headers that are a number', { headers: '1' }, NOT_OBJECT],
+      ['a traceparent that is a number', { headers: '{"traceparent": 1}' }, TRACE],
+      [
+        'a tracestate with a newline',
+        { headers: '{"traceparent": "00-a-b-01", "tracestate": "a\\nb"}' },
+        TRACE,
+      ],
+      ['a header that is a number', { headers: '{"x-n": 1}' }, HEADERS],
+      ['a header that is an object', { headers: '{"x-n": {"a": "b"}}' }, HEADERS],
+      ['a header name with a space', { headers: '{"x n": "v"}' }, HEADERS],
+      ['a header value with a CR LF', { headers: '{"x-n": "a\\r\\nb"}' }, HEADERS],
+      ['a header value with non-ASCII', { headers: '{"x-n": "café"}' }, HEADERS],
+      ['a header value with DEL', { headers: '{"x-n": "a\u007fb"}' }, HEADERS],
+      ['a ce-id header', { headers: '{"ce-id": "forged"}' }, RESERVED],
+      ['a Type header', { headers: '{"Type": "order.cancelled"}' }, RESERVED],
       [
         'a cc header next to the trace context',
         { headers: '{"traceparent": "00-a-b-01", "cc": "x"}' },
-        'events_headers_check',
+        RESERVED,
       ],
       [
         'a header name of 256 characters',
         { headers: `{"x-${'n'.repeat(254)}": "v"}` },
-        'events_headers_check',
+        /^a header name is over 255 characters$/,
       ],
     ];
-    for (const [what, row, constraint] of refused) {
-      await expect(insertByHand(row), what).rejects.toMatchObject({ code: '23514', constraint });
+    for (const [what, row, fault] of refused) {
+      const error = await insertByHand(row).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error, what).toMatchObject({ code: '23514', constraint: 'events_deliverable_check' });
+      const message = (error as Error).message;
+      expect(message, what).toMatch(/^tx-outbox: no relay could deliver this events row: /);
+      expect(message.replace(/^tx-outbox: no relay could deliver this events row: /, ''), what).toMatch(
+        fault,
+      );
     }
     expect(await hotEvents()).toBe(0);
   });
@@ -343,61 +375,84 @@ describe('skip markers', () => {
           [payload],
         ),
         payload,
-      ).rejects.toMatchObject({ constraint: 'events_topic_check' });
+      ).rejects.toMatchObject({
+        constraint: 'events_deliverable_check',
+        message: expect.stringMatching(/destination|skippedType/),
+      });
     }
   });
 });
 
-describe('migration 13 on a table that holds such rows', () => {
-  it('fails naming the count, the check and the query that finds them; once they are gone, it applies', async () => {
+describe('migration 13 on tables that hold such rows', () => {
+  it('fails naming the rows and their faults; once they are gone, it applies', async () => {
     const db = await createTestDb('evchk_migrate');
     const t = `"${db.schema}"`;
-    try {
-      // The schema as version 12 left it: no checks, and rows no relay can deliver.
-      for (const c of ['partition', 'sequence', 'counts', 'due', 'names', 'topic', 'headers']) {
-        await db.pool.query(`ALTER TABLE ${t}.events DROP CONSTRAINT events_${c}_check`);
-      }
+    const FAULT_ARGS =
+      'smallint, text, text, bigint, bigint, text, integer, text, jsonb, jsonb, timestamptz, timestamptz, integer, boolean';
+    const asVersion12 = async () => {
+      await db.pool.query(`ALTER TABLE ${t}.events DROP CONSTRAINT IF EXISTS events_deliverable_check`);
       await db.pool.query(
-        `ALTER TABLE ${t}.aggregate_sequences DROP CONSTRAINT aggregate_sequences_sequence_check`,
+        `ALTER TABLE ${t}.aggregate_sequences DROP CONSTRAINT IF EXISTS aggregate_sequences_sequence_check`,
       );
+      await db.pool.query(`DROP FUNCTION IF EXISTS ${t}.event_fault(${t}.events)`);
+      await db.pool.query(`DROP FUNCTION IF EXISTS ${t}.event_fault(${FAULT_ARGS})`);
       await db.pool.query(`DELETE FROM ${t}.migrations WHERE version = 13`);
-      await db.pool.query(
+    };
+    try {
+      await asVersion12();
+      const { rows: ids } = await db.pool.query<{ id: string }>(
         `INSERT INTO ${t}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
          VALUES (gen_random_uuid(), 999, 'order', 'a', 1, 'order.placed', '{}'),
-                (gen_random_uuid(), -5, 'order', 'b', 1, 'order.placed', '{}'),
-                (gen_random_uuid(), ${t}.partition_of('order', 'c'), 'order', 'c', 1, 'order.placed', '{}')`,
+                (gen_random_uuid(), ${t}.partition_of('order', 'b'), 'order', 'b', -7, 'order.placed', '{}'),
+                (gen_random_uuid(), ${t}.partition_of('order', 'c'), 'order', 'c', 1, 'order.placed', '{}')
+         RETURNING id::text`,
       );
       const failed = await migrate(db.pool, { schema: db.schema }).catch((error: unknown) => error);
       expect(failed).toMatchObject({ code: '23514' });
-      expect((failed as Error).message).toMatch(
-        /^tx-outbox migration 13: 2 row\(s\) of \S+\.events break the check events_partition_check: .* Find them with SELECT \* FROM \S+\.events WHERE NOT \(.*partition_of\(aggregate_type, aggregate_id\).*\); fix or delete them, then migrate again\.$/,
+      expect((failed as Error).message).toBe(
+        `tx-outbox migration 13: 2 row(s) of ${t}.events could never be delivered, written outside enqueue: ` +
+          `id ${ids[0]!.id}: partition 999 is not its aggregate's (${await partitionOf(db, 'a')}); ` +
+          `id ${ids[1]!.id}: sequence -7 is not from 1 to 9007199254740991; fix or delete them, then migrate again.`,
       );
       // Nothing of it stayed: the migration is one transaction.
-      const { rows } = await db.pool.query(
-        `SELECT conname FROM pg_constraint WHERE conrelid = '${t}.events'::regclass AND conname = 'events_sequence_check'`,
+      const { rows } = await db.pool.query(`SELECT to_regprocedure($1) AS f`, [
+        `${t}.event_fault(${t}.events)`,
+      ]);
+      expect(rows).toEqual([{ f: null }]);
+      await db.pool.query(`DELETE FROM ${t}.events WHERE id = ANY ($1::bigint[])`, [
+        ids.slice(0, 2).map((r) => r.id),
+      ]);
+
+      await db.pool.query(
+        `INSERT INTO ${t}.aggregate_sequences (aggregate_type, aggregate_id, last_sequence, sequence_base) VALUES ('order', 'd', 3, 5)`,
       );
-      expect(rows).toEqual([]);
-      await db.pool.query(`DELETE FROM ${t}.events WHERE partition NOT BETWEEN 0 AND 15`);
+      const again = await migrate(db.pool, { schema: db.schema }).catch((error: unknown) => error);
+      expect((again as Error).message).toMatch(
+        /^tx-outbox migration 13: 1 row\(s\) of \S+\.aggregate_sequences have a sequence_base below 0 or above last_sequence, .* Find them with SELECT \* FROM \S+\.aggregate_sequences WHERE NOT \(.*\); fix or delete them, then migrate again\.$/,
+      );
+      await db.pool.query(`DELETE FROM ${t}.aggregate_sequences WHERE aggregate_id = 'd'`);
+
       expect((await migrate(db.pool, { schema: db.schema })).applied).toEqual([13]);
       const checks = await db.pool.query<{ conname: string; convalidated: boolean }>(
         `SELECT conname, convalidated FROM pg_constraint
-         WHERE conrelid IN ('${t}.events'::regclass, '${t}.aggregate_sequences'::regclass) AND conname LIKE '%_check'
+         WHERE conrelid IN ('${t}.events'::regclass, '${t}.aggregate_sequences'::regclass)
+           AND conname IN ('events_deliverable_check', 'aggregate_sequences_sequence_check')
          ORDER BY conname`,
       );
-      expect(checks.rows.filter((c) => c.conname !== 'events_status_check')).toEqual(
-        [
-          'aggregate_sequences_sequence_check',
-          'events_counts_check',
-          'events_due_check',
-          'events_headers_check',
-          'events_names_check',
-          'events_partition_check',
-          'events_sequence_check',
-          'events_topic_check',
-        ].map((conname) => ({ conname, convalidated: true })),
-      );
+      expect(checks.rows).toEqual([
+        { conname: 'aggregate_sequences_sequence_check', convalidated: true },
+        { conname: 'events_deliverable_check', convalidated: true },
+      ]);
     } finally {
       await db.close();
     }
   });
 });
+
+async function partitionOf(db: TestDb, aggregateId: string): Promise<number> {
+  const { rows } = await db.pool.query<{ p: number }>(
+    `SELECT "${db.schema}".partition_of('order', $1) AS p`,
+    [aggregateId],
+  );
+  return rows[0]!.p;
+}
