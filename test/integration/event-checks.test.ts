@@ -349,15 +349,15 @@ describe('skip markers', () => {
   it("take the skipped event's destination: an operator's dead skip writes one, a forged one without it is refused", async () => {
     // No topic: <aggregateType>.<type> is 255 bytes, with the marker's own type it would be 265.
     const event = { aggregateType: 'a'.repeat(200), aggregateId: 'long', type: 't'.repeat(54), payload: {} };
-    const [{ eventId }] = await inTransaction(r.as('producer'), (tx) =>
-      enqueue(tx, [event], { schema: r.schema }),
+    const { eventId } = await inTransaction(r.as('producer'), (tx) =>
+      enqueue(tx, event, { schema: r.schema }),
     );
     await r.admin.query(`UPDATE ${s}.events SET status = 'dead', dead_at = now() WHERE event_id = $1`, [
       eventId,
     ]);
     const skipped = await skipDead(r.as('operator'), {
       schema: r.schema,
-      eventIds: [eventId!],
+      eventIds: [eventId],
       reason: 'test',
     });
     expect(skipped.skipped).toEqual([eventId]);
