@@ -3,8 +3,8 @@
  * business transactions of 1,000, then N relay processes (bench/relay-process.mjs,
  * the built package) drain them into JetStream.
  *
- * `source: 'cdc'`: the CDC relay (createCdcRelay) streams the backlog from the slot
- * `txo_<schema>`, created before the backlog is written so the slot holds all of it;
+ * `source: 'cdc'`: the CDC relay (createCdcRelay) streams the backlog from the schema's default
+ * slot, created before the backlog is written so the slot holds all of it;
  * `via: 'wal'` writes it as WAL messages (no rows: the drain is done when the stream holds
  * every event). The slot and its publication are dropped in teardown.
  *
@@ -18,6 +18,7 @@
  */
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { resolveCdcNames } from '../../src/cdc/setup.js';
 import { enqueue, ensureCdcSlot, inTransaction, migrate } from '../../src/index.js';
 import { CpuMeter } from '../cpu.js';
 import {
@@ -80,9 +81,13 @@ export function applicationNameOf(ctx: BenchContext): string {
   return `txo-${ctx.schema}`;
 }
 
-/** The CDC relay's slot and publication for `ctx` (the defaults: `txo_<schema>`). */
-export function cdcNamesOf(ctx: BenchContext): { slot: string; publication: string } {
-  return { slot: `txo_${ctx.schema}`, publication: `txo_${ctx.schema}` };
+/**
+ * The CDC relay's slot and publication for `ctx`: the defaults, as the relay resolves them in
+ * the context's database (`txo_<database>_<schema>_<hash>`, `txo_<schema>`).
+ */
+export async function cdcNamesOf(ctx: BenchContext): Promise<{ slot: string; publication: string }> {
+  const { slot, publication } = await resolveCdcNames(ctx.pool, { schema: ctx.schema });
+  return { slot, publication };
 }
 
 export async function pendingCount(ctx: BenchContext): Promise<number> {
@@ -143,7 +148,7 @@ async function slotActive(ctx: BenchContext): Promise<void> {
   for (let i = 0; i < 200; i++) {
     const { rows } = await ctx.pool.query<{ active: boolean }>(
       'SELECT active FROM pg_replication_slots WHERE slot_name = $1',
-      [cdcNamesOf(ctx).slot],
+      [(await cdcNamesOf(ctx)).slot],
     );
     if (rows[0]?.active) return;
     await new Promise((r) => setTimeout(r, 50));
@@ -210,7 +215,7 @@ export function txOutboxSystem(
       const cpu = new CpuMeter(ctx.pool, {
         relayPids: relays.map((r) => r.child.pid!),
         applicationName: applicationNameOf(ctx),
-        ...(source === 'cdc' ? { slot: cdcNamesOf(ctx).slot } : {}),
+        ...(source === 'cdc' ? { slot: (await cdcNamesOf(ctx)).slot } : {}),
       });
       const stream = via === 'wal' ? await streamCounter(ctx) : undefined;
       await cpu.sample();
@@ -245,7 +250,7 @@ export function txOutboxSystem(
         r.child.kill('SIGKILL');
       }
       relays = [];
-      if (source === 'cdc' || via === 'wal') await dropReplicationObjects(ctx, cdcNamesOf(ctx));
+      if (source === 'cdc' || via === 'wal') await dropReplicationObjects(ctx, await cdcNamesOf(ctx));
     },
   };
 }

@@ -72,14 +72,14 @@ export function txOutboxLatencySystem(
       return new CpuMeter(ctx.pool, {
         relayPids: [relay.child.pid!],
         applicationName: applicationNameOf(ctx),
-        ...(cdc ? { slot: cdcNamesOf(ctx).slot } : {}),
+        ...(cdc ? { slot: (await cdcNamesOf(ctx)).slot } : {}),
       });
     },
     enqueue: (ctx, client, event) => enqueueLatencyEvent(ctx, client, event, via),
     async stop(ctx) {
       if (relay) await stopRelay(relay);
       relay = undefined;
-      if (cdc) await dropReplicationObjects(ctx, cdcNamesOf(ctx));
+      if (cdc) await dropReplicationObjects(ctx, await cdcNamesOf(ctx));
     },
   };
 }

@@ -14,6 +14,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
+import { resolveCdcNames } from '../../src/cdc/setup.js';
 import { enqueue, migrate } from '../../src/index.js';
 import { benchContext } from '../lib.js';
 import { type RelayChild, spawnRelay, stopRelay, whenStarted } from '../systems/tx-outbox.js';
@@ -53,7 +54,8 @@ export async function producerRuns(
   const ctx = await benchContext(pool);
   const s = `"${ctx.schema}"`;
   let relay: RelayChild | undefined;
-  const slot = `txo_${ctx.schema}`;
+  // The schema's default slot in this database: what `enqueue(…, { via: 'wal' })` checks.
+  const { slot } = await resolveCdcNames(pool, { schema: ctx.schema });
   try {
     await migrate(pool, { schema: ctx.schema });
     await pool.query(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, [slot]);

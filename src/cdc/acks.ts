@@ -114,3 +114,32 @@ export class AckTracker {
     return this.#units.length - this.#head;
   }
 }
+
+/** What a relay holds of its stream at one moment (see {@link nothingInFlight}). */
+export interface StreamHold {
+  /** Changes the stream received and has not handed out (`ReplicationStream.buffered`). */
+  readonly buffered: number;
+  /** Changes the stream handed out in all (`ReplicationStream.handedOut`). */
+  readonly handedOut: number;
+  /** Of those, the changes read into units: handed out and not read yet, they are in nobody's books. */
+  readonly read: number;
+  /** Units opened and not confirmed (`AckTracker.pendingUnits`): a transaction received in part is one. */
+  readonly pendingUnits: number;
+  /** Events read and not settled (published and recorded, or handed over). */
+  readonly unsettled: number;
+}
+
+/**
+ * Whether the relay may confirm the WAL end of a keepalive (the server's sentPtr): every change
+ * received before it was read, and every unit read is settled and confirmed. Frames arrive in the
+ * order the server sent them, so such a keepalive's position covers nothing the relay has not
+ * settled, and the WAL up to it that the relay never saw holds no change it publishes (other
+ * tables and databases, checkpoints; a transaction still open on the server is sent after its
+ * commit, past that position). Any doubt — a buffered or unread change, an open or unsettled
+ * unit — answers no: confirming past an unpublished event would lose it after a crash.
+ */
+export function nothingInFlight(hold: StreamHold): boolean {
+  return (
+    hold.buffered === 0 && hold.read === hold.handedOut && hold.pendingUnits === 0 && hold.unsettled === 0
+  );
+}

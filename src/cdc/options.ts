@@ -5,7 +5,10 @@ import { cdcNames } from './setup.js';
 
 /** The polling relay's options (`listen` ignored: the stream is the wake-up), and the stream's own. */
 export interface CdcRelayOptions extends RelayOptions {
-  /** Replication slot. Default `txo_<schema>`. */
+  /**
+   * Replication slot. Default: this database's slot of the schema, `txo_<database>_<schema>_<hash>`
+   * (or `txo_<schema>` while this database has a slot of that name), resolved at start.
+   */
   readonly slot?: string;
   /** Publication of `<schema>.events`. Default `txo_<schema>`. */
   readonly publication?: string;
@@ -25,17 +28,26 @@ export interface CdcRelayOptions extends RelayOptions {
    * reader); above it the stream is paused. Default 2000: four batches of 500 in flight.
    */
   readonly maxInFlight?: number;
+  /**
+   * Also publish WAL-mode messages of format 1 (tx-outbox before migration 12: no MAC) written
+   * after the schema's WAL key was made. Those written before it are always read. Only while
+   * producers of an older tx-outbox still write in WAL mode: meanwhile any database login can
+   * publish events (docs/cdc.md, Upgrading WAL mode). Default false: refused and counted.
+   */
+  readonly acceptWalFormat1?: boolean;
 }
 
 export interface ResolvedCdcRelayOptions {
   readonly base: ResolvedRelayOptions;
-  readonly slot: string;
+  /** The slot given; undefined: the database's default, resolved by the relay's start (resolveCdcNames). */
+  readonly slot: string | undefined;
   readonly publication: string;
   readonly heartbeatMs: number;
   readonly silenceTimeoutMs: number;
   readonly statusIntervalMs: number;
   readonly connection: pg.ClientConfig;
   readonly maxInFlight: number;
+  readonly acceptWalFormat1: boolean;
 }
 
 function positive(value: number | undefined, fallback: number, field: string): number {
@@ -48,6 +60,13 @@ function positive(value: number | undefined, fallback: number, field: string): n
     );
   }
   return v;
+}
+
+function flag(value: boolean | undefined, field: string): boolean {
+  if (value === undefined) return false;
+  if (typeof value !== 'boolean')
+    throw new OutboxValidationError(field, `is ${String(value)}`, 'Pass true or false (default false).');
+  return value;
 }
 
 /**
@@ -90,5 +109,6 @@ export function resolveCdcRelayOptions(options: CdcRelayOptions): ResolvedCdcRel
     statusIntervalMs: positive(options.statusIntervalMs, 1000, 'statusIntervalMs'),
     connection: options.connection ?? poolOptions,
     maxInFlight: positive(options.maxInFlight, 2_000, 'maxInFlight'),
+    acceptWalFormat1: flag(options.acceptWalFormat1, 'acceptWalFormat1'),
   });
 }

@@ -19,19 +19,28 @@ import { RelayCounters, type RelayStats } from '../relay/stats.js';
 import { type Failure, MAX_ERROR_CHARS, type Verdict } from '../relay/verdicts.js';
 import { Doorbell } from '../relay/wakeup.js';
 import { withSchema } from '../schema/identifiers.js';
-import { AckTracker } from './acks.js';
+import { AckTracker, nothingInFlight } from './acks.js';
 import { type Fence, FencedError, Handover, type HandoverRow, type ProgressRow } from './handover.js';
 import { CAUGHT_UP_SQL, HANDOVER_SQL } from './handover-sql.js';
 import { Heartbeat } from './heartbeat.js';
-import { formatLsn, parseLsn } from './lsn.js';
+import { formatLsn, type Lsn, parseLsn } from './lsn.js';
 import { type CdcRelayOptions, type ResolvedCdcRelayOptions, resolveCdcRelayOptions } from './options.js';
 import { PollPath } from './poll-path.js';
 import { ReplicationStream } from './replication.js';
-import { CDC_SLOT_LOST, cdcNames, checkCdc, ensureCdcSlot, takeOverSlot } from './setup.js';
+import {
+  CDC_SLOT_LOST,
+  type CdcNames,
+  cdcSlotStatus,
+  checkCdc,
+  ensureCdcSlot,
+  resolveCdcNames,
+  takeOverSlot,
+} from './setup.js';
 import { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
 import { RefusalBound, StreamGate } from './stream-gate.js';
+import { loadWalKey, WalReader, WalRefusals } from './wal-auth.js';
 import { eventsPrefix, heartbeatPrefix } from './wal-message.js';
 
 export type { CdcRelayOptions } from './options.js';
@@ -77,6 +86,8 @@ interface StreamSession {
   queue: StreamEvent[];
   /** Events read and not settled yet. */
   unsettled: number;
+  /** Changes the reader took from the stream and read into units (see {@link nothingInFlight}). */
+  read: number;
   /** The reader's or a recording's failure: ends the session. */
   failure: unknown;
   /** The outcome being recorded (one at a time; the next batch publishes meanwhile). */
@@ -122,6 +133,8 @@ class StreamingRelay implements CdcRelay {
   private readonly pruner: BackgroundPruner | undefined;
   private readonly heartbeat: Heartbeat;
   private readonly metrics: CdcMetrics;
+  /** WAL-mode messages refused (not authenticated, format 1 where not read): counted, logged. */
+  private readonly walRefusals: WalRefusals;
   private readonly abort = new AbortController();
   /** Rings on new events, settled batches, lost leases and stop. */
   private readonly bell = new Doorbell();
@@ -143,10 +156,16 @@ class StreamingRelay implements CdcRelay {
   private stateTimer: NodeJS.Timeout | undefined;
   private unregisterBacklogGauges: (() => void) | undefined;
   private readonly cdc = { reconnects: 0, handovers: 0, confirmed: 0n, server: 0n };
+  /** The slot as last sampled from pg_replication_slots ({@link sampleSlot}). */
+  private slotSample = { lagBytes: 0, retainedBytes: 0 };
+  /** The last sample failed (logged once a streak). */
+  private sampleFailing = false;
   private readonly stateSql: string;
   private readonly caughtUpSql: string;
   private readonly trouble: StreamTrouble;
   private readonly loopLog: RepeatedErrorLog;
+  /** The slot (given, or this database's default) and publication, resolved by start(). */
+  private names: CdcNames | undefined;
   /** The slot was lost while running: re-run the start checks before the next attempt. */
   private slotLost = false;
 
@@ -157,6 +176,7 @@ class StreamingRelay implements CdcRelay {
     this.id = b.relayId;
     this.counters = new RelayCounters(b.metrics);
     this.metrics = new CdcMetrics(b.metricsSink);
+    this.walRefusals = new WalRefusals(b.logger, { relayId: b.relayId, slot: o.slot }, this.metrics.refused);
     this.outage = new OutageLog(
       b.logger,
       { relayId: b.relayId, publisher: b.publisher.name },
@@ -230,7 +250,7 @@ class StreamingRelay implements CdcRelay {
     this.stateSql = withSchema(CDC_STATE_SQL, b.quotedSchema);
     this.caughtUpSql = withSchema(CAUGHT_UP_SQL, b.quotedSchema);
     this.trouble = new StreamTrouble(b.leaseMs);
-    this.loopLog = new RepeatedErrorLog(b.logger, { relayId: b.relayId, slot: o.slot });
+    this.loopLog = new RepeatedErrorLog(b.logger, { relayId: b.relayId });
   }
 
   stats(): RelayStats & { cdc: CdcStats } {
@@ -242,15 +262,17 @@ class StreamingRelay implements CdcRelay {
     const server = this.cdc.server;
     const oldest = this.session?.tracker.oldestPendingCommitTime;
     return {
-      slot: this.o.slot,
+      slot: this.names?.slot ?? this.o.slot,
       streaming: this.session !== undefined,
       confirmedLsn: confirmed > 0n ? formatLsn(confirmed) : undefined,
       serverLsn: server > 0n ? formatLsn(server) : undefined,
-      lagBytes: server > confirmed && confirmed > 0n ? Number(server - confirmed) : 0,
+      lagBytes: this.slotSample.lagBytes,
+      retainedBytes: this.slotSample.retainedBytes,
       lagSeconds: oldest ? Math.max(0, (Date.now() - oldest.getTime()) / 1000) : 0,
       reconnects: this.cdc.reconnects,
       handovers: this.cdc.handovers,
       polled: this.handover.size,
+      refusedMessages: this.walRefusals.total,
     };
   }
 
@@ -264,6 +286,7 @@ class StreamingRelay implements CdcRelay {
       loopErrorsInARow: this.loopErrorsInARow,
       partitions: this.leases.size,
       brokerUnavailableSince: since === undefined ? undefined : new Date(since),
+      ...this.counters.broker.health(),
       lastError: this.counters.lastError,
     };
   }
@@ -286,9 +309,22 @@ class StreamingRelay implements CdcRelay {
       relayId: this.id,
     });
     // Setup mistakes (wal_level, a lost slot) are for the operator: say so now, never skip.
-    const names = cdcNames(b.schema, { slot: this.o.slot, publication: this.o.publication });
+    const names = await resolveCdcNames(b.pool, {
+      schema: b.schema,
+      slot: this.o.slot,
+      publication: this.o.publication,
+    });
     await checkCdc(b.pool, names, b.logger);
     await ensureCdcSlot(b.pool, names);
+    this.names = names;
+    // The WAL key (migration 12, the relay role's grant): a setup mistake is said now.
+    await loadWalKey(b.pool, b.schema, b.quotedSchema);
+    if (this.o.acceptWalFormat1) {
+      b.logger.warn(
+        { relayId: this.id, slot: names.slot },
+        'acceptWalFormat1: WAL-mode messages of format 1 (no MAC) are published, so any database login can publish events; turn it off once every producer runs this tx-outbox (docs/cdc.md, Upgrading WAL mode)',
+      );
+    }
     if (!this.stopping) await this.history?.start();
     if (this.loopDone || this.stopping) return;
     if (b.signal) {
@@ -301,6 +337,7 @@ class StreamingRelay implements CdcRelay {
     this.renewTimer = setInterval(() => void this.renew(), Math.max(100, Math.floor(b.leaseMs / 3)));
     this.stateTimer = setInterval(() => void this.writeState(), b.backlogIntervalMs);
     this.stateTimer.unref();
+    void this.sampleSlot();
     this.loopDone = this.loop();
     this.backlog.start();
     this.pruner?.start();
@@ -311,7 +348,7 @@ class StreamingRelay implements CdcRelay {
         logger: b.logger,
       });
     }
-    b.logger.info({ relayId: this.id, schema: b.schema, slot: this.o.slot }, 'CDC relay started');
+    b.logger.info({ relayId: this.id, schema: b.schema, slot: names.slot }, 'CDC relay started');
   }
 
   stop(options: { timeout?: number } = {}): Promise<void> {
@@ -359,6 +396,13 @@ class StreamingRelay implements CdcRelay {
     b.logger.info({ relayId: this.id, ...this.counters.counts, ...this.cdcStats() }, 'CDC relay stopped');
   }
 
+  /** The names start() resolved: the loop, the stream and the state writes run only after it. */
+  private resolved(): CdcNames {
+    if (this.names === undefined)
+      throw new OutboxError('the CDC relay has not started', { code: 'TXO_RELAY_NOT_STARTED' });
+    return this.names;
+  }
+
   private partitions(): Promise<number> {
     return this.partitionCount.get();
   }
@@ -372,21 +416,69 @@ class StreamingRelay implements CdcRelay {
       await this.leases.renew();
     } catch (error) {
       this.b.logger.warn({ err: error, relayId: this.id }, 'lease renewal failed');
+      if ((error as { code?: unknown }).code === CANNOT_CONNECT_NOW) this.serverGoingDown(error);
     }
     if (this.session && !(await this.holdsAll().catch(() => false))) this.bell.wake();
   }
 
+  /**
+   * PostgreSQL refuses connections (shutting down): the stream ends now. A shutdown waits for the
+   * walsender, and the walsender until the relay confirms all it was sent; with events in flight
+   * that the relay cannot settle (a broker that is down) the database would stay down as long as
+   * the broker. What was not confirmed streams again once the server is back.
+   */
+  private serverGoingDown(cause: unknown): void {
+    const session = this.session;
+    if (session === undefined || session.failure !== undefined) return;
+    session.failure = new OutboxError(
+      'PostgreSQL refuses connections (shutting down): the replication stream ends and starts again ' +
+        'from the confirmed position once the server is back',
+      { code: 'TXO_CDC_SERVER_DOWN', retryable: true, cause },
+    );
+    void session.stream.close();
+    this.bell.wake();
+    this.readerBell.wake();
+  }
+
   private async writeState(): Promise<void> {
+    await this.sampleSlot();
     const stats = this.cdcStats();
-    this.metrics.lag(stats.lagBytes, stats.lagSeconds);
+    this.metrics.lagSeconds(stats.lagSeconds);
     if (!this.session || stats.confirmedLsn === undefined) return;
     await this.b.pool
-      .query(this.stateSql, [this.o.slot, this.id, stats.confirmedLsn, stats.lagSeconds])
+      .query(this.stateSql, [this.resolved().slot, this.id, stats.confirmedLsn, stats.lagSeconds])
       .catch((error: unknown) => {
         // Before migration 11 there is no cdc_state: nothing to write, quietly.
         if ((error as { code?: unknown }).code !== '42P01')
           this.b.logger.warn({ err: error, relayId: this.id }, 'could not write cdc_state');
       });
+  }
+
+  /**
+   * The slot's lag and retained WAL as PostgreSQL counts them (`cdc status`'s reading, every
+   * `backlogIntervalMs`, standby or streaming): what the relay knows from its stream is only what
+   * the server sent it, not the WAL the slot holds back.
+   */
+  private async sampleSlot(): Promise<void> {
+    try {
+      // Before start() resolved the names, cdcSlotStatus resolves the default itself.
+      const status = await cdcSlotStatus(this.b.pool, {
+        schema: this.b.schema,
+        slot: this.names?.slot ?? this.o.slot,
+        publication: this.o.publication,
+      });
+      this.sampleFailing = false;
+      if (!status.exists) return;
+      this.slotSample = { lagBytes: status.lagBytes ?? 0, retainedBytes: status.retainedBytes ?? 0 };
+      this.metrics.slot(this.slotSample.lagBytes, this.slotSample.retainedBytes);
+    } catch (error) {
+      if (!this.sampleFailing)
+        this.b.logger.warn(
+          { err: error, relayId: this.id },
+          'could not read the slot lag (pg_replication_slots)',
+        );
+      this.sampleFailing = true;
+    }
   }
 
   /**
@@ -397,7 +489,7 @@ class StreamingRelay implements CdcRelay {
   private async loop(): Promise<void> {
     const b = this.b;
     let failures = 0;
-    const names = cdcNames(b.schema, { slot: this.o.slot, publication: this.o.publication });
+    const names = this.resolved();
     while (!this.halt) {
       try {
         if (this.slotLost) {
@@ -411,7 +503,7 @@ class StreamingRelay implements CdcRelay {
         }
         // The slot's holder, if any, is a relay that lost the leases: end its stream.
         if (!(await this.leases.verifyAll())) continue;
-        await takeOverSlot(b.pool, this.o.slot, { logger: b.logger });
+        await takeOverSlot(b.pool, names.slot, { logger: b.logger });
         const start = await this.handover.rebuild(b.pool);
         const catchUp = start.polled.length > 0 || start.unknown > 0 ? await this.catchUpMark() : 0n;
         await this.streamOnce(start.polled, catchUp, () => {
@@ -436,6 +528,7 @@ class StreamingRelay implements CdcRelay {
         if (this.trouble.yield) {
           const standbyMs = this.trouble.standbyMs(b.random);
           this.loopLog.report(error, 'CDC stream cannot run: released every lease, standing by', {
+            slot: names.slot,
             standbyMs,
           });
           await this.releaseLeases();
@@ -443,7 +536,7 @@ class StreamingRelay implements CdcRelay {
           continue;
         }
         const delay = loopErrorDelay(failures, b.random);
-        this.loopLog.report(error, 'CDC stream ended; reconnecting', { retryInMs: delay });
+        this.loopLog.report(error, 'CDC stream ended; reconnecting', { slot: names.slot, retryInMs: delay });
         await this.bell.sleep(delay);
       }
     }
@@ -454,13 +547,14 @@ class StreamingRelay implements CdcRelay {
    * Say so with the start check's full message (what may be missing, how to recover), give the
    * leases back (the polling relay of the recovery needs them), and check again every minute.
    */
-  private async onSlotLost(names: ReturnType<typeof cdcNames>, error: unknown): Promise<void> {
+  private async onSlotLost(names: CdcNames, error: unknown): Promise<void> {
     const full = await checkCdc(this.b.pool, names).then(
       () => error,
       (e: unknown) => e,
     );
     this.counters.lastError = redactText(errorMessage(full));
     this.loopLog.report(full, 'CDC slot lost: not streaming; leases released; checking again every minute', {
+      slot: names.slot,
       retryInMs: SLOT_LOST_RETRY_MS,
     });
     this.slotLost = true;
@@ -504,9 +598,11 @@ class StreamingRelay implements CdcRelay {
   /** One stream, start to end; `healthy` is called once it runs. */
   private async streamOnce(polled: readonly string[], catchUp: bigint, healthy: () => void): Promise<void> {
     const b = this.b;
+    const slot = this.resolved().slot;
+    const reader = await this.walReader();
     const stream = new ReplicationStream({
       connection: this.o.connection,
-      slot: this.o.slot,
+      slot,
       publication: this.o.publication,
       // From what this relay knows is settled, when that is past the slot's confirmed_flush (the
       // server honours the later of the two): fewer duplicates after a walsender was killed.
@@ -516,15 +612,18 @@ class StreamingRelay implements CdcRelay {
       // The stream's own read-ahead is bounded like the relay's: decoded changes waiting for the
       // reader cost memory as unsettled events do (a 10,000 default each was ~100 MB of RSS).
       highWaterMark: this.o.maxInFlight,
+      // Called only once the stream runs, after `session` below is set.
+      onKeepalive: (walEnd) => this.keepalive(session, walEnd),
       logger: b.logger,
     });
     const tracker = new AckTracker();
     const session: StreamSession = {
       stream,
       tracker,
-      batcher: new StreamBatcher(b.schema, eventsPrefix(b.schema), tracker, this.own),
+      batcher: new StreamBatcher(b.schema, eventsPrefix(b.schema), tracker, this.own, reader),
       queue: [],
       unsettled: 0,
+      read: 0,
       failure: undefined,
       recording: undefined,
       refusedBatches: 0,
@@ -545,7 +644,7 @@ class StreamingRelay implements CdcRelay {
       this.metrics.streaming(true);
       this.poll.start(() => session.caughtUp);
       healthy();
-      b.logger.info({ relayId: this.id, slot: this.o.slot, from: formatLsn(stream.confirmed) }, 'streaming');
+      b.logger.info({ relayId: this.id, slot, from: formatLsn(stream.confirmed) }, 'streaming');
       const reader = this.read(session);
       try {
         await this.publishLoop(session);
@@ -567,6 +666,13 @@ class StreamingRelay implements CdcRelay {
     }
   }
 
+  /** The WAL-mode messages' reader of one stream: the key read again for it (src/cdc/wal-auth.ts). */
+  private async walReader(): Promise<WalReader> {
+    const { key, utf8 } = await loadWalKey(this.b.pool, this.b.schema, this.b.quotedSchema);
+    const partitions = await this.partitions();
+    return new WalReader(key, { partitions, utf8 }, this.o.acceptWalFormat1, this.walRefusals);
+  }
+
   /** The reader: stream changes into the queue, paused at maxInFlight unsettled events. */
   private async read(session: StreamSession): Promise<void> {
     try {
@@ -583,6 +689,7 @@ class StreamingRelay implements CdcRelay {
         }
         this.cdc.server = session.stream.serverLsn;
         const events = session.batcher.add(changes);
+        session.read += changes.length;
         session.unsettled += events.length;
         for (const e of events) session.queue.push(e);
         this.confirm(session);
@@ -596,7 +703,31 @@ class StreamingRelay implements CdcRelay {
 
   private confirm(session: StreamSession): void {
     const lsn = session.tracker.confirmable();
-    if (lsn === undefined) return;
+    if (lsn !== undefined) this.advance(session, lsn);
+  }
+
+  /**
+   * A keepalive's WAL end, confirmed when nothing is in flight (as pg_recvlogical does): the WAL
+   * up to it holds nothing unsettled of the relay's, and PostgreSQL's shutdown waits until the
+   * client confirms all it was sent, so a relay that confirmed only its own events' ends would
+   * hold a restart of the database up for as long as it stays connected.
+   */
+  private keepalive(session: StreamSession, walEnd: Lsn): void {
+    if (session.failure !== undefined) return;
+    this.confirm(session);
+    const idle = nothingInFlight({
+      buffered: session.stream.buffered,
+      handedOut: session.stream.handedOut,
+      read: session.read,
+      pendingUnits: session.tracker.pendingUnits,
+      unsettled: session.unsettled,
+    });
+    if (idle) this.advance(session, walEnd);
+    this.cdc.server = session.stream.serverLsn;
+  }
+
+  /** The slot may be confirmed up to `lsn`: the stream's next status update says so. */
+  private advance(session: StreamSession, lsn: Lsn): void {
     session.stream.confirm(lsn);
     if (lsn > this.cdc.confirmed) this.cdc.confirmed = lsn;
     if (!session.caughtUp && !session.catchingUp && lsn >= session.catchUp) {
@@ -990,6 +1121,9 @@ class StreamingRelay implements CdcRelay {
     this.bell.wake();
   }
 }
+
+/** SQLSTATE 57P03: the server is shutting down (or starting up, or in recovery). */
+const CANNOT_CONNECT_NOW = '57P03';
 
 /** How often a relay whose slot was lost runs the start checks again. */
 const SLOT_LOST_RETRY_MS = 60_000;

@@ -30,6 +30,12 @@ export interface ReplicationStreamOptions {
   readonly silenceTimeoutMs?: number;
   /** Decoded changes buffered before the socket is paused (resumed below half). Default 10000. */
   readonly highWaterMark?: number;
+  /**
+   * Called with the WAL position of every keepalive (the server's sentPtr: everything it decoded,
+   * sent or not) before the reply it may ask for goes out. A consumer with nothing in flight
+   * confirms it: PostgreSQL's shutdown waits until the client confirms all it was sent.
+   */
+  readonly onKeepalive?: (walEnd: Lsn) => void;
   readonly logger?: Logger;
 }
 
@@ -85,6 +91,7 @@ export class ReplicationStream {
 
   #confirmed: Lsn;
   #serverLsn: Lsn = 0n;
+  #handedOut = 0;
   #lastReceivedAt = performance.now();
   /** Start of the current silence; reset while the socket is paused by us (a slow reader is not silence). */
   #quietSince = performance.now();
@@ -116,9 +123,14 @@ export class ReplicationStream {
     return this.#confirmed;
   }
 
-  /** The latest server WAL end seen (XLogData or keepalive). */
+  /** The latest WAL position the server said it sent up to (XLogData or keepalive). */
   get serverLsn(): Lsn {
     return this.#serverLsn;
+  }
+
+  /** Changes `next()` has handed out in all. */
+  get handedOut(): number {
+    return this.#handedOut;
   }
 
   /** performance.now() of the last frame from the server. */
@@ -288,6 +300,13 @@ export class ReplicationStream {
     } else if (kind === KEEPALIVE) {
       const walEnd = chunk.readBigUInt64BE(1);
       if (walEnd > this.#serverLsn) this.#serverLsn = walEnd;
+      try {
+        this.#options.onKeepalive?.(walEnd);
+      } catch (error) {
+        this.#fail(error);
+        return;
+      }
+      // A reply asked for (a shutdown asks until it is answered with all it sent): at once.
       if (chunk[17] === 1) this.#sendStatus();
     }
   }
@@ -296,6 +315,7 @@ export class ReplicationStream {
     const start = this.#head;
     const end = Math.min(this.#buffer.length, start + max);
     const changes = this.#buffer.slice(start, end);
+    this.#handedOut += changes.length;
     if (end === this.#buffer.length) {
       this.#buffer = [];
       this.#head = 0;

@@ -30,9 +30,47 @@ WHERE p.pubname = $1`;
 export const CREATE_PUBLICATION_SQL = `CREATE PUBLICATION {{publication}} FOR TABLE {{schema}}.events WITH (publish = 'insert')`;
 export const DROP_PUBLICATION_SQL = `DROP PUBLICATION IF EXISTS {{publication}}`;
 
+/**
+ * The default slot of an outbox schema in this database, as an SQL expression of the schema
+ * (`schema`: a text parameter such as `$1::text`). Replication slots are cluster-wide, so the name
+ * carries the database: `txo_<database>_<schema>_<hash>` — the database name lowercased with
+ * every character other than a-z, 0-9 and _ made `_`, the whole cut to 54 characters, then `_`
+ * and the first 8 hex digits of sha256('<database>/<schema>'), so distinct databases and schemas
+ * keep distinct names within PostgreSQL's 63 (`txo_shop_outbox_c6fa275c`). A slot `txo_<schema>`
+ * of THIS database (the default before 0.1.0) stays the default while it exists. Computed in SQL,
+ * so the relay, the CLI and `enqueue(…, { via: 'wal' })` resolve the same name from
+ * current_database() whatever the client calls the database (a pooler alias, PGDATABASE).
+ */
+export function defaultSlotSql(schema: string): string {
+  return `(CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots
+                          WHERE slot_name = 'txo_' || ${schema} AND database = current_database())
+      THEN 'txo_' || ${schema}
+      ELSE left('txo_' || regexp_replace(translate(current_database(), 'ABCDEFGHIJKLMNOPQRSTUVWXYZ',
+                                                   'abcdefghijklmnopqrstuvwxyz'), '[^a-z0-9_]', '_', 'g')
+                || '_' || ${schema}, 54)
+           || '_' || left(encode(sha256(convert_to(current_database() || '/' || ${schema}, 'UTF8')), 'hex'), 8)
+ END)`;
+}
+
+/** The default slot of schema $1 in this database (defaultSlotSql). */
+export const DEFAULT_SLOT_SQL = `SELECT ${defaultSlotSql('$1::text')} AS slot`;
+
 /** A permanent pgoutput slot; waits for the transactions running at the time to end (a consistent start). */
 export const CREATE_SLOT_SQL = `SELECT lsn::text AS lsn FROM pg_create_logical_replication_slot($1, 'pgoutput')`;
-export const DROP_SLOT_SQL = `SELECT pg_drop_replication_slot($1)`;
+
+/**
+ * Drops slot $1 only if it belongs to this database, in one statement (a slot of the same name in
+ * another database is never dropped, whatever happens in between): one row when it was dropped.
+ */
+export const DROP_SLOT_SQL = `
+SELECT pg_drop_replication_slot(slot_name)
+FROM pg_catalog.pg_replication_slots
+WHERE slot_name = $1 AND database = current_database()`;
+
+/** Where slot $1 is, if anywhere: its database (null for a physical slot) and type. */
+export const SLOT_DATABASE_SQL = `
+SELECT database::text AS database, slot_type, current_database()::text AS here
+FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`;
 
 /**
  * The slot as the checks and `cdc status` see it; one row even when the slot or the cdc_state row
@@ -51,10 +89,15 @@ FROM (SELECT $1::text AS name) n
 LEFT JOIN pg_replication_slots s ON s.slot_name = n.name
 LEFT JOIN {{schema}}.cdc_state c ON c.slot_name = n.name`;
 
-/** Ends the walsender streaming the slot, whoever it is; returns its pid, or no row when the slot is idle. */
+/**
+ * Ends the walsender streaming the slot of this database, whoever it is; returns its pid, or no
+ * row when the slot is idle (or not this database's: another database's walsender is never ended).
+ */
 export const TERMINATE_SLOT_HOLDER_SQL = `
 SELECT active_pid AS pid, pg_terminate_backend(active_pid) AS terminated
-FROM pg_replication_slots
-WHERE slot_name = $1 AND active_pid IS NOT NULL`;
+FROM pg_catalog.pg_replication_slots
+WHERE slot_name = $1 AND database = current_database() AND active_pid IS NOT NULL`;
 
-export const SLOT_ACTIVE_SQL = `SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1`;
+export const SLOT_ACTIVE_SQL = `
+SELECT active, active_pid FROM pg_catalog.pg_replication_slots
+WHERE slot_name = $1 AND database = current_database()`;

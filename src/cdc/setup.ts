@@ -2,6 +2,9 @@
  * The CDC relay's PostgreSQL objects: the names, the publication and slot (`ensureCdcSlot`), the
  * checks a relay makes before it streams (`checkCdc`), the slot's status and lag
  * (`cdcSlotStatus`), and the way out (`dropCdcSlot`). Nothing here drops anything unless asked.
+ * Replication slots are cluster-wide: every one of these matches the slot by name AND database,
+ * and refuses a slot of the same name in another database (TXO_CDC_SLOT_MISMATCH, naming it)
+ * instead of reporting, streaming, taking over or dropping it.
  */
 
 import type { Pool, PoolClient } from 'pg';
@@ -14,6 +17,7 @@ import { sleep } from '../sleep.js';
 import {
   CREATE_PUBLICATION_SQL,
   CREATE_SLOT_SQL,
+  DEFAULT_SLOT_SQL,
   DROP_PUBLICATION_SQL,
   DROP_SLOT_SQL,
   PUBLICATION_SQL,
@@ -21,6 +25,7 @@ import {
   SETUP_LOCK_SQL,
   SETUP_UNLOCK_SQL,
   SLOT_ACTIVE_SQL,
+  SLOT_DATABASE_SQL,
   SLOT_STATUS_SQL,
   TERMINATE_SLOT_HOLDER_SQL,
 } from './setup-sql.js';
@@ -29,23 +34,39 @@ export const CDC_WAL_LEVEL = 'TXO_CDC_WAL_LEVEL';
 export const CDC_SLOT_LOST = 'TXO_CDC_SLOT_LOST';
 export const CDC_NO_REPLICATION = 'TXO_CDC_NO_REPLICATION';
 export const CDC_SLOT_ACTIVE = 'TXO_CDC_SLOT_ACTIVE';
-/** The slot or the publication exists but is not one tx-outbox can stream (plugin, type, database, table). */
+/**
+ * The slot or the publication exists but is not one tx-outbox can stream (plugin, type, table), or
+ * the slot belongs to another database.
+ */
 export const CDC_SLOT_MISMATCH = 'TXO_CDC_SLOT_MISMATCH';
 
 export interface CdcNameOptions {
   /** Schema that holds the outbox tables. Default `outbox`. */
   readonly schema?: string;
-  /** Replication slot. Default `txo_<schema>`. */
+  /**
+   * Replication slot. Default: this database's slot of the schema, `txo_<database>_<schema>_<hash>`
+   * (or `txo_<schema>` while a slot of that name exists in this database; docs/cdc.md).
+   */
   readonly slot?: string;
-  /** Publication. Default `txo_<schema>`. */
+  /** Publication (one database's object). Default `txo_<schema>`. */
   readonly publication?: string;
 }
 
+/** The validated names as given: `slot` undefined stands for this database's default slot. */
+export interface CdcNameChoice {
+  readonly schema: string;
+  readonly slot: string | undefined;
+  readonly publication: string;
+}
+
+/** The names with the slot resolved (resolveCdcNames). */
 export interface CdcNames {
   readonly schema: string;
   readonly slot: string;
   readonly publication: string;
 }
+
+type Queryable = Pool | PoolClient;
 
 // Slot names may hold only lowercase letters, digits and underscores (PostgreSQL's own rule),
 // 63 bytes at most; the publication follows the same rule so it needs no case-folding care.
@@ -63,22 +84,35 @@ function checkedName(field: string, name: string): string {
 }
 
 /**
- * The validated names; slot and publication default to `txo_<schema>` (schema names fit: 58 at
- * most). `cdcNames('orders', { slot })` is the same as `cdcNames({ schema: 'orders', slot })`.
+ * The validated names; the publication defaults to `txo_<schema>` (schema names fit: 58 at most),
+ * the slot to undefined: this database's default, which only the database can tell
+ * (resolveCdcNames). `cdcNames('orders', { slot })` is the same as `cdcNames({ schema: 'orders', slot })`.
  */
 export function cdcNames(
   schemaOrOptions: string | CdcNameOptions = {},
   more: Omit<CdcNameOptions, 'schema'> = {},
-): CdcNames {
+): CdcNameChoice {
   const options =
     typeof schemaOrOptions === 'string' ? { ...more, schema: schemaOrOptions } : schemaOrOptions;
   const schema = options.schema ?? DEFAULT_SCHEMA;
   quoteSchema(schema);
   return {
     schema,
-    slot: checkedName('slot', options.slot ?? `txo_${schema}`),
+    slot: options.slot === undefined ? undefined : checkedName('slot', options.slot),
     publication: checkedName('publication', options.publication ?? `txo_${schema}`),
   };
+}
+
+/**
+ * The names with the slot resolved: the one given, else this database's default slot of the
+ * schema (DEFAULT_SLOT_SQL: `txo_<database>_<schema>_<hash>`, or `txo_<schema>` while this
+ * database has a slot of that name).
+ */
+export async function resolveCdcNames(db: Queryable, options: CdcNameOptions = {}): Promise<CdcNames> {
+  const choice = cdcNames(options);
+  if (choice.slot !== undefined) return { ...choice, slot: choice.slot };
+  const { rows } = await db.query<{ slot: string }>(DEFAULT_SLOT_SQL, [choice.schema]);
+  return { ...choice, slot: checkedName('slot', rows[0]!.slot) };
 }
 
 function publicationSql(sql: string, names: CdcNames): string {
@@ -109,7 +143,7 @@ export interface EnsureCdcSlotResult {
  * does not fit is an OutboxError saying what to do.
  */
 export async function ensureCdcSlot(pool: Pool, options: CdcNameOptions = {}): Promise<EnsureCdcSlotResult> {
-  const names = cdcNames(options);
+  const names = await resolveCdcNames(pool, options);
   const lease = await Checkout.of(pool);
   const { client } = lease;
   let failure: unknown;
@@ -169,6 +203,10 @@ async function ensureSlot(client: PoolClient, names: CdcNames): Promise<boolean>
     return true;
   } catch (error) {
     if (pgCode(error) !== DUPLICATE_OBJECT) throw error;
+    // Created meanwhile by someone our lock does not hold off (advisory locks are per database:
+    // another database's relay among them): it counts as "exists" only if it is ours.
+    const mismatch = await foreignSlot(client, names);
+    if (mismatch !== undefined) throw mismatch;
     return false;
   }
 }
@@ -191,7 +229,7 @@ export interface SlotRow {
   readonly relay_id: string | null;
 }
 
-async function readSlot(client: Pool | PoolClient, names: CdcNames): Promise<SlotRow> {
+async function readSlot(client: Queryable, names: CdcNames): Promise<SlotRow> {
   const { rows } = await client.query<SlotRow>(withSchema(SLOT_STATUS_SQL, quoteSchema(names.schema)), [
     names.slot,
   ]);
@@ -199,18 +237,49 @@ async function readSlot(client: Pool | PoolClient, names: CdcNames): Promise<Slo
 }
 
 function slotMismatch(names: CdcNames, row: SlotRow): OutboxError | undefined {
+  if (row.slot_type === 'logical' && row.same_database === false) {
+    return otherDatabaseError(names.slot, row.database);
+  }
   const problem =
     row.slot_type !== 'logical'
       ? `is a ${row.slot_type ?? 'unknown'} slot`
       : row.plugin !== 'pgoutput'
         ? `uses the plugin "${row.plugin ?? '?'}"`
-        : row.same_database === false
-          ? `belongs to the database "${row.database ?? '?'}"`
-          : undefined;
+        : undefined;
   if (problem === undefined) return undefined;
   return new OutboxError(
     `replication slot "${names.slot}" ${problem}, not a logical pgoutput slot of this database: ` +
       'name another slot with --slot (it is created for you), or drop that one if it is not in use',
+    { code: CDC_SLOT_MISMATCH },
+  );
+}
+
+/**
+ * A slot of the name in another database: never ours to stream, report, take over or drop (slots
+ * are cluster-wide, and that database's relay or producers may depend on it).
+ */
+function otherDatabaseError(slot: string, database: string | null): OutboxError {
+  return new OutboxError(
+    `replication slot "${slot}" belongs to the database "${database ?? '?'}", not to the one this ` +
+      "connection is to: tx-outbox never uses, reports or drops another database's slot. Name a slot of " +
+      'this database with --slot (the slot option; it is created for you), or connect to ' +
+      `"${database ?? '?'}" to manage that one`,
+    { code: CDC_SLOT_MISMATCH },
+  );
+}
+
+/** The refusal when slot `names.slot` exists but not in this database (or is physical); else undefined. */
+async function foreignSlot(db: Queryable, names: CdcNames): Promise<OutboxError | undefined> {
+  const { rows } = await db.query<{ database: string | null; slot_type: string; here: string }>(
+    SLOT_DATABASE_SQL,
+    [names.slot],
+  );
+  const row = rows[0];
+  if (row === undefined || row.database === row.here) return undefined;
+  if (row.slot_type === 'logical') return otherDatabaseError(names.slot, row.database);
+  return new OutboxError(
+    `replication slot "${names.slot}" is a ${row.slot_type} slot, not a logical slot of this database: ` +
+      'name another slot with --slot',
     { code: CDC_SLOT_MISMATCH },
   );
 }
@@ -321,10 +390,17 @@ export interface CdcSlotStatus {
 
 const bytes = (text: string | null): number | null => (text === null ? null : Number(text));
 
-/** The slot's state and lag; `exists: false` (and nulls) when there is no such slot. */
+/**
+ * The slot's state and lag; `exists: false` (and nulls) when there is no such slot. A slot of the
+ * name in another database is not this one's: TXO_CDC_SLOT_MISMATCH, naming that database.
+ */
 export async function cdcSlotStatus(pool: Pool, options: CdcNameOptions = {}): Promise<CdcSlotStatus> {
-  const names = cdcNames(options);
+  const names = await resolveCdcNames(pool, options);
   const row = await readSlot(pool, names);
+  if (row.exists && row.same_database !== true) {
+    const foreign = await foreignSlot(pool, names);
+    if (foreign !== undefined) throw foreign;
+  }
   return {
     slot: names.slot,
     publication: names.publication,
@@ -346,29 +422,40 @@ export interface DropCdcSlotOptions extends CdcNameOptions {
 }
 
 export interface DropCdcSlotResult {
+  /** Whether the slot was dropped (false: this database had none of that name). */
   readonly slot: boolean;
   readonly publication: boolean;
+  /** The slot's name (the default resolved). */
+  readonly slotName: string;
 }
 
 /**
- * Drops the slot and the publication (each if present). Refuses, with TXO_CDC_SLOT_ACTIVE, while
- * a relay streams the slot, unless `terminate`. WAL-mode events the slot had not confirmed are
- * gone with it: the caller says so to the operator.
+ * Drops this database's slot and the publication (each if present). Refuses, with
+ * TXO_CDC_SLOT_ACTIVE, while a relay streams the slot, unless `terminate`; and, with
+ * TXO_CDC_SLOT_MISMATCH and nothing dropped, a slot of the name in another database (the drop
+ * itself matches the database, in one statement, so no race can drop another database's slot).
+ * WAL-mode events the slot had not confirmed are gone with it: the caller says so to the operator.
  */
 export async function dropCdcSlot(pool: Pool, options: DropCdcSlotOptions = {}): Promise<DropCdcSlotResult> {
-  const names = cdcNames(options);
+  const names = await resolveCdcNames(pool, options);
+  const foreign = await foreignSlot(pool, names);
+  if (foreign !== undefined) throw foreign;
   if (options.terminate) await takeOverSlot(pool, names.slot);
   let slot = false;
   try {
-    await pool.query(DROP_SLOT_SQL, [names.slot]);
-    slot = true;
+    slot = ((await pool.query(DROP_SLOT_SQL, [names.slot])).rowCount ?? 0) > 0;
   } catch (error) {
     if (pgCode(error) === OBJECT_IN_USE) throw slotActiveError(names.slot, error);
     if (pgCode(error) !== UNDEFINED_OBJECT) throw error;
   }
+  if (!slot) {
+    // Gone, or (created since the check above) another database's: say which, drop nothing more.
+    const late = await foreignSlot(pool, names);
+    if (late !== undefined) throw late;
+  }
   const found = await pool.query(PUBLICATION_SQL, [names.publication, names.schema]);
   if (found.rows.length > 0) await pool.query(publicationSql(DROP_PUBLICATION_SQL, names));
-  return { slot, publication: found.rows.length > 0 };
+  return { slot, publication: found.rows.length > 0, slotName: names.slot };
 }
 
 function slotActiveError(slot: string, cause: unknown): OutboxError {
@@ -386,8 +473,8 @@ export interface TakeOverSlotOptions {
 }
 
 /**
- * Ends whoever streams `slot` (pg_terminate_backend of its active_pid) and waits until the slot is
- * inactive. Only for a relay that has just (re)verified it holds every partition lease: the
+ * Ends whoever streams `slot` of this database (pg_terminate_backend of its active_pid; another
+ * database's slot of the name is never touched) and waits until the slot is inactive. Only for a relay that has just (re)verified it holds every partition lease: the
  * holder is then a relay that lost them (paused, partitioned away) and must not stream on.
  * Rejects with TXO_CDC_SLOT_ACTIVE (retryable) when the slot stays active.
  */

@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { aggregateKeyOf } from '../aggregate-key.js';
-import { errorMessage } from '../errors.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import { type ClaimedRow, toMessage } from '../relay/claim.js';
 import type { AckTracker, AckUnit } from './acks.js';
 import { formatLsn, type Lsn } from './lsn.js';
 import { parseTimestamptz } from './pgoutput.js';
 import type { StreamChange } from './replication.js';
-import { decodeWalEvent, type WalEvent } from './wal-message.js';
+import type { WalMessageReader } from './wal-auth.js';
+import type { WalEvent } from './wal-message.js';
 
 /** An event read from the stream: a table-mode insert or a WAL-mode message. */
 export interface StreamEvent {
@@ -28,8 +28,10 @@ export interface StreamEvent {
   /** WAL mode: the decoded message, for a handover into the table. */
   readonly wal?: WalEvent;
   /**
-   * A WAL-mode message this relay cannot read (another format version, damaged): it goes into
-   * the table as a dead event of its own aggregate, its content as the payload, for `dead list`.
+   * An authenticated WAL-mode message this relay cannot publish (another format version, not what
+   * `enqueue` writes): it goes into the table as a dead event of its own aggregate, its content as
+   * the payload, for `dead list`. (A message that is not authenticated never becomes an event:
+   * src/cdc/wal-auth.ts.)
    */
   readonly undecodable?: string;
 }
@@ -184,7 +186,7 @@ interface OpenTransaction {
  * Groups streamed changes into units (one per transaction, one per non-transactional message)
  * in the {@link AckTracker}, and hands out the events of each transaction once its commit came
  * by, in commit order. A unit without events (a heartbeat, another prefix, the relay's own
- * handover insert) is settled at once.
+ * handover insert, messages the reader refused) is settled at once.
  */
 export class StreamBatcher {
   #txn: OpenTransaction | undefined;
@@ -195,6 +197,7 @@ export class StreamBatcher {
     private readonly eventPrefix: string,
     private readonly tracker: AckTracker,
     private readonly own: OwnTransactions,
+    private readonly reader: WalMessageReader,
   ) {
     this.handoverPrefix = handoverPrefix(schema);
   }
@@ -251,16 +254,12 @@ export class StreamBatcher {
             const unit = this.tracker.open('message');
             if (m.prefix === this.eventPrefix) {
               // Not undone by a rollback, and outside any transaction's order: never an event.
-              unit.expect(1);
-              out.push(
-                undecodable(
-                  unit,
-                  0,
-                  m.content,
-                  at,
-                  'is not transactional (pg_logical_emit_message(false, …))',
-                ),
-              );
+              // Authenticated, it is kept dead (the reader says so); else refused.
+              const reading = this.reader.read(m.content, at, false);
+              if (reading.kind === 'dead') {
+                unit.expect(1);
+                out.push(undecodable(unit, 0, reading.content, at, reading.problem));
+              }
             }
             unit.close(m.lsn);
             break;
@@ -273,13 +272,13 @@ export class StreamBatcher {
           }
           if (m.prefix !== this.eventPrefix) break;
           txn.walEvents = true;
-          let event: WalEvent;
-          try {
-            event = decodeWalEvent(m.content);
-          } catch (error) {
-            txn.events.push(undecodable(txn.unit, txn.xid, m.content, at, errorMessage(error)));
+          const reading = this.reader.read(m.content, at, true);
+          if (reading.kind === 'refused') break;
+          if (reading.kind === 'dead') {
+            txn.events.push(undecodable(txn.unit, txn.xid, reading.content, at, reading.problem));
             break;
           }
+          const event = reading.event;
           txn.events.push({
             unit: txn.unit,
             xid: txn.xid,

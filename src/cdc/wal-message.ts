@@ -1,36 +1,45 @@
 /**
  * The WAL-mode event message: what `enqueue(tx, e, { via: 'wal' })` writes with
  * `pg_logical_emit_message(true, eventsPrefix(schema), content)` instead of an events row, and what
- * the CDC relay reads back from the slot (`decodeWalEvent`).
+ * the CDC relay reads back from the slot (`decodeWalEvent`, after src/cdc/wal-auth.ts verified it).
  *
- * content, big-endian, version 1:
+ * content, big-endian, version 2:
  *
- *   written by the statement (SQL):   u8 version (1) · i64 sequence · i64 sequence_base ·
+ *   written by the statement (SQL):   u8 version (2) · i64 sequence · i64 sequence_base ·
  *                                     i16 partition · i64 created_at (µs since the Unix epoch)
  *   encoded once by the client:       u8 flags (1 = bytes payload, 2 = topic given, 4 = caller version) ·
  *                                     16 bytes event id ·
  *                                     u16 + aggregate_type · u16 + aggregate_id · u16 + event_type ·
  *                                     i32 schema_version · [u16 + topic] · u32 + headers (JSON text;
- *                                     length 0 for none) · the payload, raw, to the end
+ *                                     length 0 for none) · the payload, raw
+ *   written by the statement (SQL):   32 bytes HMAC-SHA256(the schema's WAL key, everything before)
  *
- * The version byte comes first so a relay can refuse a message it does not know before reading
- * anything else (the relay dead-letters it); the SQL part is fixed-width, so the statement writes
- * it with int8send/int2send and a concatenation. The payload is last and raw: the relay hands a
- * slice of the message to the publisher, never parsing the JSON (it is JSON.stringify's text as
- * validated by `enqueue`, where the table mode stores jsonb's canonical text of the same value).
+ * Version 1 (tx-outbox before migration 12) is the same without the HMAC. The version byte comes
+ * first so a relay can refuse a message it does not know before reading anything else; the MAC
+ * comes last so that it can be verified whatever the version. The SQL parts are fixed-width, so
+ * the statement writes them with int8send/int2send, a concatenation and sha256(). The payload is
+ * raw: the relay hands a slice of the message to the publisher, never parsing the JSON more than
+ * to check it (it is JSON.stringify's text as validated by `enqueue`, where the table mode stores
+ * jsonb's canonical text of the same value).
  */
 import { isUtf8 } from 'node:buffer';
 import { OutboxError } from '../errors.js';
 import type { PreparedEvent } from '../producer/event.js';
+import { MAX_BATCH_BYTES_LIMIT } from '../producer/event.js';
 import { headersJsonOf, MAX_HEADERS_BYTES } from '../producer/headers.js';
 import { aggregateIdOf, checkDefaultTopic, identifierOf, topicOf } from '../producer/names.js';
 import { jsonTextProblem } from '../producer/payload.js';
 import { RESERVED_TYPE_PREFIX } from '../skip-marker.js';
+import { partitionOf } from './partition-of.js';
 
-/** The format this version writes and reads. */
-export const WAL_FORMAT_VERSION = 1;
+/** The format this version writes (authenticated), and reads. */
+export const WAL_FORMAT_VERSION = 2;
+/** The unauthenticated format of tx-outbox before migration 12, read only as src/cdc/wal-auth.ts allows. */
+export const WAL_FORMAT_UNSIGNED = 1;
 /** Bytes of the statement-written part (version included): the client body starts here. */
 export const WAL_HEADER_BYTES = 1 + 8 + 8 + 2 + 8;
+/** Bytes of the HMAC-SHA256 at the end of a message of {@link WAL_FORMAT_VERSION}. */
+export const WAL_MAC_BYTES = 32;
 
 const FLAG_BYTES = 1;
 const FLAG_TOPIC = 2;
@@ -48,9 +57,10 @@ export function heartbeatPrefix(schema: string): string {
 }
 
 /**
- * The SQL expression of one message's content: the version byte and the fixed header from the
- * statement's own values, then the client's body. `sequence`, `sequenceBase` are bigint
- * expressions, `partition` a smallint one, `body` a bytea one.
+ * The SQL expression of one message's content before its MAC: the version byte and the fixed
+ * header from the statement's own values, then the client's body. `sequence`, `sequenceBase` are
+ * bigint expressions, `partition` a smallint one, `body` a bytea one. The statement appends the
+ * MAC (src/producer/enqueue-wal-sql.ts).
  */
 export function walContentSql(
   sequence: string,
@@ -143,26 +153,54 @@ function writeShortText(b: Buffer, at: number, text: string, bytes: number): num
  */
 const TRACE_HEADERS_ALLOWANCE = 2048;
 
+/** What the relay knows of the schema to check a message against: its partitions. */
+export interface WalSchema {
+  /** The schema's partition count (config.partitions). */
+  readonly partitions: number;
+  /** The database's encoding is UTF-8 (else only ASCII keys' partitions are checked: see partitionOf). */
+  readonly utf8: boolean;
+}
+
+/** Below this a first byte may be a later format version; text (`{`, a letter) starts here. */
+const FIRST_TEXT_BYTE = 0x20;
+
 /**
- * Reads a WAL-mode event message (the `content` of a pgoutput 'M' message with the events
- * prefix). Throws OutboxError TXO_CDC_BAD_MESSAGE for another format version, a message cut
- * short, or one `enqueue` would have refused (the producer's own rules: names, header shape, a
- * JSON payload jsonb takes): anyone can emit a message with this prefix, and what the relay
- * trusts here reaches publishers and the handover statement. The relay dead-letters it, it
- * never guesses.
+ * Why a first byte is no format this relay reads: a later version's (a producer of a newer
+ * tx-outbox), or no tx-outbox format at all (damaged, or written by something else under the
+ * events prefix) — never blamed on another version when it is not one.
  */
-export function decodeWalEvent(content: Uint8Array): WalEvent {
-  const b = Buffer.isBuffer(content)
-    ? content
-    : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
-  if (b.length === 0) throw bad('is empty');
-  const version = b[0]!;
-  if (version !== WAL_FORMAT_VERSION) {
-    throw bad(
-      `is in format version ${version}, and this tx-outbox reads version ${WAL_FORMAT_VERSION} only: ` +
-        'a producer of another tx-outbox version wrote it; run a relay of the same version as the producers',
+function unknownFormat(version: number): string {
+  if (version > WAL_FORMAT_VERSION && version < FIRST_TEXT_BYTE) {
+    return (
+      `is in format version ${version}, newer than the versions this tx-outbox reads (${WAL_FORMAT_UNSIGNED} and ${WAL_FORMAT_VERSION}): ` +
+      'a producer of a later tx-outbox version wrote it; upgrade the relay no later than the producers'
     );
   }
+  return (
+    `starts with byte 0x${version.toString(16).padStart(2, '0')}, which is no tx-outbox format version: ` +
+    'the message is damaged, or something other than enqueue wrote it under the events prefix'
+  );
+}
+
+/**
+ * Reads a WAL-mode event message (the `content` of a pgoutput 'M' message with the events
+ * prefix) of format 2 (its MAC, not verified here, left out: src/cdc/wal-auth.ts verifies first)
+ * or 1. Throws OutboxError TXO_CDC_BAD_MESSAGE for another format version, a message cut short,
+ * or one `enqueue` would not have written — the producer's own rules (names, header shape, a
+ * JSON payload jsonb takes, nested at most MAX_JSON_DEPTH deep, payload and headers within
+ * `maxBatchBytes`' limit), a sequence below 1 or not above its sequence_base, a caller's version
+ * with a sequence_base, and, given `schema`, a partition other than partition_of's. It never
+ * guesses: what it returns reaches publishers and the handover statement.
+ */
+export function decodeWalEvent(content: Uint8Array, schema?: WalSchema): WalEvent {
+  const whole = Buffer.isBuffer(content)
+    ? content
+    : Buffer.from(content.buffer, content.byteOffset, content.byteLength);
+  if (whole.length === 0) throw bad('is empty');
+  const version = whole[0]!;
+  if (version !== WAL_FORMAT_VERSION && version !== WAL_FORMAT_UNSIGNED) throw bad(unknownFormat(version));
+  const b =
+    version === WAL_FORMAT_VERSION ? whole.subarray(0, Math.max(1, whole.length - WAL_MAC_BYTES)) : whole;
   const r = new Reader(b, 1);
   const sequence = r.int64('sequence');
   const sequenceBase = r.int64('sequence_base');
@@ -179,12 +217,28 @@ export function decodeWalEvent(content: Uint8Array): WalEvent {
   const headersLength = r.uint32('headers length');
   const headers = headersLength === 0 ? {} : headersOf(r.bytes(headersLength, 'headers'));
   const bytes = (flags & FLAG_BYTES) !== 0;
+  const callerVersion = (flags & FLAG_CALLER) !== 0;
   const payload = b.subarray(r.at);
   checkNames(aggregateType, aggregateId, type, topic);
   if (sequence < 1) throw bad(`has a sequence of ${sequence}`);
+  if (sequenceBase >= sequence)
+    throw bad(`has a sequence_base of ${sequenceBase}, not below its sequence ${sequence}`);
+  if (callerVersion && sequenceBase !== 0)
+    throw bad(`has a caller's version (${sequence}) with a sequence_base of ${sequenceBase}`);
   if (schemaVersion < 1) throw bad(`has a schema_version of ${schemaVersion}`);
+  if (schema !== undefined) {
+    const expected = partitionOf(aggregateType, aggregateId, schema.partitions, schema.utf8);
+    if (expected !== undefined && partition !== expected)
+      throw bad(
+        `has a partition of ${partition}, where partition_of gives ${expected} of ${schema.partitions}`,
+      );
+  }
   const createdAt = new Date(Number(createdAtMicros / 1000n));
   if (Number.isNaN(createdAt.getTime())) throw bad(`has a created_at of ${createdAtMicros} µs`);
+  if (payload.length + headersLength > MAX_BATCH_BYTES_LIMIT)
+    throw bad(
+      `has ${payload.length + headersLength} bytes of payload and headers, over the ${MAX_BATCH_BYTES_LIMIT} enqueue takes`,
+    );
   if (!bytes) {
     if (!isUtf8(payload)) throw bad('has a JSON payload that is not UTF-8');
     const problem = jsonTextProblem(payload.toString('utf8'));
@@ -196,7 +250,7 @@ export function decodeWalEvent(content: Uint8Array): WalEvent {
     aggregateId,
     sequence,
     sequenceBase,
-    callerVersion: (flags & FLAG_CALLER) !== 0,
+    callerVersion,
     partition,
     type,
     schemaVersion,

@@ -2,15 +2,18 @@
  * Addresses given on the command line are visible to every user in `ps` and stay in shell
  * history; a relay runs for days. When an address flag carries a password, a query value
  * named like a secret (`?password=`, `?token=`, `?api_key=` …) or, for NATS, a user name alone
- * (NATS URLs put a token there: `nats://<token>@host`), the relay warns once per flag — naming
+ * (NATS URLs put a token there: `nats://<token>@host`), the command warns once per flag — naming
  * the flag, never the value — and says where the address can go instead. It still works. A
- * user name alone elsewhere (`postgres://postgres@host/db`) is no secret.
+ * user name alone elsewhere (`postgres://postgres@host/db`) is no secret. `--database-url` is
+ * checked for every command that takes it (common.ts, addDatabaseOptions); the relay checks its
+ * publisher flags.
  */
 import type { Logger } from '../logger.js';
 
 /** Where each flag's address can be given off the command line. */
 const INSTEAD: Readonly<Record<string, string>> = {
-  '--database-url': 'set DATABASE_URL instead',
+  '--database-url':
+    'set DATABASE_URL instead, or leave the password out of the URL and give it in PGPASSWORD or ~/.pgpass',
 };
 const PUBLISHER_INSTEAD = 'describe the publisher in a --config file instead';
 

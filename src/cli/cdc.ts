@@ -4,7 +4,7 @@
  */
 
 import type { Command } from 'commander';
-import { type CdcSlotStatus, cdcSlotStatus, dropCdcSlot } from '../cdc/setup.js';
+import { type CdcSlotStatus, cdcSlotStatus, dropCdcSlot, resolveCdcNames } from '../cdc/setup.js';
 import { type DatabaseCommandOptions, databaseCommand, withPool } from './command.js';
 import { nonEmptyOption, usageError } from './common.js';
 
@@ -22,10 +22,17 @@ interface DropSlotCliOptions extends DatabaseCommandOptions, CdcNameFlags {
   readonly terminate?: boolean;
 }
 
-/** Adds `--slot` and `--publication` (both default `txo_<schema>`). */
+/** What `--slot` defaults to, for the help texts (setup-sql.ts, defaultSlotSql). */
+export const DEFAULT_SLOT_HELP = "this database's: txo_<database>_<schema>_<hash>";
+
+/** Adds `--slot` and `--publication` (defaults: this database's slot of the schema, `txo_<schema>`). */
 export function addCdcNameOptions(command: Command): Command {
   return command
-    .option('--slot <name>', 'replication slot of the CDC relay (default txo_<schema>)', nonEmptyOption)
+    .option(
+      '--slot <name>',
+      `replication slot of the CDC relay (default ${DEFAULT_SLOT_HELP})`,
+      nonEmptyOption,
+    )
     .option('--publication <name>', 'publication of the CDC relay (default txo_<schema>)', nonEmptyOption);
 }
 
@@ -77,14 +84,16 @@ async function runDropSlot(options: DropSlotCliOptions): Promise<void> {
     );
   }
   await withPool(options, 2, async (pool, logger) => {
-    const before = await cdcSlotStatus(pool, names(options));
+    // One name for the status and the drop; a slot of another database is refused by both.
+    const resolved = await resolveCdcNames(pool, names(options));
+    const before = await cdcSlotStatus(pool, resolved);
     if (before.exists && before.lagBytes !== null && before.lagBytes > 0) {
       logger.warn(
         { slot: before.slot, confirmedLsn: before.confirmedLsn, lagBytes: before.lagBytes },
         'dropping a slot with unconfirmed WAL: WAL-mode events committed after its confirmed LSN and not yet published are lost',
       );
     }
-    const dropped = await dropCdcSlot(pool, { ...names(options), terminate: options.terminate === true });
+    const dropped = await dropCdcSlot(pool, { ...resolved, terminate: options.terminate === true });
     process.stdout.write(
       `${dropped.slot ? `Dropped replication slot "${before.slot}"` : `No replication slot "${before.slot}"`}; ` +
         `${dropped.publication ? `dropped publication "${before.publication}"` : `no publication "${before.publication}"`}.\n`,

@@ -13,11 +13,18 @@ import { DATABASE_CONNECT_CODES } from '../network-errors.js';
 import { redactFields, redactText } from '../redact.js';
 import { quoteSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
+import { warnSecretsOnCommandLine } from './argv-secrets.js';
 
 /** Exit code for bad usage or invalid input. */
 export const EXIT_USAGE = 2;
 /** Exit code for a runtime failure. */
 export const EXIT_FAILURE = 1;
+/**
+ * Exit code when an id given on the command line names nothing the command can act on: not found
+ * (`event`, `dead show`, `inbox show`), or not dead / not quarantined any more (`dead replay`,
+ * `dead skip`, `inbox release`, which still act on the other ids given). A script sees the typo.
+ */
+export const EXIT_NOT_FOUND = 3;
 /** Exit code after an interrupt (128 + SIGINT). */
 export const EXIT_INTERRUPTED = 130;
 
@@ -50,9 +57,18 @@ export interface LogLevelOptions {
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
-/** Adds `--database-url` (default: env DATABASE_URL) and `--schema` (default `outbox`). */
+/**
+ * Adds `--database-url` (default: env DATABASE_URL) and `--schema` (default `outbox`). Every
+ * command that takes `--database-url` warns, before it runs, when the URL given there carries a
+ * password (visible in `ps`): the one check for all of them (argv-secrets.ts), at `--log-level`.
+ */
 export function addDatabaseOptions(command: Command, { schema = true } = {}): Command {
   command.option('--database-url <url>', 'PostgreSQL connection URL (default: env DATABASE_URL)');
+  command.hook('preAction', (self) => {
+    const { databaseUrl: url, logLevel } = self.opts<{ databaseUrl?: string; logLevel?: string }>();
+    if (url === undefined) return;
+    warnSecretsOnCommandLine({ '--database-url': url }, createLogger(logLevel ?? 'warn'));
+  });
   if (schema) {
     command.option('--schema <name>', 'schema holding the outbox tables', schemaName, DEFAULT_SCHEMA);
   }
@@ -167,7 +183,7 @@ export function verboseRequested(argv: readonly string[]): boolean {
 /**
  * Prints one line `tx-outbox: <message>` on stderr (plus the stack and causes
  * when verbose) and returns the exit code: 0 for help and version, 2 for bad
- * usage and invalid input, 1 for anything else.
+ * usage and invalid input, a CliError's own (3: an id not found), 1 for anything else.
  */
 export function reportError(error: unknown, verbose: boolean): number {
   if (error instanceof CommanderError) return reportCommanderError(error);

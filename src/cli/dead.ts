@@ -9,7 +9,7 @@ import { countDead, type DeadEvent, hasDeadFilter, listDead, replayDead } from '
 import { type AuditEntry, type EventDetails, showEvent } from '../ops/dead-show.js';
 import { skipDead } from '../ops/dead-skip.js';
 import { type DatabaseCommandOptions, withDatabaseOptions, withPool } from './command.js';
-import { CliError, integerOption, usageError } from './common.js';
+import { CliError, EXIT_NOT_FOUND, integerOption, usageError } from './common.js';
 import { type DeadFilterFlags, deadFilterOf } from './dead-filter.js';
 
 interface ListOptions extends DatabaseCommandOptions, DeadFilterFlags {
@@ -113,7 +113,7 @@ async function runShow(eventId: string, options: ShowOptions): Promise<void> {
     if (shown.event === null && shown.audit.length === 0) {
       throw new CliError(
         `no event ${eventId} in the outbox table or the audit trail (delivered events leave the table)`,
-        1,
+        EXIT_NOT_FOUND,
       );
     }
     if (options.json) {
@@ -168,14 +168,16 @@ async function runReplay(ids: string[], options: ReplayCliOptions): Promise<void
       actor: options.actor,
       dryRun: options.dryRun === true,
     });
-    const notDead = options.all ? 0 : eventIds.length - replayed.length;
+    const done = new Set(replayed);
+    const notDead = options.all ? [] : eventIds.filter((id) => !done.has(id));
     const verb = options.dryRun ? 'Would replay' : 'Replayed';
     process.stdout.write(
       `${verb} ${replayed.length} dead event${replayed.length === 1 ? '' : 's'}` +
-        `${notDead > 0 ? `; ${notDead} given id(s) were not dead` : ''}.` +
+        `${notDead.length > 0 ? `; ${notDead.length} given id(s) were not dead` : ''}.` +
         `${options.dryRun ? ' Dry run: nothing changed.' : ''}\n`,
     );
     if (options.dryRun && replayed.length > 0) process.stdout.write(`${replayed.join('\n')}\n`);
+    if (notDead.length > 0) throw notActedOn('replayed', notDead);
   });
 }
 
@@ -200,14 +202,24 @@ async function runSkip(ids: string[], options: SkipCliOptions): Promise<void> {
       result.dryRun ? `Would skip ${what}: ${how}. Dry run: nothing changed.` : `Skipped ${what}: ${how}.`,
       ...result.skipped.map((id) => `  ${id}`),
     ];
-    if (result.notFound.length > 0) {
-      lines.push(
-        `${result.notFound.length} given id(s) not found (delivered, skipped before, or never there):`,
-        ...result.notFound.map((id) => `  ${id}`),
-      );
-    }
     process.stdout.write(`${lines.join('\n')}\n`);
+    if (result.notFound.length > 0) throw notActedOn('skipped', result.notFound);
   });
+}
+
+/**
+ * Ids given to replay or skip that named no dead event: the others were done (stdout says which),
+ * and the exit code (3) tells a script that not every id was.
+ */
+function notActedOn(what: 'replayed' | 'skipped', ids: readonly string[]): CliError {
+  const why =
+    what === 'replayed'
+      ? 'not dead (pending, delivered, resolved before, or never there)'
+      : 'not found (delivered, skipped before, or never there)';
+  return new CliError(
+    `${ids.length} given id(s) not ${what}, ${why}; see tx-outbox event <id>: ${ids.join(', ')}`,
+    EXIT_NOT_FOUND,
+  );
 }
 
 function formatDead(events: readonly DeadEvent[]): string {

@@ -3,6 +3,7 @@
 import type { Command } from 'commander';
 import { type EventLocation, type EventWait, findEvent } from '../ops/find-event.js';
 import { type DatabaseCommandOptions, withDatabaseOptions, withPool } from './command.js';
+import { EXIT_NOT_FOUND } from './common.js';
 
 interface EventCliOptions extends DatabaseCommandOptions {
   readonly json?: boolean;
@@ -30,9 +31,6 @@ async function runEvent(eventId: string, options: EventCliOptions): Promise<void
     if (location.state === 'unknown') process.exitCode = EXIT_NOT_FOUND;
   });
 }
-
-/** `tx-outbox event`: the event is in none of the outbox, the history and the audit trail. */
-export const EXIT_NOT_FOUND = 3;
 
 const at = (d: Date): string => d.toISOString();
 

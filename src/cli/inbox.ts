@@ -8,11 +8,11 @@ import {
   MAX_QUARANTINE_ID,
   pruneInbox,
   type QuarantinedMessage,
-  releaseQuarantined,
+  releaseQuarantinedReport,
   showQuarantined,
 } from '../inbox/quarantine.js';
 import { type DatabaseCommandOptions, databaseCommand, withPool } from './command.js';
-import { CliError, usageError } from './common.js';
+import { CliError, EXIT_NOT_FOUND, usageError } from './common.js';
 
 interface Options extends DatabaseCommandOptions {
   readonly consumer?: string;
@@ -66,7 +66,7 @@ export function registerInbox(program: Command): void {
       quarantineIds([id]);
       return withPool(o, 1, async (pool) => {
         const m = await showQuarantined(pool, { schema: o.schema, id });
-        if (!m) throw new CliError(`no quarantined message with id ${id}`, 1);
+        if (!m) throw new CliError(`no quarantined message with id ${id} (see inbox list)`, EXIT_NOT_FOUND);
         const payload = m.payload ? Buffer.from(m.payload).toString('utf8') : '';
         process.stdout.write(
           `${o.json ? JSON.stringify({ ...m, payload }) : `${formatList([m])}\n  headers ${JSON.stringify(m.headers)}\n  payload ${payload}`}\n`,
@@ -85,15 +85,22 @@ export function registerInbox(program: Command): void {
       if (!o.reason) throw usageError('release needs --reason "<why>"; it is kept in the audit table');
       const given = quarantineIds(ids);
       return withPool(o, 1, async (pool) => {
-        const released = await releaseQuarantined(pool, {
+        const released = await releaseQuarantinedReport(pool, {
           schema: o.schema,
           ids: given,
           reason: o.reason!,
           actor: o.actor,
         });
         process.stdout.write(
-          `Released ${released.length} message(s); the consumer replays them (inbox.replayReleased).\n`,
+          `Released ${released.eventIds.length} message(s); the consumer replays them (inbox.replayReleased).\n`,
         );
+        if (released.notReleased.length > 0) {
+          throw new CliError(
+            `${released.notReleased.length} given id(s) not released: no such quarantined message, or released ` +
+              `before (see inbox list): ${released.notReleased.join(', ')}`,
+            EXIT_NOT_FOUND,
+          );
+        }
       });
     });
 

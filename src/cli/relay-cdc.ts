@@ -15,6 +15,7 @@ export interface CliCdcRelayOptions extends RelayOptions {
   readonly publication?: string;
   readonly heartbeatMs?: number;
   readonly silenceTimeoutMs?: number;
+  readonly acceptWalFormat1?: boolean;
   readonly connection?: ClientConfig;
 }
 

@@ -15,6 +15,7 @@ import type { RelayOptions } from '../relay/options.js';
 import type { RelayPruneOptions } from '../relay/pruner.js';
 import { createRelay, type Relay } from '../relay/relay.js';
 import { warnSecretsOnCommandLine } from './argv-secrets.js';
+import { DEFAULT_SLOT_HELP } from './cdc.js';
 import { type DatabaseCommandOptions, withDatabaseOptions } from './command.js';
 import {
   createLogger,
@@ -52,6 +53,7 @@ interface RelayCliOptions extends DatabaseCommandOptions, MetricsFlags {
   readonly publication?: string;
   readonly heartbeat?: string;
   readonly silenceTimeout?: string;
+  readonly acceptWalFormat1?: boolean;
   readonly natsSubjects?: string[];
   readonly webhook?: string;
   readonly webhookSecret?: string;
@@ -116,7 +118,11 @@ export function registerRelay(program: Command): void {
       '--ce-source <uri>',
       "CloudEvents source of the events, a URI-reference such as https://orders.example.com (default 'tx-outbox')",
     )
-    .option('--slot <name>', 'with --source cdc: replication slot (default txo_<schema>)', nonEmptyOption)
+    .option(
+      '--slot <name>',
+      `with --source cdc: replication slot (default ${DEFAULT_SLOT_HELP})`,
+      nonEmptyOption,
+    )
     .option('--publication <name>', 'with --source cdc: publication (default txo_<schema>)', nonEmptyOption)
     .option(
       '--heartbeat <duration>',
@@ -125,6 +131,10 @@ export function registerRelay(program: Command): void {
     .option(
       '--silence-timeout <duration>',
       'with --source cdc: reconnect when the stream says nothing for this long (default 30s, more than --heartbeat)',
+    )
+    .option(
+      '--accept-wal-format-1',
+      'with --source cdc: also publish WAL-mode events of format 1 (no MAC) written after migration 12, while producers of an older tx-outbox still run; meanwhile any database login can publish events (docs/cdc.md)',
     )
     .option('--batch-size <n>', 'events claimed per batch (default 500)', integerOption(1, 10_000))
     .option(
@@ -222,6 +232,7 @@ function checkCdcFlags(options: RelayCliOptions, kind: RelayKind): void {
       ['--publication', options.publication],
       ['--heartbeat', options.heartbeat],
       ['--silence-timeout', options.silenceTimeout],
+      ['--accept-wal-format-1', options.acceptWalFormat1],
     ] as const
   ).filter(([, v]) => v !== undefined);
   if (given.length > 0) throw usageError(`${given.map(([f]) => f).join(', ')} need --source cdc`);
@@ -233,7 +244,14 @@ export function cdcFlags(options: {
   readonly publication?: string;
   readonly heartbeat?: string;
   readonly silenceTimeout?: string;
-}): { slot?: string; publication?: string; heartbeatMs?: number; silenceTimeoutMs?: number } {
+  readonly acceptWalFormat1?: boolean;
+}): {
+  slot?: string;
+  publication?: string;
+  heartbeatMs?: number;
+  silenceTimeoutMs?: number;
+  acceptWalFormat1?: boolean;
+} {
   const heartbeatMs =
     options.heartbeat === undefined ? undefined : parseDuration('--heartbeat', options.heartbeat);
   const silenceTimeoutMs =
@@ -250,6 +268,7 @@ export function cdcFlags(options: {
     ...(options.publication === undefined ? {} : { publication: options.publication }),
     ...(heartbeatMs === undefined ? {} : { heartbeatMs }),
     ...(silenceTimeoutMs === undefined ? {} : { silenceTimeoutMs }),
+    ...(options.acceptWalFormat1 ? { acceptWalFormat1: true } : {}),
   };
 }
 
@@ -266,9 +285,9 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   }
   const url = databaseUrl(options);
   const logger = createLogger(options.logLevel);
+  // --database-url is checked for every command (common.ts, addDatabaseOptions).
   warnSecretsOnCommandLine(
     {
-      '--database-url': options.databaseUrl,
       '--nats': options.nats,
       '--webhook': options.webhook,
       '--rabbitmq': options.rabbitmq,
@@ -331,7 +350,8 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
     await serve(relay, logger, signals.first, {
       schema: options.schema,
       source: flags.kind,
-      ...(cdc === undefined ? {} : { slot: cdc.slot ?? `txo_${options.schema}` }),
+      // The default slot is resolved by the relay's start: its "CDC relay started" line names it.
+      ...(cdc?.slot === undefined ? {} : { slot: cdc.slot }),
       publisher:
         source.kind === 'config' ? { config: source.file, publisher: publisher.name } : describe(source.spec),
       pending: status.pending,

@@ -12,7 +12,7 @@ import {
 } from '../schema/roles.js';
 import { packageVersion, usageError } from './common.js';
 
-const SECTIONS = ['all', 'setup', 'grants'] as const;
+const SECTIONS = ['all', 'setup', 'grants', 'wal'] as const;
 type Section = (typeof SECTIONS)[number];
 
 type RolesCliOptions = {
@@ -43,7 +43,10 @@ export function registerRoles(program: Command): void {
     .option('--print-sql', 'print the SQL on stdout (it is not run: review it, then run it with psql)')
     .option('--schema <name>', 'schema holding the outbox tables', DEFAULT_SCHEMA)
     .addOption(
-      new Option('--section <part>', 'setup: before the first migrate; grants: after every migrate')
+      new Option(
+        '--section <part>',
+        'setup: before the first migrate; grants: after every migrate; wal: who may write logical messages (once per database)',
+      )
         .choices(SECTIONS)
         .default('all'),
     )
@@ -93,7 +96,7 @@ export function relayPrunesFlag(value: string | undefined): RelayPrunable[] {
 export function formatRolesSql(sql: RolesSql, section: Section): string {
   const { roles, schema } = sql;
   const lines: string[] = [];
-  if (section !== 'grants') {
+  if (section === 'all' || section === 'setup') {
     lines.push(
       `-- tx-outbox ${packageVersion()}: least-privilege roles for schema "${schema}".`,
       ...ROLE_KINDS.map((kind) => `--   ${roles[kind].padEnd(24)} ${DUTIES[kind]}`),
@@ -109,7 +112,7 @@ export function formatRolesSql(sql: RolesSql, section: Section): string {
       '',
     );
   }
-  if (section !== 'setup') {
+  if (section === 'all' || section === 'grants') {
     lines.push(
       `-- 3. Grants: after every migrate, as ${roles.migrator} or a superuser. Exact and idempotent:`,
       '--    what the runtime roles had on these tables is revoked, then exactly what they need granted.',
@@ -117,9 +120,21 @@ export function formatRolesSql(sql: RolesSql, section: Section): string {
       '',
     );
   }
+  if (section === 'all' || section === 'wal') {
+    lines.push(
+      '-- 4. Revoke (recommended): once per database, as a superuser. Every login may call',
+      '--    pg_logical_emit_message by default. The CDC relay publishes a WAL-mode event only if it',
+      `--    carries the MAC of the schema's key, which only ${roles.producer} and ${roles.relay} may read`,
+      '--    (docs/cdc.md, Who can write events), so another login cannot publish an event either way;',
+      "--    revoked, it cannot write logical messages at all (the relay's work to refuse them, WAL).",
+      '--    Grant EXECUTE to any other role of this database that writes logical messages.',
+      ...sql.walMessages,
+      '',
+    );
+  }
   if (section === 'all') {
     lines.push(
-      '-- 4. Log in through members of the groups (no password is ever printed here), e.g.:',
+      '-- 5. Log in through members of the groups (no password is ever printed here), e.g.:',
       `--      CREATE ROLE orders_app LOGIN PASSWORD '…' IN ROLE ${roles.producer};`,
       `--      GRANT ${roles.relay} TO outbox_relay_service;`,
       '',

@@ -7,7 +7,8 @@
  * wrote it (the whitespace around it belongs to the document), so what `mqttPublisher` embeds
  * comes back byte for byte.
  */
-import { structuredHeaders } from '../envelope/read.js';
+import { ATTRIBUTE_NAME } from '../envelope/attributes.js';
+import { repeatedHeader, structuredHeaders } from '../envelope/read.js';
 
 /** The JSON event format's media type (binding §3.2.1). */
 const STRUCTURED = 'application/cloudevents+json';
@@ -40,19 +41,27 @@ export function readStructured(payload: Uint8Array): StructuredEvent {
     throw new Error('the payload is not a CloudEvents JSON event: not a JSON object');
   }
   const members = event as Record<string, unknown>;
+  const spans = memberSpans(text);
+  const seen = new Set<string>();
+  for (const { key } of spans) {
+    // JSON.parse keeps the last of two members of one name: an attribute twice is ambiguous.
+    if (seen.has(key) && key !== 'data' && ATTRIBUTE_NAME.test(key)) throw repeatedHeader(key, 'event');
+    seen.add(key);
+  }
   const headers = structuredHeaders(members);
-  return { headers, payload: dataOf(text, members) };
+  return { headers, payload: dataOf(text, members, spans) };
 }
 
 /** `data_base64` decoded; `data` as written (JSON), or a string's UTF-8 (any other content type); else nothing. */
-function dataOf(text: string, members: Record<string, unknown>): Uint8Array {
+function dataOf(text: string, members: Record<string, unknown>, spans: readonly MemberSpan[]): Uint8Array {
   if (typeof members['data_base64'] === 'string') return Buffer.from(members['data_base64'], 'base64');
   if (!('data' in members)) return new Uint8Array(0);
   const contentType = members['datacontenttype'];
   const json = typeof contentType !== 'string' || /^[^;]*(?:\/json|\+json)\s*(?:;|$)/i.test(contentType);
   const data = members['data'];
   if (!json) return Buffer.from(typeof data === 'string' ? data : JSON.stringify(data), 'utf8');
-  const [start, end] = dataSpan(text)!;
+  // The last `data` member, as JSON.parse takes it.
+  const { start, end } = spans.findLast((span) => span.key === 'data')!;
   return Buffer.from(text.slice(start, end), 'utf8');
 }
 
@@ -95,19 +104,26 @@ function valueEnd(text: string, i: number): number {
   return j;
 }
 
-/** Where the top-level `data` member's value is in `text`, a JSON object already parsed (the last one, as JSON.parse takes). */
-function dataSpan(text: string): [number, number] | undefined {
-  let found: [number, number] | undefined;
+/** A top-level member of a JSON object: its name, and where its value is in the text. */
+interface MemberSpan {
+  readonly key: string;
+  readonly start: number;
+  readonly end: number;
+}
+
+/** The top-level members of `text`, a JSON object already parsed, in order (a name may repeat). */
+function memberSpans(text: string): MemberSpan[] {
+  const spans: MemberSpan[] = [];
   let i = skipWhitespace(text, skipWhitespace(text, 0) + 1);
   while (text[i] === '"') {
     const keyEnd = stringEnd(text, i);
     const key = JSON.parse(text.slice(i, keyEnd)) as string;
     const start = skipWhitespace(text, skipWhitespace(text, keyEnd) + 1);
     const end = valueEnd(text, start);
-    if (key === 'data') found = [start, end];
+    spans.push({ key, start, end });
     i = skipWhitespace(text, end);
     if (text[i] !== ',') break;
     i = skipWhitespace(text, i + 1);
   }
-  return found;
+  return spans;
 }

@@ -25,6 +25,7 @@
 
 import { connect, type IPublishPacket, type MqttClient } from 'mqtt';
 import type { PoolClient } from 'pg';
+import { isEnvelopeName, repeatedHeader } from '../envelope/read.js';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { sleep } from '../sleep.js';
@@ -198,8 +199,9 @@ class MqttConsumer<T, Tx> implements Consumer {
 }
 
 /**
- * What `fromEnvelope` reads of a PUBLISH. Binary mode (§3.1): the user properties (the first
- * value of a repeated one) and the Content Type as `content-type` (the binding's
+ * What `fromEnvelope` reads of a PUBLISH. Binary mode (§3.1): the user properties (a repeated
+ * one that can carry an envelope attribute is refused, any other keeps its first value) and
+ * the Content Type as `content-type` (the binding's
  * `datacontenttype`, §3.1.1), the payload as it is. Structured mode (§3.2): the JSON event's
  * members and its data.
  */
@@ -211,7 +213,11 @@ function envelopeOf(
   const userProperties = Object.entries(properties?.userProperties ?? {});
   if (isStructured(properties?.contentType, userProperties.length > 0)) return readStructured(payload);
   const headers: Record<string, string> = {};
-  for (const [name, value] of userProperties) headers[name] = Array.isArray(value) ? (value[0] ?? '') : value;
+  for (const [name, value] of userProperties) {
+    if (Array.isArray(value) && value.length > 1 && isEnvelopeName(name))
+      throw repeatedHeader(name, 'message');
+    headers[name] = Array.isArray(value) ? (value[0] ?? '') : value;
+  }
   if (properties?.contentType !== undefined) headers['content-type'] = properties.contentType;
   return { headers, payload };
 }

@@ -20,6 +20,7 @@ import {
 } from '@nats-io/jetstream';
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
 import type { PoolClient } from 'pg';
+import { isEnvelopeName, repeatedHeader } from '../envelope/read.js';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { apiErrorCode } from '../publishers/nats/classify.js';
@@ -92,14 +93,18 @@ async function ensureConsumer<T, Tx>(
 }
 
 /**
- * A delivery's headers by their names exactly as sent (the first value of each), for
- * `fromEnvelope`: it reads the `ce-*` headers of the NATS binding (percent-encoded) and those
- * tx-outbox 0.1 wrote (values as they are).
+ * A delivery's headers by their names exactly as sent, for `fromEnvelope`: it reads the `ce-*`
+ * headers of the NATS binding (percent-encoded) and those tx-outbox 0.1 wrote (values as they
+ * are). A header that can carry an envelope attribute and comes twice is refused; any other
+ * repeated header keeps its first value.
  */
 function headerRecord(msg: JsMsg): Record<string, string> {
   const headers: Record<string, string> = {};
   if (msg.headers === undefined) return headers;
-  for (const [name, values] of msg.headers) headers[name] = values[0] ?? '';
+  for (const [name, values] of msg.headers) {
+    if (values.length > 1 && isEnvelopeName(name)) throw repeatedHeader(name, 'message');
+    headers[name] = values[0] ?? '';
+  }
   return headers;
 }
 

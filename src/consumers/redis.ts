@@ -13,8 +13,8 @@
  */
 import type { PoolClient } from 'pg';
 import { createClient, RESP_TYPES, type RedisArgument } from 'redis';
-import { isEnvelopeName } from '../envelope/read.js';
-import { errorMessage, OutboxValidationError } from '../errors.js';
+import { isEnvelopeName, repeatedHeader } from '../envelope/read.js';
+import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { PAYLOAD_FIELD } from '../publishers/redis/wire.js';
 import { noteDelivery } from '../tracing/process-span.js';
@@ -206,13 +206,7 @@ class RedisConsumer<T, Tx> implements Consumer {
   async #deliver(id: string, fields: Fields, repeated: string | undefined): Promise<void> {
     let message: InboxMessage;
     try {
-      if (repeated !== undefined) {
-        throw new OutboxValidationError(
-          `headers.${repeated}`,
-          'appears twice in the entry',
-          'The entry was not written by tx-outbox.',
-        );
-      }
+      if (repeated !== undefined) throw repeatedHeader(repeated, 'entry');
       const headers: Record<string, string> = {};
       for (const [name, value] of Object.entries(fields))
         if (name !== PAYLOAD_FIELD) headers[name] = value.toString('utf8');

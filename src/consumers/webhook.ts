@@ -22,6 +22,7 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { PoolClient } from 'pg';
+import { isEnvelopeName, repeatedHeader } from '../envelope/read.js';
 import { errorMessage } from '../errors.js';
 import { fromEnvelope, type InboxMessage } from '../inbox/message.js';
 import { verifyWebhookEvent } from '../publishers/webhook/signature.js';
@@ -113,6 +114,12 @@ export function webhookReceiver<T = unknown, Tx = PoolClient>(
     const batch = isBatch(verified.headers['content-type'] ?? '');
     let messages: InboxMessage[];
     try {
+      // Node joins a repeated header's values with ", " (the signer's Headers did the same):
+      // an attribute sent twice is refused, not read as one joined value.
+      for (const name in verified.headers) {
+        const lines = req.headersDistinct[name.toLowerCase()]?.length ?? 0;
+        if (lines > 1 && isEnvelopeName(name)) throw repeatedHeader(name, 'request');
+      }
       messages = batch ? readBatch(body) : [fromEnvelope(verified.headers, body)];
       const path = (req.url ?? '/').split('?')[0]!;
       for (const m of messages) noteDelivery(m, { system: 'webhook', destination: path });

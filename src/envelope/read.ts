@@ -25,6 +25,11 @@ export interface ReadEnvelope {
   readonly attributes: Readonly<Record<string, string>>;
   /** The header each attribute was read from, for errors. */
   readonly headerOf: Readonly<Record<string, string>>;
+  /**
+   * The form's prefix as the message spells it (`ce_`, `cloudEvents_`, `` for unprefixed …):
+   * the header an absent attribute would have, for errors.
+   */
+  readonly prefix: string;
   /** The other headers, as they arrived (`traceparent`, the user's own, `content-type` …). */
   readonly headers: Readonly<Record<string, string>>;
 }
@@ -60,6 +65,16 @@ export function isEnvelopeName(name: string): boolean {
   return prefixOf(lower) !== undefined || KNOWN_ATTRIBUTES.has(lower);
 }
 
+/**
+ * The refusal of a message that carries a header able to hold an envelope attribute
+ * ({@link isEnvelopeName}) more than once: keeping either value would read the message one way
+ * of two (`order.placed` or `order.cancelled`). `unit` is what the transport calls a message
+ * (`record`, `entry`, `message`, `request`). Every consumer adapter refuses with it.
+ */
+export function repeatedHeader(name: string, unit: string): OutboxValidationError {
+  return new OutboxValidationError(`headers.${name}`, `appears twice in the ${unit}`, NOT_OURS);
+}
+
 /** The prefix of `lower`, or undefined. */
 function prefixOf(lower: string): string | undefined {
   for (const [prefix] of PREFIXES) if (lower.startsWith(prefix)) return prefix;
@@ -82,25 +97,47 @@ function entriesOf(headers: Readonly<Record<string, string | undefined>>): Array
   return entries;
 }
 
-function formOf(entries: ReadonlyArray<readonly [string, string]>): { form: EnvelopeForm; prefix: string } {
-  let found: { form: EnvelopeForm; prefix: string; name: string } | undefined;
+interface Form {
+  readonly form: EnvelopeForm;
+  /** The lower-case prefix. */
+  readonly prefix: string;
+  /** The prefix as the message spells it. */
+  readonly spelled: string;
+}
+
+/**
+ * The envelope's form, told by the id's name; a message without an id by the prefix of its
+ * first prefixed attribute (else unprefixed attributes, else the generic `ce-`), so that the
+ * refusal names the id the message lacks rather than calling its attributes another form's.
+ */
+function formOf(entries: ReadonlyArray<readonly [string, string]>): Form {
+  let found: (Form & { readonly name: string }) | undefined;
+  let first: Form | undefined;
   let unprefixed = false;
   let aggregateSequence = false;
   for (const [name] of entries) {
     const lower = name.toLowerCase();
     if (lower === 'ce-aggregatesequence') aggregateSequence = true;
-    if (lower === 'id') unprefixed = true;
+    if (KNOWN_ATTRIBUTES.has(lower)) unprefixed = true;
     for (const [prefix, form] of PREFIXES) {
+      if (!lower.startsWith(prefix) || lower.length === prefix.length) continue;
+      first ??= { form, prefix, spelled: name.slice(0, prefix.length) };
       if (lower !== `${prefix}id`) continue;
       if (found !== undefined && found.prefix !== prefix) {
         refuse(name, `is a second envelope's id beside ${found.name}: one message, one envelope form`);
       }
-      found = { form, prefix, name };
+      found = { form, prefix, spelled: name.slice(0, prefix.length), name };
     }
   }
-  if (found === undefined) return { form: unprefixed ? 'unprefixed' : 'ce', prefix: unprefixed ? '' : 'ce-' };
-  if (found.form === 'ce' && aggregateSequence) return { form: 'ce-encoded', prefix: 'ce-' };
-  return found;
+  // An unprefixed `id` is an id too (MQTT 5, Redis, structured mode).
+  const chosen =
+    found ??
+    (entries.some(([name]) => name.toLowerCase() === 'id') ? undefined : first) ??
+    (unprefixed
+      ? { form: 'unprefixed', prefix: '', spelled: '' }
+      : { form: 'ce', prefix: 'ce-', spelled: 'ce-' });
+  if (chosen.form === 'ce' && aggregateSequence) return { ...chosen, form: 'ce-encoded' };
+  return chosen;
 }
 
 /**
@@ -110,7 +147,7 @@ function formOf(entries: ReadonlyArray<readonly [string, string]>): { form: Enve
  */
 export function readEnvelope(headers: Readonly<Record<string, string | undefined>>): ReadEnvelope {
   const entries = entriesOf(headers);
-  const { form, prefix } = formOf(entries);
+  const { form, prefix, spelled } = formOf(entries);
   const attributes: Record<string, string> = {};
   const headerOf: Record<string, string> = {};
   const rest: Record<string, string> = {};
@@ -163,7 +200,7 @@ export function readEnvelope(headers: Readonly<Record<string, string | undefined
     }
   }
   if (form === 'unprefixed') unpackHeaders(rest);
-  return { form, attributes, headerOf, headers: rest };
+  return { form, attributes, headerOf, prefix: spelled, headers: rest };
 }
 
 /**

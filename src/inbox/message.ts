@@ -1,5 +1,6 @@
 import { readEnvelope } from '../envelope/read.js';
 import { OutboxValidationError } from '../errors.js';
+import { MAX_SCHEMA_VERSION } from '../producer/event.js';
 import { MAX_NAME_BYTES } from '../producer/names.js';
 import { uncarriedProblem, unstorableProblem } from '../producer/text.js';
 
@@ -39,7 +40,9 @@ const DIGITS = /^[0-9]+$/;
  * MQTT 5 user properties and Redis fields) and as earlier versions wrote them (`ce-*` on every
  * transport). Pass the content-type header or property along when the transport has one
  * (HTTP, Kafka, AMQP, MQTT 5). A message without an envelope cannot be deduplicated or
- * ordered: the error names the missing header.
+ * ordered: the error names the missing header. The schema version is required too (an integer
+ * from 1 to 2147483647): a message without one, or with another value, is refused rather than
+ * read as some version the consumer's `accepts` might let through.
  */
 export function fromEnvelope(
   headers: Readonly<Record<string, string | undefined>>,
@@ -47,7 +50,8 @@ export function fromEnvelope(
 ): InboxMessage {
   const envelope = readEnvelope(headers);
   const { attributes, headerOf } = envelope;
-  const field = (attribute: string): string => `headers.${headerOf[attribute] ?? `ce-${attribute}`}`;
+  const field = (attribute: string): string =>
+    `headers.${headerOf[attribute] ?? envelope.prefix + attribute}`;
   const get = (attribute: string): string => {
     const value = attributes[attribute];
     if (value === undefined || value === '') {
@@ -82,8 +86,7 @@ export function fromEnvelope(
   }
   const sequence = sequenceOf(attributes, field);
   const sequenceBase = sequenceBaseOf(attributes, sequence, field);
-  const version = attributes['schemaversion'];
-  const schemaVersion = version !== undefined && DIGITS.test(version) ? Number(version) : 1;
+  const schemaVersion = schemaVersionOf(attributes, field);
   // Other tools' binary headers (Spring Kafka's dead-letter offsets …) may hold a NUL, which the
   // inbox could not store with a quarantined message: they are left out, the message is kept.
   const canonical: Record<string, string> = { ...envelope.headers };
@@ -102,7 +105,7 @@ export function fromEnvelope(
     aggregateId: get('aggregateid'),
     sequence,
     ...(sequenceBase > 0 ? { sequenceBase } : {}),
-    schemaVersion: Number.isSafeInteger(schemaVersion) ? schemaVersion : 1,
+    schemaVersion,
     contentType: attributes['datacontenttype'] ?? 'application/json',
     payload,
     headers: canonical,
@@ -171,4 +174,33 @@ function sequenceBaseOf(
     );
   }
   return base;
+}
+
+/**
+ * The schema version: `schemaversion`, a decimal integer from 1 to {@link MAX_SCHEMA_VERSION}
+ * (what `enqueue` accepts). Every message tx-outbox ever published carries it, so a message
+ * without one is refused like one without its sequence; a value that is not a version is
+ * refused too, never read as some version: the inbox's `accepts` gate decides on it.
+ */
+function schemaVersionOf(
+  attributes: Readonly<Record<string, string>>,
+  field: (attribute: string) => string,
+): number {
+  const text = attributes['schemaversion'];
+  if (text === undefined || text === '') {
+    throw new OutboxValidationError(
+      field('schemaversion'),
+      'is missing',
+      'The message was not published by tx-outbox (or its envelope was stripped on the way).',
+    );
+  }
+  const version = DIGITS.test(text) ? Number(text) : Number.NaN;
+  if (!Number.isSafeInteger(version) || version < 1 || version > MAX_SCHEMA_VERSION) {
+    throw new OutboxValidationError(
+      field('schemaversion'),
+      `is ${JSON.stringify(text.slice(0, 40))}, not a schema version (an integer from 1 to ${MAX_SCHEMA_VERSION})`,
+      'Check the publisher.',
+    );
+  }
+  return version;
 }

@@ -73,13 +73,13 @@ WITH picked AS (
       SELECT 1 FROM picked p
       WHERE p.consumer = q.consumer AND p.aggregate_type = q.aggregate_type
         AND p.aggregate_id = q.aggregate_id AND q.sequence > p.sequence)))
-  RETURNING event_id, aggregate_type, aggregate_id, sequence
+  RETURNING id, event_id, aggregate_type, aggregate_id, sequence
 ), audited AS (
   INSERT INTO {{schema}}.audit (actor, action, event_ids, reason)
   SELECT $3, 'inbox-release', array_agg(event_id ORDER BY aggregate_type, aggregate_id, sequence), $2
   FROM released HAVING count(*) > 0
 )
-SELECT event_id::text AS event_id FROM released ORDER BY aggregate_type, aggregate_id, sequence`;
+SELECT event_id::text AS event_id, id::text AS id FROM released ORDER BY aggregate_type, aggregate_id, sequence`;
 
 export const PRUNE_SQL = `
 WITH old AS (
@@ -147,6 +147,21 @@ export async function releaseQuarantined(
   pool: Pool,
   options: { schema?: string; ids: readonly string[]; reason: string; actor?: string },
 ): Promise<string[]> {
+  return (await releaseQuarantinedReport(pool, options)).eventIds;
+}
+
+export interface ReleaseReport {
+  /** The event ids released (those given and the ones parked behind them), in aggregate order. */
+  readonly eventIds: string[];
+  /** The ids given that were not released: no such message, or released before. */
+  readonly notReleased: string[];
+}
+
+/** `releaseQuarantined`, also saying which of the ids given it did not release (`inbox release`). */
+export async function releaseQuarantinedReport(
+  pool: Pool,
+  options: { schema?: string; ids: readonly string[]; reason: string; actor?: string },
+): Promise<ReleaseReport> {
   if (typeof options.reason !== 'string' || options.reason.trim() === '') {
     throw new OutboxValidationError(
       'reason',
@@ -160,8 +175,18 @@ export async function releaseQuarantined(
   const sql = withSchema(RELEASE_SQL, quoteSchema(options.schema ?? DEFAULT_SCHEMA));
   return inTransaction(pool, async (tx) => {
     const actor = options.actor ?? (await tx.query<{ u: string }>('SELECT current_user AS u')).rows[0]!.u;
-    const { rows } = await tx.query<{ event_id: string }>(sql, [options.ids, options.reason.trim(), actor]);
-    return rows.map((r) => r.event_id);
+    const { rows } = await tx.query<{ event_id: string; id: string }>(sql, [
+      options.ids,
+      options.reason.trim(),
+      actor,
+    ]);
+    const released = new Set(rows.map((r) => r.id));
+    return {
+      eventIds: rows.map((r) => r.event_id),
+      notReleased: [...new Set(options.ids.map((id) => BigInt(id).toString()))].filter(
+        (id) => !released.has(id),
+      ),
+    };
   });
 }
 

@@ -236,18 +236,34 @@ export function judge(database: DatabaseResult, relay: RelayHealth | undefined):
             detail: `its loop failed ${relay.loopErrorsInARow} times in a row: ${relay.lastError ?? 'unknown error'}`,
           }
         : { ok: true, detail: `running as ${relay.relayId}` };
-    const since = relay.brokerUnavailableSince;
-    checks.broker =
-      since === undefined
-        ? { ok: true, detail: `${relay.publisher}: publishes get through` }
-        : {
-            ok: false,
-            detail: `${relay.publisher}: unreachable since ${since.toISOString()} (publishes refused)`,
-          };
+    checks.broker = brokerCheck(relay);
     checks.partitions = partitionsCheck(database, relay);
   }
   const failing = READINESS_CHECKS.filter((name) => checks[name]?.ok === false);
   return { ready: failing.length === 0, checkedAt: new Date(), failing, checks };
+}
+
+/**
+ * The broker as the relay's publishes found it: unreachable (an outage), getting through (it
+ * answered), or not known yet — failing while the first publish waits for an answer (a broker
+ * that was never reachable answers nothing until the connect times out), passing while the
+ * relay has published nothing at all (a standby, an empty outbox: nothing waits on the broker).
+ */
+function brokerCheck(relay: RelayHealth): ReadinessCheck {
+  const name = relay.publisher;
+  const since = relay.brokerUnavailableSince;
+  if (since !== undefined) {
+    return { ok: false, detail: `${name}: unreachable since ${since.toISOString()} (publishes refused)` };
+  }
+  if (relay.brokerAnswered ?? true) return { ok: true, detail: `${name}: publishes get through` };
+  const waiting = relay.firstPublishWaitingSince;
+  if (waiting !== undefined) {
+    return {
+      ok: false,
+      detail: `${name}: not known yet: the first publish has had no answer since ${waiting.toISOString()}`,
+    };
+  }
+  return { ok: true, detail: `${name}: not known yet: nothing published so far` };
 }
 
 function partitionsCheck(database: DatabaseResult, relay: RelayHealth): ReadinessCheck {

@@ -7,7 +7,13 @@ import { namedStatement, type Statement } from '../schema/statement.js';
 import { type BackpressureMode, backpressureGate } from './backpressure.js';
 import { enqueueStatements, wakeChannel } from './enqueue-sql.js';
 import { walStatements } from './enqueue-wal-sql.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, type OutboxEvent, type PreparedEvent, prepareEvent } from './event.js';
+import {
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  MAX_BATCH_BYTES_LIMIT,
+  type OutboxEvent,
+  type PreparedEvent,
+  prepareEvent,
+} from './event.js';
 import { newEventId } from './event-id.js';
 import { assertInTransaction, type SqlExecutor, sendInTransaction } from './executor.js';
 import { activeTraceHeaders, activeTraceHeadersNow } from './trace.js';
@@ -46,7 +52,10 @@ export interface EnqueueOptions {
    * `notify` does not apply.
    */
   readonly via?: 'table' | 'wal';
-  /** With `via: 'wal'`: the CDC relay's replication slot. Default `txo_<schema>`. */
+  /**
+   * With `via: 'wal'`: the CDC relay's replication slot. Default: the schema's default slot in the
+   * transaction's database, as the CDC relay resolves it (`txo_<database>_<schema>_<hash>`, docs/cdc.md).
+   */
   readonly slot?: string;
 }
 
@@ -115,7 +124,6 @@ function walStatementsFor(schema: string, prepared: boolean): Statements {
 
 export const MAX_BATCH = 10_000;
 export const DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024;
-const MAX_BATCH_BYTES_LIMIT = 128 * 1024 * 1024;
 
 function positiveInteger(value: unknown, field: string, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max) {
@@ -180,7 +188,7 @@ export async function enqueue(
     throw new OutboxValidationError('via', `is ${String(via)}`, "Pass 'table' or 'wal'.");
   }
   const wal = via === 'wal';
-  const slot = wal || options.slot !== undefined ? walSlotName(schema, options.slot) : '';
+  const slot = wal || options.slot !== undefined ? walSlotName(schema, options.slot) : undefined;
   const sql = wal
     ? walStatementsFor(schema, prepareStatements)
     : statementsFor(schema, options.notify ?? true, prepareStatements);
@@ -338,15 +346,37 @@ async function run<R extends object>(
   try {
     return await sendInTransaction<R>(tx, { text: statement.text, name: statement.name, values });
   } catch (error) {
-    const text = error instanceof Error ? error.message : '';
-    const missing = /\b(partition_of)\(.*\) does not exist/.exec(text);
-    if (!missing) throw error;
-    throw new OutboxError(
+    throw schemaError(error) ?? error;
+  }
+}
+
+/** What a statement's error means when it is the schema's (too old, or a grant missing), else undefined. */
+function schemaError(error: unknown): OutboxError | undefined {
+  const text = error instanceof Error ? error.message : '';
+  const missing = /\b(partition_of)\(.*\) does not exist/.exec(text);
+  if (missing) {
+    return new OutboxError(
       `the outbox schema has no ${missing[1]}() (migration 9): it is older than this version of tx-outbox; ` +
         'run tx-outbox migrate (or migrate()) before enqueueing',
       { code: 'TXO_SCHEMA_OUTDATED', cause: error },
     );
   }
+  // WAL mode (migration 12): the key table, readable by the producer's role only.
+  if (/relation ".*\.?wal_key" does not exist|wal_key_missing\(\) does not exist/.test(text)) {
+    return new OutboxError(
+      "the outbox schema has no wal_key table (migration 12), which via: 'wal' needs to authenticate its events; " +
+        'run tx-outbox migrate (or migrate()) before enqueueing',
+      { code: 'TXO_SCHEMA_OUTDATED', cause: error },
+    );
+  }
+  if (/permission denied for (table wal_key|function wal_key_missing)/.test(text)) {
+    return new OutboxError(
+      "the database role may not read the outbox schema's wal_key table, which via: 'wal' needs to authenticate " +
+        'its events (only the producer and relay roles may); re-run the grants of `tx-outbox roles --print-sql`',
+      { code: 'TXO_NO_PRIVILEGE', cause: error },
+    );
+  }
+  return undefined;
 }
 
 async function insertMany(

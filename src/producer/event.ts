@@ -4,6 +4,9 @@ import { headersJsonOf } from './headers.js';
 import { aggregateIdOf, checkDefaultTopic, identifierOf, topicOf } from './names.js';
 import { payloadJsonOf } from './payload.js';
 
+/** The largest schema version: the `schema_version` columns are PostgreSQL integers. */
+export const MAX_SCHEMA_VERSION = 2_147_483_647;
+
 /** An event as the producer writes it. */
 export interface OutboxEvent {
   /**
@@ -70,6 +73,12 @@ export interface PreparedEvent {
 }
 
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
+/**
+ * The most `maxBatchBytes` may be, so the most one event's payload and headers take: the statement
+ * carries a batch as text arrays of about twice its size. The CDC relay refuses a WAL-mode event
+ * above it (src/cdc/wal-message.ts).
+ */
+export const MAX_BATCH_BYTES_LIMIT = 128 * 1024 * 1024;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -99,7 +108,7 @@ export function prepareEvent(
   const topic = topicOf(event.topic, `${field}.topic`);
   if (topic === null) checkDefaultTopic(aggregateType, type, field);
   const schemaVersion = event.schemaVersion ?? 1;
-  if (!Number.isInteger(schemaVersion) || schemaVersion < 1 || schemaVersion > 2_147_483_647) {
+  if (!Number.isInteger(schemaVersion) || schemaVersion < 1 || schemaVersion > MAX_SCHEMA_VERSION) {
     throw new OutboxValidationError(
       `${field}.schemaVersion`,
       `is ${String(schemaVersion)}`,

@@ -12,6 +12,14 @@ import { unstorableProblem } from './text.js';
 const FIX = 'Pass plain data (objects, arrays, strings, finite numbers, booleans, null) or bytes.';
 
 /**
+ * The deepest nesting of arrays and objects a JSON payload may have (`[[1]]` is 2 deep): far
+ * beyond real data, within what every JavaScript stack walks and what jsonb parses, and the same
+ * number on both ends — `enqueue` refuses a deeper value, the CDC relay a deeper WAL-mode text.
+ */
+export const MAX_JSON_DEPTH = 1000;
+const TOO_DEEP = `is nested more than ${MAX_JSON_DEPTH} levels deep (arrays and objects)`;
+
+/**
  * In JSON.stringify's output, the escape of a NUL (`\u0000`) or of a lone surrogate (`\udXXX`: a
  * proper pair is written as is), after an even run of backslashes (`\\u0000` is only text).
  */
@@ -201,6 +209,7 @@ function locate(holder: object, key: string, path: string, ancestors: object[]):
   if (typeof value !== 'object' || value === null) return undefined;
   if (ancestors.includes(value))
     return { path, problem: 'refers back to an object that contains it (a cycle)' };
+  if (ancestors.length >= MAX_JSON_DEPTH) return { path, problem: TOO_DEEP };
   ancestors.push(value);
   try {
     if (Array.isArray(value)) {
@@ -247,13 +256,16 @@ function exactWalk(value: unknown, field: string): Found | undefined {
 
 /**
  * Why JSON text written elsewhere (a WAL-mode message read back by the CDC relay) would not be
- * taken by PostgreSQL's `::jsonb` as this module's own output is, or undefined: not JSON, or a
- * `\u0000` or surrogate escape (jsonb refuses a NUL and a lone surrogate; JSON.stringify never
- * escapes a surrogate, so an escaped pair is refused too: conservative, never from `enqueue`).
+ * taken by PostgreSQL's `::jsonb` as this module's own output is, or undefined: nested deeper
+ * than `enqueue` takes (MAX_JSON_DEPTH), not JSON, or a `\u0000` or surrogate escape (jsonb
+ * refuses a NUL and a lone surrogate; JSON.stringify never escapes a surrogate, so an escaped pair
+ * is refused too: conservative, never from `enqueue`).
  * Numbers jsonb's numeric cannot hold (an exponent over 131072) pass here: the handover
  * statement's data-error path keeps them.
  */
 export function jsonTextProblem(text: string): string | undefined {
+  // First, and without parsing: a text a million levels deep is refused in one pass.
+  if (jsonTextDepth(text) > MAX_JSON_DEPTH) return TOO_DEEP;
   try {
     JSON.parse(text);
   } catch {
@@ -262,6 +274,30 @@ export function jsonTextProblem(text: string): string | undefined {
   if (text.includes('\\u') && UNSTORABLE_ESCAPE.test(text))
     return 'holds a \\u0000 or surrogate escape, which jsonb refuses';
   return undefined;
+}
+
+/**
+ * The deepest nesting of arrays and objects in a JSON text (brackets inside strings not
+ * counted); a text too short to be nested past MAX_JSON_DEPTH is not scanned.
+ */
+function jsonTextDepth(text: string): number {
+  if (text.length <= 2 * MAX_JSON_DEPTH) return 0;
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c)
+        i++; // a backslash: the next character is escaped
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      depth++;
+      if (depth > deepest) deepest = depth;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return deepest;
 }
 
 /** The payload as JSON text for jsonb; throws an OutboxValidationError naming the first unfaithful value. */

@@ -5,7 +5,9 @@
  * aggregate's progress (last delivered sequence, blocked until, and when: the
  * pruner's idle test for caller versions, docs/schema.md) is updated in one upsert. `FOR SHARE` on
  * the partition rows makes a concurrent takeover (which raises the epoch) wait for this statement,
- * or this statement see the new epoch and change nothing.
+ * or this statement see the new epoch and change nothing. `held` counts the batch's partitions the
+ * fence found still held: with all of them held, an event that changed no row was not in the table
+ * any more (delivered before: a republish after a crash or a takeover), not fenced off.
  *
  * The fenced partitions are one array (an InitPlan, evaluated once), each row's partition a filter
  * on the primary-key probe: a join with the fence would be planned as a nested loop that probes
@@ -49,7 +51,8 @@ WITH fence AS (
       blocked_until = excluded.blocked_until,
       delivered_at = excluded.delivered_at
 )
-SELECT (SELECT count(*) FROM delivered)::int AS delivered, (SELECT count(*) FROM failed)::int AS failed`;
+SELECT (SELECT count(*) FROM delivered)::int AS delivered, (SELECT count(*) FROM failed)::int AS failed,
+       (SELECT count(*) FROM fence)::int AS held`;
 
 /** The `delivered` CTE's RETURNING in {@link RECORD_OUTCOME_SQL}, widened for the history. */
 const DELIVERED_RETURNING = 'RETURNING e.aggregate_type, e.aggregate_id, e.sequence\n)';

@@ -102,6 +102,8 @@ export class BatchPublisher {
       timeoutMs: publishTimeoutMs,
       timeoutMessage: `publish did not finish within ${publishTimeoutMs} ms`,
     });
+    let answered = false;
+    this.p.counters.broker.calling();
     try {
       const outcomes = await abort.race(publisher.publish(batch, abort.signal));
       if (outcomes.length !== batch.length) {
@@ -110,6 +112,8 @@ export class BatchPublisher {
           { code: 'TXO_PUBLISHER_CONTRACT' },
         );
       }
+      // The broker's own answer: taken, or refused for a reason other than being unreachable.
+      answered = !this.p.stopping.aborted && outcomes.some((o) => o.ok || !isBrokerUnavailable(o.error));
       return outcomes;
     } catch (error) {
       // A call that hangs past the deadline is the broker's trouble (no attempt charged); a
@@ -123,6 +127,7 @@ export class BatchPublisher {
       this.p.counters.lastError = e.message;
       return batch.map(() => ({ ok: false, retryable: true, error: e }));
     } finally {
+      this.p.counters.broker.called(answered);
       abort.dispose();
     }
   }

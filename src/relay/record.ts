@@ -6,7 +6,9 @@ import type { Verdict } from './verdicts.js';
 /**
  * The record step: a batch's verdict in one statement ({@link RECORD_OUTCOME_SQL}), fenced by
  * the epochs it was claimed under. An outcome the fence turned away (a partition changed owner
- * during the batch) is logged; the new owner republishes those events.
+ * during the batch) is logged; the new owner republishes those events. Events whose rows were gone
+ * under a fence that held were delivered before (a republish: a CDC relay streams again what the
+ * previous streamer delivered and had not confirmed): nothing is wrong, and that is said at debug.
  */
 export class Recorder {
   constructor(
@@ -24,7 +26,7 @@ export class Recorder {
     if (delivered.length === 0 && failures.length === 0) return;
     const client = await this.session.get();
     const started = performance.now();
-    const { rows: result } = await client.query<{ delivered: number; failed: number }>({
+    const { rows: result } = await client.query<{ delivered: number; failed: number; held: number }>({
       ...this.statement,
       values: [
         this.relayId,
@@ -42,14 +44,18 @@ export class Recorder {
     const recorded = result[0];
     this.counters.recorded(recorded?.delivered ?? 0, failures);
     if (recorded && recorded.delivered + recorded.failed < delivered.length + failures.length) {
-      this.logger.warn(
-        {
-          relayId: this.relayId,
-          expected: delivered.length + failures.length,
-          recorded: recorded.delivered + recorded.failed,
-        },
-        'outcome fenced: a partition changed owner during the batch; the new owner will republish',
-      );
+      const counts = {
+        relayId: this.relayId,
+        expected: delivered.length + failures.length,
+        recorded: recorded.delivered + recorded.failed,
+      };
+      if (recorded.held < claimed.partitions.length)
+        this.logger.warn(
+          counts,
+          'outcome fenced: a partition changed owner during the batch; the new owner will republish',
+        );
+      else
+        this.logger.debug(counts, 'outcome: events no longer in the table (delivered before, republished)');
     }
   }
 }

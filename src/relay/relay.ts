@@ -180,6 +180,7 @@ class PollingRelay implements Relay {
       loopErrorsInARow: this.loopErrorsInARow,
       partitions: this.leases.size,
       brokerUnavailableSince: since === undefined ? undefined : new Date(since),
+      ...this.counters.broker.health(),
       lastError: this.counters.lastError,
     };
   }

@@ -1,4 +1,5 @@
 import { type FailureOutcome, NOOP_RELAY_METRICS, type RelayMetrics } from '../metrics/relay-metrics.js';
+import { BrokerContact } from './health.js';
 
 export interface RelayStats {
   /** Events acknowledged by the broker and removed from the outbox. */
@@ -88,6 +89,8 @@ export class RelayCounters {
   readonly watches: { readonly claim: Stopwatch; readonly publish: Stopwatch; readonly record: Stopwatch };
   /** The last loop error (database or publisher), redacted. */
   lastError: string | undefined;
+  /** Whether the broker answered a publish yet, for the readiness check. */
+  readonly broker = new BrokerContact();
 
   /** `metrics` gets every count and time as well (no-op by default). */
   constructor(readonly metrics: RelayMetrics = NOOP_RELAY_METRICS) {

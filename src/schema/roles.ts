@@ -63,6 +63,14 @@ export interface RolesSql {
    * the runtime roles had on the schema's tables and grants exactly what they need.
    */
   readonly grants: readonly string[];
+  /**
+   * Once per database, as a superuser (recommended): `pg_logical_emit_message`, which every login
+   * may call by default, revoked from PUBLIC and granted to the producer and relay roles (every
+   * overload the server has). The CDC relay refuses a WAL-mode message without the MAC of the
+   * schema's key anyway (src/cdc/wal-auth.ts); this keeps other logins from writing logical
+   * messages at all. Idempotent.
+   */
+  readonly walMessages: readonly string[];
 }
 
 /** What one role may do on one table: PostgreSQL privilege list, column lists included. */
@@ -87,6 +95,8 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     sequence_floor: 'SELECT',
     // src/producer/backpressure-sql.ts (maxPending).
     backlog: 'SELECT',
+    // src/producer/enqueue-wal-sql.ts: the key that authenticates WAL-mode events (migration 12).
+    wal_key: 'SELECT',
   },
   // src/relay/{claim,outcome,lease,sequence-faults}-sql.ts, relay.ts (partition count); `tx-outbox
   // relay` reads outboxStatus at start. Row locks (FOR UPDATE / FOR SHARE) need the UPDATE grant on
@@ -104,6 +114,8 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     // The CDC relay's slot progress (src/cdc). Its slot statements need the REPLICATION attribute
     // on the login role, which no grant gives (docs/operations.md, CDC).
     cdc_state: 'SELECT, INSERT, UPDATE (relay_id, confirmed_lsn, lag_seconds, measured_at)',
+    // src/cdc/wal-auth.ts: the CDC relay verifies WAL-mode events with it.
+    wal_key: 'SELECT',
   },
   // src/inbox/inbox-sql.ts.
   consumer: {
@@ -147,8 +159,11 @@ const HISTORY_FUNCTIONS = [
   'history_drop_partition(date, integer)',
   'history_purge_default(integer)',
 ];
-/** src/producer/enqueue-sql.ts (009_producer.sql): SECURITY INVOKER, so it adds no privilege. */
-const PRODUCER_FUNCTIONS = ['partition_of(text, text)'];
+/**
+ * src/producer/enqueue-sql.ts (009_producer.sql), enqueue-wal-sql.ts (012_wal_key.sql): SECURITY
+ * INVOKER, so they add no privilege.
+ */
+const PRODUCER_FUNCTIONS = ['partition_of(text, text)', 'wal_key_missing()'];
 const FUNCTION_GRANTS: Readonly<Record<RuntimeRole, readonly string[]>> = {
   producer: PRODUCER_FUNCTIONS,
   relay: HISTORY_FUNCTIONS,
@@ -271,5 +286,14 @@ END $$;`,
     );
   }
   grants.push('COMMIT;');
-  return { schema: schemaName, roles, setup, grants };
+  const walMessages = [
+    `DO $$ DECLARE f regprocedure; BEGIN
+  FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+           WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace LOOP
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I, %I', f, '${roles.producer}', '${roles.relay}');
+  END LOOP;
+END $$;`,
+  ];
+  return { schema: schemaName, roles, setup, grants, walMessages };
 }

@@ -13,7 +13,9 @@
  * choosing) and a consumer name of its own; the suite owns a scratch PostgreSQL schema holding
  * the inbox tables and an `effects` table its handler writes, one row per applied event.
  */
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { attributeHeader, envelopeHeaders } from '../envelope/bindings.js';
 import type { InboxOptions } from '../inbox/inbox.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import { migrate } from '../schema/migrate.js';
@@ -28,7 +30,12 @@ import {
 import { AWKWARD_IDS, PREVIOUS_IDS } from './envelopes.js';
 import type { TestApi } from './publisher-contract.js';
 
-export type { ConsumerSetup, ConsumerUnderTest } from './consumer-scenario.js';
+export type { ConsumerSetup, ConsumerUnderTest, EnvelopeSender } from './consumer-scenario.js';
+
+/** Matches `name` as a whole header name in a text (`headers.id:`, not `valid`). */
+function naming(name: string): RegExp {
+  return new RegExp(`(^|[^\\w-])${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}([^\\w-]|$)`, 'i');
+}
 
 export function consumerContract(api: TestApi, subject: ConsumerUnderTest): void {
   const { describe, it, expect, beforeAll, afterAll } = api;
@@ -243,6 +250,100 @@ export function consumerContract(api: TestApi, subject: ConsumerUnderTest): void
       },
       testTimeout,
     );
+
+    const sender = subject.envelope;
+    if (sender !== undefined) {
+      /** The envelope of `message` as the sender's binding carries it, as (name, value) pairs. */
+      const pairsOf = (message: OutboxMessage): Array<readonly [string, string]> =>
+        Object.entries(envelopeHeaders(message, 'contract', sender.binding));
+
+      it(
+        'a malformed or missing schema version, or a missing id, is refused naming the header (and the value), never handled as version 1',
+        async () => {
+          const s = await scenario({
+            ordering: 'none',
+            accepts: [{ type: 'contract.happened', schemaVersion: 1 }],
+          });
+          await s.start();
+          const version = attributeHeader(sender.binding, 'schemaversion');
+          const id = attributeHeader(sender.binding, 'id');
+          /** The envelope with `header` set to `value`, or left out. */
+          const altered = (m: OutboxMessage, header: string, value: string | undefined) =>
+            pairsOf(m).flatMap(([name, v]): Array<readonly [string, string]> => {
+              if (name !== header) return [[name, v]];
+              return value === undefined ? [] : [[name, value]];
+            });
+          const cases: Array<{ readonly header: string; readonly value: string | undefined }> = [
+            ...['two', '99999999999999999999', '-1', '1.5', '2147483648', undefined].map((value) => ({
+              header: version,
+              value,
+            })),
+            { header: id, value: undefined },
+          ];
+          const refused = cases.map((_, i) => s.message(`refused-${i}`, 1));
+          for (const [i, m] of refused.entries())
+            await sender.publish(s.namespace, m, altered(m, cases[i]!.header, cases[i]!.value));
+          const after = s.message('refused-after', 1);
+          await s.publish(after);
+          await until(
+            'the event after them applied, everything settled',
+            async () => (await s.applied()).length >= 1 && (await s.settled()),
+          );
+          await pause(400);
+          expect((await s.applied()).map((e) => e.event_id)).toEqual([after.eventId]);
+          // Refused at the door: never handed to the inbox, so neither applied nor quarantined.
+          for (const m of refused) expect(s.tally.handled(m.eventId)).toBe(0);
+          expect(await s.quarantined()).toEqual([]);
+          for (const { header, value } of cases) {
+            const said = `headers.${header}: is ${value === undefined ? 'missing' : JSON.stringify(value)}`;
+            const found = s.reasons().some((reason) => reason.includes(said));
+            expect({ said, reasons: found ? 'one says it' : s.reasons() }).toEqual({
+              said,
+              reasons: 'one says it',
+            });
+          }
+        },
+        testTimeout,
+      );
+
+      it(
+        'an envelope attribute sent twice is refused, neither value taken (order.placed, then order.cancelled)',
+        async () => {
+          const s = await scenario({ ordering: 'none' });
+          await s.start();
+          const typeHeader = attributeHeader(sender.binding, 'type');
+          const idHeader = attributeHeader(sender.binding, 'id');
+          const twice = (m: OutboxMessage, header: string, second: string) =>
+            pairsOf(m).flatMap(
+              (pair): Array<readonly [string, string]> =>
+                pair[0] === header ? [pair, [header, second]] : [pair],
+            );
+          const types = s.message('dup-type', 1, { type: 'order.placed' });
+          const ids = s.message('dup-id', 1);
+          const otherId = randomUUID();
+          await sender.publish(s.namespace, types, twice(types, typeHeader, 'order.cancelled'));
+          await sender.publish(s.namespace, ids, twice(ids, idHeader, otherId));
+          const after = s.message('dup-after', 1);
+          await s.publish(after);
+          await until(
+            'the event after them applied, everything settled',
+            async () => (await s.applied()).length >= 1 && (await s.settled()),
+          );
+          await pause(400);
+          expect((await s.applied()).map((e) => e.event_id)).toEqual([after.eventId]);
+          for (const id of [types.eventId, ids.eventId, otherId]) expect(s.tally.handled(id)).toBe(0);
+          expect(s.reasons().length).toBeGreaterThanOrEqual(2);
+          for (const header of [typeHeader, idHeader]) {
+            const found = s.reasons().some((reason) => naming(header).test(reason));
+            expect({ header, reasons: found ? 'one names it' : s.reasons() }).toEqual({
+              header,
+              reasons: 'one names it',
+            });
+          }
+        },
+        testTimeout,
+      );
+    }
 
     it(
       'concurrency runs aggregates side by side and never reorders one aggregate',

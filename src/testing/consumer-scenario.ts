@@ -6,6 +6,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import type { Consumer } from '../consumers/consumer.js';
+import type { EnvelopeBinding } from '../envelope/bindings.js';
 import {
   createInbox,
   type HandleResult,
@@ -14,6 +15,7 @@ import {
   type InboxOptions,
 } from '../inbox/inbox.js';
 import type { InboxMessage } from '../inbox/message.js';
+import type { Logger } from '../logger.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import { contractMessage } from './publisher-contract.js';
 
@@ -30,6 +32,29 @@ export interface ConsumerSetup<Tx = pg.PoolClient> {
   /** How soon a deferred delivery should come back, ms (small: the suite waits for it). */
   readonly deferMs: number;
   readonly signal?: AbortSignal;
+  /**
+   * Pass it to the adapter: the suite reads the `reason` of each message the adapter refuses
+   * (a malformed envelope) from what it logs.
+   */
+  readonly logger: Logger;
+}
+
+/** How a subject sends a message whose envelope the suite altered (see {@link ConsumerUnderTest.envelope}). */
+export interface EnvelopeSender {
+  /** The binding the transport's envelope follows: the suite names the attributes as it does. */
+  readonly binding: EnvelopeBinding;
+  /**
+   * Puts `message`'s payload where the namespace's consumer reads, with exactly `headers` as its
+   * headers (user properties, fields …), in this order; a name may come twice: send it twice
+   * where the transport can (a RabbitMQ header table cannot: send the second in upper case).
+   * Signed where the transport is (webhook: every header). Resolves once the broker holds it —
+   * a webhook request once answered, whatever the answer, and never sent again.
+   */
+  publish(
+    namespace: string,
+    message: OutboxMessage,
+    headers: ReadonlyArray<readonly [string, string]>,
+  ): Promise<void>;
 }
 
 export interface ConsumerUnderTest {
@@ -52,6 +77,11 @@ export interface ConsumerUnderTest {
   ): Promise<void>;
   /** Puts a message without a tx-outbox envelope where the namespace's consumer reads. */
   publishForeign(namespace: string): Promise<void>;
+  /**
+   * Sends messages with an altered envelope (a malformed schema version, an attribute twice):
+   * the cases that check they are refused run only when it is given.
+   */
+  readonly envelope?: EnvelopeSender;
   /** Starts a consumer instance for the namespace. */
   consume(namespace: string, setup: ConsumerSetup): Promise<Consumer>;
   /** Whether every delivery of the namespace was acknowledged (nothing pending or awaiting redelivery). */
@@ -126,6 +156,13 @@ export async function scenario(ctx: ContractRun, inboxOptions: Partial<InboxOpti
       return result;
     },
   };
+  /** The `reason` of every line the adapter logged with one (refused messages). */
+  const reasons: string[] = [];
+  const note = (obj: object): void => {
+    const reason = (obj as { reason?: unknown }).reason;
+    if (typeof reason === 'string') reasons.push(reason);
+  };
+  const logger: Logger = { debug: note, info: note, warn: note, error: note };
   let failing: ((aggregateId: string) => boolean) | undefined;
   let gate: Promise<void> | undefined;
   let running = 0;
@@ -162,6 +199,7 @@ export async function scenario(ctx: ContractRun, inboxOptions: Partial<InboxOpti
         instance,
         concurrency: options.concurrency ?? 4,
         deferMs: 150,
+        logger,
         ...(options.signal ? { signal: options.signal } : {}),
       });
       ctx.consumers.push(c);
@@ -182,6 +220,8 @@ export async function scenario(ctx: ContractRun, inboxOptions: Partial<InboxOpti
       return rows;
     },
     settled: async () => (subject.settled ? subject.settled(namespace) : true),
+    /** The reasons the adapter logged for the messages it refused, in order. */
+    reasons: (): readonly string[] => reasons,
     failWhen(predicate: (aggregateId: string) => boolean) {
       failing = predicate;
     },

@@ -1,4 +1,9 @@
-export { type ConsumerSetup, type ConsumerUnderTest, consumerContract } from './consumer-contract.js';
+export {
+  type ConsumerSetup,
+  type ConsumerUnderTest,
+  consumerContract,
+  type EnvelopeSender,
+} from './consumer-contract.js';
 export { AWKWARD_IDS, PREVIOUS_IDS, previousEnvelopeHeaders } from './envelopes.js';
 export {
   contractMessage,

@@ -67,6 +67,26 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
       async publishForeign(ns) {
         await raw.send({ messages: [{ topic: ns, key: Buffer.from('f'), value: Buffer.from('{}') }] });
       },
+      envelope: {
+        binding: 'kafka',
+        async publish(ns, m, pairs) {
+          // Record headers are a list: a name may come twice (two keys of the map).
+          const headers = new Map<Buffer, Buffer>();
+          for (const [name, value] of pairs) headers.set(Buffer.from(name), Buffer.from(value));
+          const key = Buffer.from(m.aggregateId);
+          await raw.send({
+            messages: [
+              {
+                topic: ns,
+                partition: partitionFor(key, PARTITIONS),
+                key,
+                value: Buffer.from(m.payload),
+                headers,
+              },
+            ],
+          });
+        },
+      },
       consume: (ns, setup) =>
         consumeKafka({
           inbox: setup.inbox,
@@ -77,6 +97,7 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
           clientId: `txo-kcc-${setup.instance}`,
           concurrency: setup.concurrency,
           deferMs: setup.deferMs,
+          logger: setup.logger,
           ...(setup.signal ? { signal: setup.signal } : {}),
         }),
       settled: (ns) => committedToEnd(admin, ns, PARTITIONS),

@@ -51,6 +51,21 @@ consumerContract(
     async publishForeign(ns) {
       await raw.publishAsync(`${ns}/raw`, '{}', { qos: 1 });
     },
+    envelope: {
+      binding: 'mqtt',
+      async publish(_ns, m, headers) {
+        // A name given twice: two user properties (MQTT.js sends an array value as one each).
+        const userProperties: Record<string, string | string[]> = {};
+        for (const [name, value] of headers) {
+          const before = userProperties[name];
+          userProperties[name] = before === undefined ? value : [before, value].flat();
+        }
+        await raw.publishAsync(`${m.topic}/${m.aggregateId}`, Buffer.from(m.payload), {
+          qos: 1,
+          properties: { userProperties, contentType: m.contentType },
+        });
+      },
+    },
     consume(ns, setup) {
       // Each instance its own persistent session: both receive every message (no shared subscription).
       const clientId = `${ns}-c${setup.instance}`;
@@ -63,6 +78,7 @@ consumerContract(
         clientId,
         concurrency: setup.concurrency,
         deferMs: setup.deferMs,
+        logger: setup.logger,
         ...(setup.signal ? { signal: setup.signal } : {}),
       });
     },

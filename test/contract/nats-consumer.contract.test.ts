@@ -42,6 +42,14 @@ consumerContract(
       h.set('x-foo', 'bar');
       await jetstream(nc).publish(`${ns}.raw`, new TextEncoder().encode('{}'), { headers: h });
     },
+    envelope: {
+      binding: 'nats',
+      async publish(ns, m, headers) {
+        const h = natsHeaders();
+        for (const [k, v] of headers) h.append(k, v);
+        await jetstream(nc).publish(`${ns}.events`, m.payload, { headers: h });
+      },
+    },
     consume: (ns, setup) =>
       consumeNats({
         inbox: setup.inbox,
@@ -51,6 +59,7 @@ consumerContract(
         durable: 'contract',
         concurrency: setup.concurrency,
         deferMs: setup.deferMs,
+        logger: setup.logger,
         ...(setup.signal ? { signal: setup.signal } : {}),
       }),
     async settled(ns) {

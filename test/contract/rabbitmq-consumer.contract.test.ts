@@ -50,6 +50,23 @@ consumerContract(
     async publishForeign(ns) {
       admin.sendToQueue(queueOf(ns), Buffer.from('{}'), { headers: { foo: 'bar' } });
     },
+    envelope: {
+      binding: 'amqp',
+      async publish(ns, m, pairs) {
+        // A header table holds a name once (amqplib builds it from an object): the second of a
+        // name goes in upper case, which a reader takes for the same attribute. The message-id
+        // is the id header's, as rabbitmqPublisher sets it: none without one.
+        const headers: Record<string, string> = {};
+        for (const [name, value] of pairs) headers[name in headers ? name.toUpperCase() : name] = value;
+        const messageId = headers['cloudEvents_id'];
+        previous.sendToQueue(queueOf(ns), Buffer.from(m.payload), {
+          headers,
+          contentType: m.contentType,
+          ...(messageId === undefined ? {} : { messageId }),
+        });
+        await previous.waitForConfirms();
+      },
+    },
     consume: (ns, setup) =>
       consumeRabbitMq({
         inbox: setup.inbox,
@@ -58,6 +75,7 @@ consumerContract(
         queue: queueOf(ns),
         concurrency: setup.concurrency,
         deferMs: setup.deferMs,
+        logger: setup.logger,
         ...(setup.signal ? { signal: setup.signal } : {}),
       }),
     // Ready messages only: RabbitMQ does not count unacked ones here (those held for a deferral).

@@ -43,6 +43,16 @@ consumerContract(
     async publishForeign(ns) {
       await redis.xAdd(streamOf(ns), '*', { foo: 'bar', payload: '{}' });
     },
+    envelope: {
+      binding: 'redis',
+      async publish(ns, m, headers) {
+        // A stream entry may hold a field name twice.
+        const args: RedisArgument[] = ['XADD', streamOf(ns), '*'];
+        for (const [name, value] of headers) args.push(name, value);
+        args.push('payload', Buffer.from(m.payload));
+        await redis.sendCommand(args);
+      },
+    },
     consume: (ns, setup) =>
       consumeRedis({
         inbox: setup.inbox,
@@ -54,6 +64,7 @@ consumerContract(
         concurrency: setup.concurrency,
         blockMs: 200,
         claimIdleMs: setup.deferMs,
+        logger: setup.logger,
         ...(setup.signal ? { signal: setup.signal } : {}),
       }),
     async settled(ns) {

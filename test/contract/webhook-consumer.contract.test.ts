@@ -9,6 +9,7 @@
  * headers signed by the same (unchanged) txo-signature scheme.
  */
 import { randomUUID } from 'node:crypto';
+import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createWebhookServer } from '../../src/consumers/webhook.js';
 import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
@@ -115,10 +116,38 @@ consumerContract(
       });
       expect(res.status).toBe(400);
     },
+    envelope: {
+      binding: 'http',
+      async publish(ns, m, pairs) {
+        // Signed by a sender holding the secret. A name given twice goes as two header lines;
+        // the signature covers the value the receiver's node:http joins them to ("a, b").
+        const url = pick(ns);
+        if (!url) throw new Error('no receiver running');
+        const signature = signWebhookRequest({
+          secret: SECRET,
+          id: m.eventId,
+          body: m.payload,
+          headers: new Headers(pairs.map(([name, value]) => [name, value])),
+        });
+        const lines = new Map<string, string[]>();
+        for (const [name, value] of [...pairs, ...Object.entries(signature)])
+          lines.set(name, [...(lines.get(name) ?? []), value]);
+        await new Promise<void>((resolve, reject) => {
+          const req = request(`${url}/events`, { method: 'POST' }, (res) => {
+            res.resume();
+            res.on('end', () => resolve());
+          });
+          req.on('error', reject);
+          for (const [name, values] of lines) req.setHeader(name, values.length === 1 ? values[0]! : values);
+          req.end(Buffer.from(m.payload));
+        });
+      },
+    },
     async consume(ns, setup) {
       const server = await createWebhookServer({
         inbox: setup.inbox,
         handler: setup.handler,
+        logger: setup.logger,
         secret: SECRET,
         concurrency: setup.concurrency,
         retryAfterSeconds: 0,

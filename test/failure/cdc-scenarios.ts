@@ -40,6 +40,8 @@ export class CdcFixture {
   private constructor(
     readonly db: { readonly pool: pg.Pool; readonly schema: string },
     readonly databaseUrl: string,
+    /** The schema's default slot and publication in that database. */
+    private readonly names: { readonly slot: string; readonly publication: string },
   ) {}
 
   /** A fresh migrated schema `t_<name>_<hex>` on the shared server, or on `databaseUrl`'s. */
@@ -49,7 +51,7 @@ export class CdcFixture {
     // A private server restarted under the pool: an idle connection's error is no test failure.
     pool.on('error', () => undefined);
     await migrate(pool, { schema, partitions: 16 });
-    return new CdcFixture({ pool, schema }, databaseUrl);
+    return new CdcFixture({ pool, schema }, databaseUrl, await cdcNames(pool, schema));
   }
 
   get schema(): string {
@@ -57,7 +59,7 @@ export class CdcFixture {
   }
 
   get slot(): string {
-    return cdcNames(this.db.schema).slot;
+    return this.names.slot;
   }
 
   /** A relay child on this schema (NATS on the shared server unless `config` says otherwise). */
@@ -80,7 +82,7 @@ export class CdcFixture {
   async close(): Promise<void> {
     for (const c of this.children.splice(0)) await c.kill();
     for (const f of this.cleanups.splice(0).reverse()) await f().catch(() => undefined);
-    const { slot, publication } = cdcNames(this.db.schema);
+    const { slot, publication } = this.names;
     await dropCdcObjects(this.db.pool, slot, publication);
     await this.db.pool.query(`DROP SCHEMA IF EXISTS "${this.db.schema}" CASCADE`);
     await this.db.pool.end();

@@ -8,7 +8,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
-import { ensureCdcSlot } from '../../src/cdc/setup.js';
+import { ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup.js';
 import { brokerUnavailable } from '../../src/errors.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { LOOP_ERRORS_NOT_READY } from '../../src/relay/health.js';
@@ -76,7 +76,7 @@ describe('cdc failure: the slot is lost while the relay runs', () => {
         await pool.query('CHECKPOINT');
         const { rows } = await pool.query<{ wal_status: string }>(
           `SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1`,
-          [`txo_${SCHEMA}`],
+          [(await resolveCdcNames(pool, { schema: SCHEMA })).slot],
         );
         return rows[0]?.wal_status === 'lost';
       },

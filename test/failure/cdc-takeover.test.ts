@@ -7,6 +7,8 @@
  *   table with the relay's application_name: none of the old streamer's after the takeover), it
  *   does not take the slot back (active_pid stays the new streamer's walsender, which never
  *   reconnects), and neither the table nor the broker lose an event.
+ * In both, the new streamer logs no "outcome fenced" (issue 24, item 13): it streams again what
+ * the old one delivered and had not confirmed, whose rows are gone, under a fence that holds.
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -28,6 +30,8 @@ const LEASE_MS = 2000;
 const SLACK_MS = 3000;
 const TAKEOVER_BOUND_MS = LEASE_MS + Math.ceil(LEASE_MS / 3) + SLACK_MS;
 const TOTAL = 15_000;
+/** The runbook's alert-worthy line: a genuine fence loss only (the resumed ex-streamer's). */
+const FENCED = 'outcome fenced';
 
 const fixtures: CdcFixture[] = [];
 afterEach(async () => {
@@ -123,6 +127,7 @@ describe('cdc failure: a standby takes over the slot', () => {
     expect(takeoverMs).toBeLessThanOrEqual(TAKEOVER_BOUND_MS);
     await deliveredEverything(fixture, stream, standby, producing);
     expect(standby.exited, standby.problems()).toBeUndefined();
+    expect(standby.loggedLines(FENCED), 'a clean takeover: no fenced outcome').toEqual([]);
   }, 120_000);
 
   it('a SIGSTOPped streamer resumed after the takeover changes nothing', async () => {
@@ -163,7 +168,7 @@ describe('cdc failure: a standby takes over the slot', () => {
     });
     const resumed = streamer.stats()!;
     console.info(
-      `cdc SIGSTOP: takeover ${takeoverMs} ms after the stop (bound ${TAKEOVER_BOUND_MS} ms); frozen streamer had published ${frozen.published}, ${resumed.published} after it resumed (an outcome in flight at the freeze may land); fenced outcome logged: ${streamer.logged('fenced')}`,
+      `cdc SIGSTOP: takeover ${takeoverMs} ms after the stop (bound ${TAKEOVER_BOUND_MS} ms); frozen streamer had published ${frozen.published}, ${resumed.published} after it resumed (an outcome in flight at the freeze may land); fenced outcome logged: ${streamer.loggedLines(FENCED).length}`,
     );
     expect(takeoverMs).toBeLessThanOrEqual(TAKEOVER_BOUND_MS);
     expect(samples, 'the resumed ex-streamer disturbed the slot or the new streamer').toEqual([]);
@@ -178,5 +183,6 @@ describe('cdc failure: a standby takes over the slot', () => {
     expect(await deletedAfter(fixture, streamer.config.relayId, '-infinity')).toBeGreaterThan(0);
     expect(streamer.exited, streamer.problems()).toBeUndefined();
     expect(standby.exited, standby.problems()).toBeUndefined();
+    expect(standby.loggedLines(FENCED), 'the new streamer lost no fence').toEqual([]);
   }, 120_000);
 });

@@ -48,6 +48,7 @@ export interface ChildCdcStats {
   readonly confirmedLsn: string | undefined;
   readonly serverLsn: string | undefined;
   readonly lagBytes: number;
+  readonly retainedBytes: number;
   readonly lagSeconds: number;
   readonly reconnects: number;
   readonly handovers: number;
@@ -152,7 +153,12 @@ export class CdcRelayProcess {
 
   /** Whether a log line's msg or fields contain `text`. */
   logged(text: string): boolean {
-    return this.out.some((l) => l['stats'] === undefined && JSON.stringify(l).includes(text));
+    return this.loggedLines(text).length > 0;
+  }
+
+  /** The log lines whose msg or fields contain `text`. */
+  loggedLines(text: string): readonly Line[] {
+    return this.out.filter((l) => l['stats'] === undefined && JSON.stringify(l).includes(text));
   }
 
   /** Waits until the latest stats satisfy `check`; throws with the child's problems otherwise. */

@@ -5,15 +5,23 @@
  * duplicates only after the confirmed LSN).
  */
 import type pg from 'pg';
+import { resolveCdcNames } from '../../src/cdc/setup.js';
 import { type EnqueueOptions, enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 
 /** `table` (today's INSERT) or `wal` (`enqueue(…, { via: 'wal' })`). */
 export type Via = 'table' | 'wal';
 
-/** The slot and publication names a schema gets by default (contract: `txo_<schema>`). */
-export function cdcNames(schema: string): { slot: string; publication: string } {
-  return { slot: `txo_${schema}`, publication: `txo_${schema}` };
+/**
+ * The slot and publication names a schema gets by default in the pool's database (the slot:
+ * `txo_<database>_<schema>_<hash>`, as the relay resolves it; the publication `txo_<schema>`).
+ */
+export async function cdcNames(
+  pool: pg.Pool,
+  schema: string,
+): Promise<{ slot: string; publication: string }> {
+  const { slot, publication } = await resolveCdcNames(pool, { schema });
+  return { slot, publication };
 }
 
 /** `count` events over `aggregates` aggregates (`a<i % aggregates>`), topic `<prefix>.order`. */

@@ -134,15 +134,21 @@ export class PrivatePostgres {
     this.running = false;
   }
 
-  /** `pg_ctl restart -m <mode>`, waiting until it accepts connections again. */
-  async restart(mode: StopMode = 'fast'): Promise<void> {
+  /**
+   * `pg_ctl restart -m <mode>`, waiting until it accepts connections again; `waitSeconds` bounds
+   * the stop and the start each (pg_ctl's -t), and pg_ctl fails past it.
+   */
+  async restart(
+    mode: StopMode = 'fast',
+    { waitSeconds = 120 }: { waitSeconds?: number } = {},
+  ): Promise<void> {
     await this.ctl([
       'restart',
       '-m',
       mode,
       '-w',
       '-t',
-      '120',
+      String(waitSeconds),
       '-l',
       this.logFile,
       '-o',

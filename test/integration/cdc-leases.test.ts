@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cdcNames, ensureCdcSlot, takeOverSlot } from '../../src/cdc/setup.js';
+import { cdcNames, ensureCdcSlot, resolveCdcNames, takeOverSlot } from '../../src/cdc/setup.js';
 import type { Logger } from '../../src/logger.js';
 import { NOOP_RELAY_METRICS } from '../../src/metrics/relay-metrics.js';
 import { PartitionLeases } from '../../src/relay/leases.js';
@@ -13,7 +13,7 @@ import { dropSlotQuietly, holdSlot } from '../helpers/slot-holder.js';
 const PARTITIONS = 16;
 let db: TestDb;
 const pools: pg.Pool[] = [];
-const slot = () => `${cdcNames({ schema: db.schema }).slot}_lease`;
+const slot = () => `txo_${db.schema}_lease`;
 
 beforeAll(async () => {
   db = await createTestDb('cdc_control_leases', { partitions: PARTITIONS });
@@ -179,7 +179,7 @@ describe('exclusive leases', () => {
 
   it('takeOverSlot, right after the leases are verified, terminates the stale holder of the slot', async () => {
     await resetPartitions();
-    const names = cdcNames({ schema: db.schema, slot: slot() });
+    const names = await resolveCdcNames(db.pool, { schema: db.schema, slot: slot() });
     await ensureCdcSlot(db.pool, names);
     const stale = await holdSlot(db.pool, names.slot, names.publication);
     const cdc = leases('cdc-3', 60_000, logRecorder().logger, true);

@@ -7,7 +7,8 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
-import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
+import { dropCdcSlot, ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup.js';
+import { loadWalKey } from '../../src/cdc/wal-auth.js';
 import { brokerUnavailable, PublishError } from '../../src/errors.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
@@ -33,9 +34,7 @@ afterEach(async () => {
 });
 afterAll(async () => {
   if (db) {
-    await dropCdcSlot(db.pool, { slot: `txo_${db.schema}`, publication: `txo_${db.schema}` }).catch(
-      () => undefined,
-    );
+    await dropCdcSlot(db.pool, { schema: db.schema }).catch(() => undefined);
     await db.close();
   }
 });
@@ -155,7 +154,7 @@ async function currentLsn(): Promise<string> {
 async function slotPast(lsn: string): Promise<boolean> {
   const { rows } = await db.pool.query<{ past: boolean }>(
     'SELECT confirmed_flush_lsn >= $2::pg_lsn AS past FROM pg_replication_slots WHERE slot_name = $1',
-    [`txo_${db.schema}`, lsn],
+    [(await resolveCdcNames(db.pool, { schema: db.schema })).slot, lsn],
   );
   return rows[0]?.past === true;
 }
@@ -297,14 +296,17 @@ describe('CDC relay', () => {
     30_000,
   );
 
-  it('keeps an unreadable WAL-mode message as a dead event and streams on', async () => {
+  it('keeps an unreadable (authenticated) WAL-mode message as a dead event and streams on', async () => {
     const { publisher, prefix } = broker();
     const r = relay(publisher);
     await r.start();
+    // Format 99 from a holder of the producer's rights (the schema's key): kept, without its MAC.
+    const { key } = await loadWalKey(db.pool, db.schema, `"${db.schema}"`);
+    const unreadable = Buffer.from([99, 1, 2, 3]);
     await inTransaction(db.pool, async (tx) => {
       await tx.query('SELECT pg_logical_emit_message(true, $1, $2::bytea)', [
         `tx-outbox:${db.schema}`,
-        Buffer.from([99, 1, 2, 3]),
+        Buffer.concat([unreadable, key.mac(unreadable)]),
       ]);
       await enqueueVia(tx, events(prefix, 'after-garbage', 1), db.schema, 'wal');
     });

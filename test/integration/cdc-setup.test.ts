@@ -1,3 +1,4 @@
+import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Heartbeat } from '../../src/cdc/heartbeat.js';
@@ -13,12 +14,15 @@ import {
   checkCdc,
   dropCdcSlot,
   ensureCdcSlot,
+  resolveCdcNames,
   type SlotRow,
   takeOverSlot,
 } from '../../src/cdc/setup.js';
 import { SLOT_STATUS_SQL } from '../../src/cdc/setup-sql.js';
 import { OutboxError, OutboxValidationError } from '../../src/errors.js';
+import { WAL_SLOT_CHECK_SQL } from '../../src/producer/wal-slot.js';
 import { quoteSchema, withSchema } from '../../src/schema/identifiers.js';
+import { migrate } from '../../src/schema/migrate.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { logRecorder } from '../helpers/log-recorder.js';
@@ -30,7 +34,7 @@ const slots: string[] = [];
 
 beforeAll(async () => {
   db = await createTestDb('cdc_control_setup', { partitions: 4 });
-  names = cdcNames({ schema: db.schema });
+  names = await resolveCdcNames(db.pool, { schema: db.schema });
   slots.push(names.slot, `${names.slot}_c`, `${names.slot}_td`, `${names.slot}_x`);
 });
 
@@ -56,15 +60,57 @@ async function realSlotRow(n: CdcNames): Promise<SlotRow> {
 }
 
 describe('cdcNames', () => {
-  it('defaults to txo_<schema> and validates overrides', () => {
+  it('leaves the default slot to the database, defaults the publication to txo_<schema>, validates overrides', () => {
     expect(cdcNames({ schema: 'orders' })).toEqual({
       schema: 'orders',
-      slot: 'txo_orders',
+      slot: undefined,
       publication: 'txo_orders',
     });
     expect(cdcNames('orders', { slot: 's1' }).slot).toBe('s1');
     expect(() => cdcNames({ schema: 'orders', slot: 'Bad-Slot' })).toThrow(OutboxValidationError);
     expect(() => cdcNames({ schema: 'orders', publication: 'x"; DROP' })).toThrow(/publication/);
+  });
+});
+
+describe('the default slot', () => {
+  const sha8 = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 8);
+
+  it('is txo_<database>_<schema>_<hash> of this database, at most 63 characters, distinct when cut', async () => {
+    const { rows } = await db.pool.query<{ db: string }>('SELECT current_database() AS db');
+    const database = rows[0]!.db;
+    const clean = database.replace(/[A-Z]/g, (c) => c.toLowerCase()).replace(/[^a-z0-9_]/g, '_');
+    expect(names.slot).toBe(
+      `${`txo_${clean}_${db.schema}`.slice(0, 54)}_${sha8(`${database}/${db.schema}`)}`,
+    );
+    // Schemas of 58 characters sharing their first 54 keep distinct names within 63.
+    const long = ['a', 'b'].map((c) => `s${'x'.repeat(56)}${c}`);
+    const slots = await Promise.all(
+      long.map(async (schema) => (await resolveCdcNames(db.pool, { schema })).slot),
+    );
+    for (const slot of slots) expect(slot.length).toBeLessThanOrEqual(63);
+    expect(slots[0]).not.toBe(slots[1]);
+    // A slot given is taken as given.
+    expect((await resolveCdcNames(db.pool, { schema: db.schema, slot: 'given_one' })).slot).toBe('given_one');
+  });
+
+  it("is a slot txo_<schema> of this database while it exists (before 0.1.0's default), for relay and producer alike", async () => {
+    const schema = `lg_${randomBytes(4).toString('hex')}`;
+    await migrate(db.pool, { schema, partitions: 1 });
+    const fresh = (await resolveCdcNames(db.pool, { schema })).slot;
+    expect(fresh).toMatch(new RegExp(`^txo_.*_${schema}_[0-9a-f]{8}$`));
+    slots.push(`txo_${schema}`);
+    await db.pool.query(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, [`txo_${schema}`]);
+    expect((await resolveCdcNames(db.pool, { schema })).slot).toBe(`txo_${schema}`);
+    // The producer's check resolves the same slot (the default: null).
+    const check = await db.pool.query<{ slot: string; exists: boolean; here: boolean }>(WAL_SLOT_CHECK_SQL, [
+      null,
+      schema,
+    ]);
+    expect(check.rows[0]).toMatchObject({ slot: `txo_${schema}`, exists: true, here: true });
+    expect(await cdcSlotStatus(db.pool, { schema })).toMatchObject({ slot: `txo_${schema}`, exists: true });
+    expect(await dropCdcSlot(db.pool, { schema })).toMatchObject({ slot: true, slotName: `txo_${schema}` });
+    expect((await resolveCdcNames(db.pool, { schema })).slot).toBe(fresh);
+    await db.pool.query(`DROP SCHEMA "${schema}" CASCADE`);
   });
 });
 
@@ -105,7 +151,7 @@ describe('ensureCdcSlot', () => {
     expect(err).toBeInstanceOf(OutboxError);
     expect((err as OutboxError).code).toBe(CDC_SLOT_MISMATCH);
     expect((err as Error).message).toMatch(/plugin "test_decoding"/);
-    const check = await checkCdc(db.pool, cdcNames(td)).catch((e: unknown) => e);
+    const check = await checkCdc(db.pool, await resolveCdcNames(db.pool, td)).catch((e: unknown) => e);
     expect((check as OutboxError).code).toBe(CDC_SLOT_MISMATCH);
     await db.pool.query('SELECT pg_drop_replication_slot($1)', [td.slot]);
 
@@ -236,9 +282,13 @@ describe('takeOverSlot and dropCdcSlot', () => {
     await takeOverSlot(db.pool, names.slot); // idle slot: nothing to do
 
     const dropped = await dropCdcSlot(db.pool, { schema: db.schema });
-    expect(dropped).toEqual({ slot: true, publication: true });
+    expect(dropped).toEqual({ slot: true, publication: true, slotName: names.slot });
     expect(await slotRows(names.slot)).toHaveLength(0);
-    expect(await dropCdcSlot(db.pool, { schema: db.schema })).toEqual({ slot: false, publication: false });
+    expect(await dropCdcSlot(db.pool, { schema: db.schema })).toEqual({
+      slot: false,
+      publication: false,
+      slotName: names.slot,
+    });
     await holder.close();
   });
 
@@ -248,6 +298,7 @@ describe('takeOverSlot and dropCdcSlot', () => {
     expect(await dropCdcSlot(db.pool, { ...opts, terminate: true })).toEqual({
       slot: true,
       publication: true,
+      slotName: opts.slot,
     });
     expect(await holder.ended).toBeInstanceOf(Error);
     await holder.close();
@@ -256,7 +307,11 @@ describe('takeOverSlot and dropCdcSlot', () => {
 
 describe('Heartbeat', () => {
   it('emits non-transactional messages the slot streams, every interval', async () => {
-    const n = cdcNames({ schema: db.schema, slot: `${names.slot}_x`, publication: `${names.publication}_x` });
+    const n = await resolveCdcNames(db.pool, {
+      schema: db.schema,
+      slot: `${names.slot}_x`,
+      publication: `${names.publication}_x`,
+    });
     await db.pool.query(`DROP PUBLICATION IF EXISTS "${n.publication}"`);
     await ensureCdcSlot(db.pool, n);
     const prefix = `tx-outbox:${db.schema}:heartbeat`;

@@ -5,7 +5,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
 import { ReplicationStream } from '../../src/cdc/replication.js';
-import { cdcNames, ensureCdcSlot } from '../../src/cdc/setup.js';
+import { cdcNames, ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup.js';
 import { NOOP_RELAY_METRICS } from '../../src/metrics/relay-metrics.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { PartitionLeases } from '../../src/relay/leases.js';
@@ -31,7 +31,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(relays.map((r) => r.stop({ timeout: 2000 }).catch(() => undefined)));
   await Promise.all(pools.map((p) => p.end()));
-  const names = cdcNames({ schema: db.schema });
+  const names = await resolveCdcNames(db.pool, { schema: db.schema });
   await dropSlotQuietly(db.pool, names.slot);
   await db.pool.query(`DROP PUBLICATION IF EXISTS "${names.publication}"`);
   await db.close();
@@ -180,7 +180,7 @@ describe('CDC relay: standing by, start position, checks', () => {
 
   it('a new stream starts from the relay’s own confirmed position: no replay after a walsender kill', async () => {
     await reset();
-    const names = cdcNames({ schema: db.schema });
+    const names = await resolveCdcNames(db.pool, { schema: db.schema });
     const publisher = new RecordingPublisher();
     // The server learns the confirmed position only once a minute: after a kill it knows an old one.
     const relay = createCdcRelay({

@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
-import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
+import { dropCdcSlot, ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup.js';
 import { brokerUnavailable, PublishError } from '../../src/errors.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
@@ -38,9 +38,7 @@ afterAll(async () => {
 });
 
 async function dropSlot(t: TestDb): Promise<void> {
-  await dropCdcSlot(t.pool, { slot: `txo_${t.schema}`, publication: `txo_${t.schema}` }).catch(
-    () => undefined,
-  );
+  await dropCdcSlot(t.pool, { schema: t.schema }).catch(() => undefined);
 }
 
 /** NATS behind a hook that may refuse a message; `acked` is every acknowledged message in order. */
@@ -139,7 +137,7 @@ async function currentLsn(t: TestDb): Promise<string> {
 async function slotPast(t: TestDb, lsn: string): Promise<boolean> {
   const { rows } = await t.pool.query<{ past: boolean }>(
     'SELECT confirmed_flush_lsn >= $2::pg_lsn AS past FROM pg_replication_slots WHERE slot_name = $1',
-    [`txo_${t.schema}`, lsn],
+    [(await resolveCdcNames(t.pool, { schema: t.schema })).slot, lsn],
   );
   return rows[0]?.past === true;
 }

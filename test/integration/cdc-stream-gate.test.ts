@@ -21,6 +21,8 @@ import { RecordingPublisher } from '../helpers/memory-publisher.js';
 const schema = `cdc_fixcv_${randomBytes(3).toString('hex')}`;
 let pool: pg.Pool;
 let admin: pg.Pool;
+/** This database's default slot of the schema. */
+let slot: string;
 const relays: CdcRelay[] = [];
 
 beforeAll(async () => {
@@ -28,13 +30,13 @@ beforeAll(async () => {
   pool = new pg.Pool({ connectionString: DATABASE_URL, max: 10 });
   pool.on('error', () => undefined);
   await migrate(admin, { schema, partitions: 4 });
-  await ensureCdcSlot(admin, { schema });
+  slot = (await ensureCdcSlot(admin, { schema })).slot;
 });
 afterEach(async () => {
   await Promise.all(relays.splice(0).map((r) => r.stop({ timeout: 5000 })));
 });
 afterAll(async () => {
-  await dropCdcSlot(admin, { slot: `txo_${schema}`, publication: `txo_${schema}` }).catch(() => undefined);
+  await dropCdcSlot(admin, { schema }).catch(() => undefined);
   await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
   await pool.end();
   await admin.end();
@@ -244,7 +246,7 @@ describe('one aggregate refused as unavailable', () => {
     await waitFor(async () => {
       const { rows } = await admin.query(
         'SELECT confirmed_flush_lsn >= $2::pg_lsn AS past FROM pg_replication_slots WHERE slot_name = $1',
-        [`txo_${schema}`, at[0].l],
+        [slot, at[0].l],
       );
       return rows[0]?.past === true;
     }, 'the slot confirmed past the refused events');

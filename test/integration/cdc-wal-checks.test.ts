@@ -1,14 +1,18 @@
 /**
- * Foreign or damaged WAL-mode messages through a real CDC relay (review rev-wal F1–F9): each is
- * dead-lettered with a reason, or delivered, and the stream goes on (no reconnect, the slot
- * confirms past it). Reproductions adapted from test/integration/rev-wal.test.ts.
+ * Damaged WAL-mode messages through a real CDC relay (review rev-wal F1–F9), written with the
+ * schema's WAL key — by a holder of the producer's rights who bypasses `enqueue` (messages
+ * without the key are refused outright: cdc-forgery.test.ts): each is dead-lettered with a
+ * reason, or delivered, and the stream goes on (no reconnect, the slot confirms past it).
+ * Reproductions adapted from test/integration/rev-wal.test.ts.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { partitionOf } from '../../src/cdc/partition-of.js';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
-import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
+import { dropCdcSlot, ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup.js';
 import { handoverPrefix } from '../../src/cdc/stream-batch.js';
+import { loadWalKey } from '../../src/cdc/wal-auth.js';
 import { encodeWalBody, eventsPrefix } from '../../src/cdc/wal-message.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
 import { enqueue } from '../../src/producer/enqueue.js';
@@ -32,7 +36,7 @@ afterEach(async () => {
 });
 afterAll(async () => {
   for (const s of schemas) {
-    await dropCdcSlot(pool, { slot: `txo_${s}`, publication: `txo_${s}` }).catch(() => undefined);
+    await dropCdcSlot(pool, { schema: s }).catch(() => undefined);
     await pool.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
   }
   await pool.end();
@@ -72,8 +76,14 @@ function relay(schema: string, publisher: RecordingPublisher): CdcRelay {
   return r;
 }
 
-/** A WAL-mode message content as a foreign (or buggy) application would write it. */
-function foreign(over: Partial<PreparedEvent> & { partition?: number; sequence?: number }): Buffer {
+/**
+ * A WAL-mode message content as a buggy application with the producer's rights would write it:
+ * format 2, its MAC made with the schema's key.
+ */
+async function foreign(
+  schema: string,
+  over: Partial<PreparedEvent> & { partition?: number; sequence?: number },
+): Promise<Buffer> {
   const e: PreparedEvent = {
     eventId: randomUUID(),
     aggregateType: 'order',
@@ -90,12 +100,14 @@ function foreign(over: Partial<PreparedEvent> & { partition?: number; sequence?:
     ...over,
   };
   const head = Buffer.alloc(27);
-  head.writeUInt8(1, 0);
+  head.writeUInt8(2, 0);
   head.writeBigInt64BE(BigInt(over.sequence ?? 1), 1);
   head.writeBigInt64BE(0n, 9);
-  head.writeInt16BE(over.partition ?? 0, 17);
+  head.writeInt16BE(over.partition ?? partitionOf(e.aggregateType, e.aggregateId, 4)!, 17);
   head.writeBigInt64BE(BigInt(Date.now()) * 1000n, 19);
-  return Buffer.concat([head, encodeWalBody(e)]);
+  const data = Buffer.concat([head, encodeWalBody(e)]);
+  const { key } = await loadWalKey(pool, schema, `"${schema}"`);
+  return Buffer.concat([data, key.mac(data)]);
 }
 
 async function emit(prefix: string, content: Buffer, transactional = true): Promise<void> {
@@ -124,7 +136,7 @@ async function currentLsn(): Promise<string> {
 async function slotPast(schema: string, lsn: string): Promise<boolean> {
   const { rows } = await pool.query<{ past: boolean }>(
     'SELECT confirmed_flush_lsn >= $2::pg_lsn AS past FROM pg_replication_slots WHERE slot_name = $1',
-    [`txo_${schema}`, lsn],
+    [(await resolveCdcNames(pool, { schema })).slot, lsn],
   );
   return rows[0]?.past === true;
 }
@@ -199,7 +211,7 @@ describe('cdc-wal-checks', () => {
     const pub = new RecordingPublisher();
     const r = relay(schema, pub);
     await r.start();
-    await emit(eventsPrefix(schema), foreign({ aggregateType: 'ord\u0000er' }));
+    await emit(eventsPrefix(schema), await foreign(schema, { aggregateType: 'ord\u0000er' }));
     await settlesPast(schema, r, pub, /aggregate_type: contains U\+0000/);
   });
 
@@ -212,7 +224,7 @@ describe('cdc-wal-checks', () => {
         : { ok: true };
     const r = relay(schema, pub);
     await r.start();
-    await emit(eventsPrefix(schema), foreign({ payloadJson: `not json ${SECRET}` }));
+    await emit(eventsPrefix(schema), await foreign(schema, { payloadJson: `not json ${SECRET}` }));
     await settlesPast(schema, r, pub, /JSON payload that is not valid JSON/);
   });
 
@@ -225,7 +237,10 @@ describe('cdc-wal-checks', () => {
         : { ok: true };
     const r = relay(schema, pub);
     await r.start();
-    await emit(eventsPrefix(schema), foreign({ payloadJson: `{"n":1e200000,"s":"${SECRET}"}` }));
+    await emit(
+      eventsPrefix(schema),
+      await foreign(schema, { payloadJson: `{"n":1e200000,"s":"${SECRET}"}` }),
+    );
     await settlesPast(
       schema,
       r,
@@ -237,7 +252,17 @@ describe('cdc-wal-checks', () => {
     expect(rows[0].payload_bytes.toString()).toContain(SECRET);
   });
 
-  it("F4: the partition is partition_of's, so a replayed dead event is delivered", async () => {
+  it("F4: a partition other than partition_of's (999): dead at decode, never published", async () => {
+    const schema = await fresh();
+    const pub = new RecordingPublisher();
+    const r = relay(schema, pub);
+    await r.start();
+    await emit(eventsPrefix(schema), await foreign(schema, { partition: 999 }));
+    await settlesPast(schema, r, pub, /has a partition of 999, where partition_of gives \d+ of 4/);
+    expect(pub.received.filter((m) => m.aggregateId === 'evil')).toEqual([]);
+  });
+
+  it("F4: the handed-over row's partition is partition_of's, so a replayed dead event is delivered", async () => {
     const schema = await fresh();
     const pub = new RecordingPublisher();
     let refuse = true;
@@ -247,7 +272,7 @@ describe('cdc-wal-checks', () => {
         : { ok: true };
     const r = relay(schema, pub);
     await r.start();
-    await emit(eventsPrefix(schema), foreign({ partition: 999 }));
+    await emit(eventsPrefix(schema), await foreign(schema, {}));
     await waitFor(async () => (await pool.query(`SELECT 1 FROM "${schema}".events`)).rowCount === 1, {
       what: 'the dead row',
     });
@@ -268,7 +293,7 @@ describe('cdc-wal-checks', () => {
     const pub = new RecordingPublisher();
     const r = relay(schema, pub);
     await r.start();
-    await emit(eventsPrefix(schema), foreign({ headers: '{"x-a":{"nested":[1,2]},"x-b":7}' }));
+    await emit(eventsPrefix(schema), await foreign(schema, { headers: '{"x-a":{"nested":[1,2]},"x-b":7}' }));
     await settlesPast(schema, r, pub, /headers\["x-a"\]: is a object/);
   });
 
@@ -277,7 +302,7 @@ describe('cdc-wal-checks', () => {
     const pub = new RecordingPublisher();
     const r = relay(schema, pub);
     await r.start();
-    await emit(eventsPrefix(schema), foreign({ aggregateId: 'nontx' }), false);
+    await emit(eventsPrefix(schema), await foreign(schema, { aggregateId: 'nontx' }), false);
     await settlesPast(schema, r, pub, /not transactional/);
   });
 

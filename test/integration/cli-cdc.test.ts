@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { resolveCdcNames } from '../../src/cdc/setup.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { inTransaction, waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
@@ -16,22 +17,25 @@ import { dropSlotQuietly, holdSlot } from '../helpers/slot-holder.js';
 const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 const CDC_RELAY = fileURLToPath(new URL('../../dist/cdc/relay.js', import.meta.url));
 const SCHEMA = `cdc_control_cli_${randomBytes(4).toString('hex')}`;
-const SLOT = `txo_${SCHEMA}`;
+const PUB = `txo_${SCHEMA}`;
+/** This database's default slot of SCHEMA (resolved in beforeAll). */
+let SLOT: string;
 const SECRET = `whsec_${randomBytes(24).toString('base64')}`;
 
 let pool: pg.Pool;
 const children: ChildProcess[] = [];
 
-beforeAll(() => {
+beforeAll(async () => {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first`);
   pool = new pg.Pool({ connectionString: DATABASE_URL, max: 4 });
+  SLOT = (await resolveCdcNames(pool, { schema: SCHEMA })).slot;
 });
 
 afterAll(async () => {
   for (const child of children)
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   for (const slot of [SLOT, `${SLOT}_b`]) await dropSlotQuietly(pool, slot);
-  for (const pub of [SLOT, `${SLOT}_b`]) await pool.query(`DROP PUBLICATION IF EXISTS "${pub}"`);
+  for (const pub of [PUB, `${PUB}_b`]) await pool.query(`DROP PUBLICATION IF EXISTS "${pub}"`);
   await pool.query(`DROP SCHEMA IF EXISTS "${SCHEMA}" CASCADE`);
   await pool.end();
 });
@@ -58,7 +62,7 @@ describe('tx-outbox migrate --cdc, cdc status, status, cdc drop-slot', () => {
     expect(first.stderr).toBe('');
     expect(first.code).toBe(0);
     expect(first.stdout).toMatch(/011_cdc/);
-    expect(first.stdout).toContain(`Created replication slot "${SLOT}" and publication "${SLOT}"`);
+    expect(first.stdout).toContain(`Created replication slot "${SLOT}" and publication "${PUB}"`);
     expect(await slotExists(SLOT)).toBe(true);
     const again = await run(['migrate', '--schema', SCHEMA, '--cdc']);
     expect(again.code).toBe(0);
@@ -106,7 +110,7 @@ describe('tx-outbox migrate --cdc, cdc status, status, cdc drop-slot', () => {
     expect(refused.stderr).toMatch(/drop-slot needs --yes: WAL-mode events .* are lost/);
     expect(await slotExists(SLOT)).toBe(true);
 
-    const holder = await holdSlot(pool, SLOT, SLOT);
+    const holder = await holdSlot(pool, SLOT, PUB);
     const busy = await run(['cdc', 'drop-slot', '--schema', SCHEMA, '--yes']);
     expect(busy.code).toBe(1);
     expect(busy.stderr).toMatch(new RegExp(`in use by the walsender PID ${holder.pid}`));
@@ -121,9 +125,9 @@ describe('tx-outbox migrate --cdc, cdc status, status, cdc drop-slot', () => {
 
     const dropped = await run(['cdc', 'drop-slot', '--schema', SCHEMA, '--yes']);
     expect(dropped.code).toBe(0);
-    expect(dropped.stdout).toContain(`Dropped replication slot "${SLOT}"; dropped publication "${SLOT}".`);
+    expect(dropped.stdout).toContain(`Dropped replication slot "${SLOT}"; dropped publication "${PUB}".`);
     expect(await slotExists(SLOT)).toBe(false);
-    const pubs = await pool.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [SLOT]);
+    const pubs = await pool.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [PUB]);
     expect(pubs.rowCount).toBe(0);
   });
 });
@@ -248,6 +252,7 @@ describe('relay --source / --ce-source', () => {
   it('--source cdc selects the CDC relay', async () => {
     const hook = await receiver();
     const slot = `${SLOT}_b`;
+    const publication = `${PUB}_b`;
     const relay = start(
       [
         'relay',
@@ -260,7 +265,7 @@ describe('relay --source / --ce-source', () => {
         '--slot',
         slot,
         '--publication',
-        slot,
+        publication,
         '--heartbeat',
         '1s',
         '--silence-timeout',

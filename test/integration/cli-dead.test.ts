@@ -90,7 +90,7 @@ describe('tx-outbox dead', () => {
     const json = await run(['dead', 'show', a!, '--json']);
     expect(JSON.parse(json.stdout)).toMatchObject({ event: { eventId: a, status: 'dead' }, audit: [] });
     const missing = await run(['dead', 'show', randomUUID()]);
-    expect(missing.code).toBe(1);
+    expect(missing.code).toBe(3);
     expect(missing.stderr).toMatch(/no event .* in the outbox table or the audit trail/);
   });
 
@@ -150,10 +150,11 @@ describe('tx-outbox dead', () => {
 
     const gone = randomUUID();
     const skipped = await run(['dead', 'skip', s1!, gone, '--reason', 'refunded', '--actor', 'erin']);
-    expect(skipped.code, skipped.stderr).toBe(0);
+    // The dead one is skipped; the unknown id is named, and exit 3 tells a script.
+    expect(skipped.code, skipped.stderr).toBe(3);
     expect(skipped.stdout).toContain('Skipped 1 dead event: a skip marker takes the place of each');
-    expect(skipped.stdout).toContain(
-      `1 given id(s) not found (delivered, skipped before, or never there):\n  ${gone}`,
+    expect(skipped.stderr).toBe(
+      `tx-outbox: 1 given id(s) not skipped, not found (delivered, skipped before, or never there); see tx-outbox event <id>: ${gone}\n`,
     );
     expect(await statusOf(s1!)).toBe('pending tx-outbox.skipped');
 
@@ -173,5 +174,88 @@ describe('tx-outbox dead', () => {
     expect(shown.stdout).toMatch(
       /skip-unpublished by .*: queue deleted\n\s+original: ship\.sent v1, payload 2/,
     );
+  });
+});
+
+describe('ids that name nothing: exit 3, a clear message, the other ids still done', () => {
+  it('dead replay: an unknown id and a pending one exit 3 naming them (dry run too); all found exits 0', async () => {
+    const [dead] = await putDead([
+      { aggregateType: 'typo', aggregateId: 't1', type: 'typo.made', payload: 1 },
+    ]);
+    const unknown = randomUUID();
+    const only = await run(['dead', 'replay', unknown, '--reason', 'typo']);
+    expect(only.code, only.stderr).toBe(3);
+    expect(only.stdout).toBe('Replayed 0 dead events; 1 given id(s) were not dead.\n');
+    expect(only.stderr).toBe(
+      `tx-outbox: 1 given id(s) not replayed, not dead (pending, delivered, resolved before, or never there); see tx-outbox event <id>: ${unknown}\n`,
+    );
+
+    const dry = await run(['dead', 'replay', dead!, unknown, '--reason', 'typo', '--dry-run']);
+    expect(dry.code, dry.stderr).toBe(3);
+    expect(dry.stdout).toBe(
+      `Would replay 1 dead event; 1 given id(s) were not dead. Dry run: nothing changed.\n${dead}\n`,
+    );
+    expect(dry.stderr).toContain(unknown);
+    expect(await statusOf(dead!)).toBe('dead typo.made');
+
+    const mixed = await run(['dead', 'replay', dead!, unknown, '--reason', 'typo']);
+    expect(mixed.code, mixed.stderr).toBe(3);
+    expect(mixed.stdout).toBe('Replayed 1 dead event; 1 given id(s) were not dead.\n');
+    expect(await statusOf(dead!)).toBe('pending typo.made');
+    // Now pending, so not dead: replaying it again is no silent success either.
+    const again = await run(['dead', 'replay', dead!, '--reason', 'twice']);
+    expect(again.code).toBe(3);
+    expect(again.stderr).toContain(dead);
+
+    const [other] = await putDead([
+      { aggregateType: 'typo', aggregateId: 't2', type: 'typo.made', payload: 2 },
+    ]);
+    const ok = await run(['dead', 'replay', other!, '--reason', 'fixed']);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stderr).toBe('');
+  });
+
+  it('dead skip: only unknown ids exit 3 and change nothing', async () => {
+    const unknown = randomUUID();
+    const result = await run(['dead', 'skip', unknown, '--reason', 'typo']);
+    expect(result.code, result.stderr).toBe(3);
+    expect(result.stdout).toMatch(/^Skipped 0 dead events/);
+    expect(result.stderr).toContain(`not skipped, not found`);
+    expect(result.stderr).toContain(unknown);
+    const dry = await run(['dead', 'skip', unknown, '--reason', 'typo', '--dry-run']);
+    expect(dry.code).toBe(3);
+  });
+
+  it('inbox show and release: an unknown id exits 3; release still releases the ids that exist', async () => {
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO "${db.schema}".inbox_quarantine (consumer, event_id, aggregate_type, aggregate_id, sequence,
+         event_type, schema_version, headers, payload, reason, attempts)
+       VALUES ('billing', $1, 'order', 'q1', 1, 'order.placed', 1, '{}', 'x', 'handler failed', 3)
+       RETURNING id::text AS id`,
+      [randomUUID()],
+    );
+    const id = rows[0]!.id;
+    const unknown = String(BigInt(id) + 1000n);
+    const shown = await run(['inbox', 'show', unknown]);
+    expect(shown.code).toBe(3);
+    expect(shown.stderr).toBe(`tx-outbox: no quarantined message with id ${unknown} (see inbox list)\n`);
+    expect((await run(['inbox', 'show', id])).code).toBe(0);
+
+    const onlyUnknown = await run(['inbox', 'release', unknown, '--reason', 'typo']);
+    expect(onlyUnknown.code).toBe(3);
+    expect(onlyUnknown.stdout).toBe(
+      'Released 0 message(s); the consumer replays them (inbox.replayReleased).\n',
+    );
+    expect(onlyUnknown.stderr).toBe(
+      `tx-outbox: 1 given id(s) not released: no such quarantined message, or released before (see inbox list): ${unknown}\n`,
+    );
+    const mixed = await run(['inbox', 'release', id, unknown, '--reason', 'fixed']);
+    expect(mixed.code).toBe(3);
+    expect(mixed.stdout).toMatch(/^Released 1 message\(s\)/);
+    expect(mixed.stderr).toBe(onlyUnknown.stderr);
+    // Released already: releasing it again is no silent success.
+    const again = await run(['inbox', 'release', id, '--reason', 'twice']);
+    expect(again.code).toBe(3);
+    expect(again.stderr).toMatch(new RegExp(`released before \\(see inbox list\\): ${id}\n$`));
   });
 });

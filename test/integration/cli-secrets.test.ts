@@ -6,7 +6,7 @@
  * secret comes from a file or the environment, never needing the command line.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -216,6 +216,43 @@ describe('secrets stay out of logs, last_error and the CLI', () => {
       'redis://127.0.0.1:6379',
     ]).done;
     expect(plain.stderr).not.toMatch(/carries a password or token/);
+  });
+
+  it('every command taking --database-url warns about a password in it (ps), naming the fix, never the password', async () => {
+    const database = new URL(DATABASE_URL);
+    database.password = PASSWORD;
+    const inQuery = new URL(DATABASE_URL);
+    inQuery.searchParams.set('password', PASSWORD);
+    // The password in the userinfo for each command; in the query (`?password=`) for one.
+    const runs: ReadonlyArray<readonly [readonly string[], number, string]> = [
+      [['migrate'], 0, database.href],
+      [['status'], 0, database.href],
+      [['dead', 'list'], 0, database.href],
+      [['event', randomUUID()], 3, database.href],
+      [['prune', '--dry-run'], 0, database.href],
+      [['inbox', 'list'], 0, database.href],
+      [['cdc', 'status'], 0, database.href],
+      [['history', 'maintain'], 0, database.href],
+      [['status'], 0, inQuery.href],
+    ];
+    for (const [command, code, url] of runs) {
+      // DATABASE_URL unset: the command connects with the URL of the flag (the server trusts it).
+      const result = await start([...command, '--schema', db.schema, '--database-url', url], {
+        DATABASE_URL: undefined,
+      }).done;
+      const what = `${command.join(' ')} (${url === database.href ? 'userinfo' : 'query'})`;
+      expect(result.code, `${what}: ${result.stderr}`).toBe(code);
+      expect(result.stderr, what).toMatch(
+        /--database-url carries a password or token, visible to other users in `ps`[^\n]*set DATABASE_URL instead[^\n]*PGPASSWORD/,
+      );
+      expectNoSecret(result.stdout + result.stderr, what);
+    }
+    // No password in the URL: no warning.
+    const plain = await start(['status', '--schema', db.schema, '--database-url', DATABASE_URL], {
+      DATABASE_URL: undefined,
+    }).done;
+    expect(plain.code, plain.stderr).toBe(0);
+    expect(plain.stderr).not.toMatch(/carries a password/);
   });
 
   it('refuses --webhook-secret with --webhook-secret-file, and an empty secret file, naming the flag', async () => {

@@ -1,8 +1,9 @@
 /**
  * WAL mode on real PostgreSQL: `enqueue(tx, e, { via: 'wal' })` writes the sequence rows and one
  * transactional logical message per event, and no events row. A pgoutput slot of this file's own
- * reads the messages back (pg_logical_slot_get_binary_changes, a tiny 'M' parser here), decoded
- * with decodeWalEvent.
+ * reads the messages back (pg_logical_slot_get_binary_changes, a tiny 'M' parser here), each
+ * authenticated with the schema's WAL key as the CDC relay does (the HMAC the statement computes
+ * is node:crypto's) and decoded with decodeWalEvent.
  */
 import { drizzle } from 'drizzle-orm/node-postgres';
 import knex from 'knex';
@@ -11,6 +12,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { enqueue as drizzleEnqueue } from '../../src/adapters/drizzle.js';
 import { enqueue as knexEnqueue } from '../../src/adapters/knex.js';
 import { enqueue as postgresJsEnqueue } from '../../src/adapters/postgres-js.js';
+import { resolveCdcNames } from '../../src/cdc/setup.js';
+import { loadWalKey, type WalKey } from '../../src/cdc/wal-auth.js';
 import { decodeWalEvent, eventsPrefix, type WalEvent } from '../../src/cdc/wal-message.js';
 import { OutboxError, OutboxValidationError } from '../../src/errors.js';
 import { type EnqueueOptions, enqueue } from '../../src/producer/enqueue.js';
@@ -25,14 +28,16 @@ let db: TestDb;
 let S: string;
 let slot: string;
 let pub: string;
+let key: WalKey;
 
 beforeAll(async () => {
   db = await createTestDb('walprod', { partitions: 8 });
   S = `"${db.schema}"`;
-  slot = `txo_${db.schema}`;
+  slot = (await resolveCdcNames(db.pool, { schema: db.schema })).slot; // this database's default
   pub = `txo_${db.schema}`;
   await db.pool.query(`CREATE PUBLICATION "${pub}" FOR TABLE ${S}.events WITH (publish = 'insert')`);
   await db.pool.query(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, [slot]);
+  key = (await loadWalKey(db.pool, db.schema, S)).key;
 }, 30_000);
 
 afterAll(async () => {
@@ -81,7 +86,8 @@ async function drain(): Promise<Decoded> {
     const content = data.subarray(end + 5, end + 5 + length);
     if (p !== prefix) continue;
     if (!transactional) nonTransactional++;
-    events.push(decodeWalEvent(content));
+    if (!key.verify(content)) throw new Error(`a message of ${p} whose MAC does not verify`);
+    events.push(decodeWalEvent(content, { partitions: 8, utf8: true }));
   }
   return { events, inserts, nonTransactional };
 }

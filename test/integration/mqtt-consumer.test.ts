@@ -195,6 +195,7 @@ describe('consumeMqtt reads what other CloudEvents producers send', () => {
         aggregatetype: 'order',
         aggregateid: 'o-structured',
         sequence: paddedSequence(1),
+        schemaversion: '1', // required of every producer (docs/inbox.md)
         datacontenttype: 'application/json',
         data: { total: 1 },
       });

@@ -471,6 +471,38 @@ describe('least-privilege roles', () => {
     ).rejects.toThrow(/permission denied for table audit/);
   });
 
+  it('the WAL key (migration 12): the producer and the relay read it, the consumer, the operator and PUBLIC do not', async () => {
+    for (const kind of ['producer', 'relay'] as const) {
+      const { rows } = await as(kind).query(`SELECT length(ipad) AS n FROM "${SCHEMA}".wal_key`);
+      expect(rows).toEqual([{ n: 64 }]);
+    }
+    for (const kind of ['consumer', 'operator'] as const) {
+      await expect(as(kind).query(`SELECT ipad FROM "${SCHEMA}".wal_key`)).rejects.toThrow(
+        /permission denied for table wal_key/,
+      );
+    }
+    const { rows } = await admin.query(`SELECT has_table_privilege('public', $1, 'SELECT') AS public_reads`, [
+      `"${SCHEMA}".wal_key`,
+    ]);
+    expect(rows[0].public_reads).toBe(false);
+  });
+
+  it('tx-outbox roles --section wal prints only the revoke of pg_logical_emit_message, granted back to producer and relay', async () => {
+    const { stdout } = await run(process.execPath, [
+      CLI,
+      'roles',
+      '--print-sql',
+      '--schema',
+      SCHEMA,
+      '--section',
+      'wal',
+    ]);
+    expect(stdout).toMatch(/^-- 4\. Revoke \(recommended\)/);
+    expect(stdout).toContain("EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);");
+    expect(stdout).toContain(`'${roles.producer}', '${roles.relay}'`);
+    expect(stdout).not.toMatch(/CREATE ROLE|GRANT SELECT/);
+  });
+
   it('tx-outbox roles: --print-sql is required, and a bad role name is refused naming the flag', async () => {
     await expect(run(process.execPath, [CLI, 'roles'])).rejects.toMatchObject({
       code: 2,

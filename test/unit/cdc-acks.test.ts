@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AckTracker } from '../../src/cdc/acks.js';
+import { AckTracker, nothingInFlight, type StreamHold } from '../../src/cdc/acks.js';
 
 describe('AckTracker', () => {
   it('confirms only the contiguous prefix of done units, settled out of order', () => {
@@ -86,5 +86,32 @@ describe('AckTracker', () => {
     for (let i = 4999; i >= 3000; i--) t.settle(units[i]!);
     expect(t.confirmable()).toBe(5000n);
     expect(t.pendingUnits).toBe(0);
+  });
+});
+
+describe("nothingInFlight (may a keepalive's WAL end be confirmed?)", () => {
+  const idle: StreamHold = { buffered: 0, handedOut: 7, read: 7, pendingUnits: 0, unsettled: 0 };
+
+  it('yes only when every change received was read and every unit read is settled and confirmed', () => {
+    expect(nothingInFlight(idle)).toBe(true);
+    expect(nothingInFlight({ ...idle, buffered: 1 })).toBe(false); // received, not handed out
+    expect(nothingInFlight({ ...idle, handedOut: 8 })).toBe(false); // handed out, not read into units
+    expect(nothingInFlight({ ...idle, pendingUnits: 1 })).toBe(false);
+    expect(nothingInFlight({ ...idle, unsettled: 1 })).toBe(false);
+  });
+
+  it('a transaction received in part, an unsettled event, a done unit not yet confirmed: no', () => {
+    const t = new AckTracker();
+    const hold = (unsettled = 0): StreamHold => ({ ...idle, pendingUnits: t.pendingUnits, unsettled });
+    const txn = t.open('transaction'); // BEGIN read, COMMIT not yet
+    expect(nothingInFlight(hold())).toBe(false);
+    txn.expect(1);
+    txn.close(100n);
+    expect(t.confirmable()).toBeUndefined();
+    expect(nothingInFlight(hold(1))).toBe(false); // its event is being published
+    t.settle(txn);
+    expect(nothingInFlight(hold())).toBe(false); // done, but its LSN not taken yet
+    expect(t.confirmable()).toBe(100n);
+    expect(nothingInFlight(hold())).toBe(true);
   });
 });

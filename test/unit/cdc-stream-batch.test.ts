@@ -3,6 +3,14 @@ import { AckTracker } from '../../src/cdc/acks.js';
 import { Handover } from '../../src/cdc/handover.js';
 import type { StreamChange } from '../../src/cdc/replication.js';
 import { OwnTransactions, StreamBatcher } from '../../src/cdc/stream-batch.js';
+import type { WalMessageReader } from '../../src/cdc/wal-auth.js';
+
+/** These streams carry no WAL-mode event message. */
+const NO_WAL: WalMessageReader = {
+  read: () => {
+    throw new Error('no WAL-mode message expected');
+  },
+};
 
 const COLUMNS = [
   'id',
@@ -72,7 +80,7 @@ function commit(endLsn: bigint): StreamChange {
 describe('StreamBatcher', () => {
   it('hands out a transaction’s inserts at its commit as messages, and confirms only settled units', () => {
     const tracker = new AckTracker();
-    const batcher = new StreamBatcher('outbox', 'tx-outbox:outbox', tracker, new OwnTransactions());
+    const batcher = new StreamBatcher('outbox', 'tx-outbox:outbox', tracker, new OwnTransactions(), NO_WAL);
     expect(batcher.add([begin(7), insert(1, 'a', 1), insert(2, 'b', 1)])).toEqual([]);
     const events = batcher.add([
       commit(500n),
@@ -98,7 +106,13 @@ describe('StreamBatcher', () => {
   });
 
   it('leaves to the polling path what is not the stream’s: retried, dead, or scheduled past the commit', () => {
-    const batcher = new StreamBatcher('outbox', 'tx-outbox:outbox', new AckTracker(), new OwnTransactions());
+    const batcher = new StreamBatcher(
+      'outbox',
+      'tx-outbox:outbox',
+      new AckTracker(),
+      new OwnTransactions(),
+      NO_WAL,
+    );
     const events = batcher.add([
       begin(9, '2026-12-01T10:00:01Z'),
       insert(1, 'a', 1, { attempts: 1 }),
@@ -114,7 +128,7 @@ describe('StreamBatcher', () => {
     const tracker = new AckTracker();
     const own = new OwnTransactions();
     own.add(String(2n ** 32n + 11n));
-    const batcher = new StreamBatcher('outbox', 'tx-outbox:outbox', tracker, own);
+    const batcher = new StreamBatcher('outbox', 'tx-outbox:outbox', tracker, own, NO_WAL);
     const other: StreamChange = {
       lsn: 5n,
       message: { tag: 'insert', relationId: 2, schema: 'app', table: 'events', columns: COLUMNS, values: [] },

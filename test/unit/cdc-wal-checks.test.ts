@@ -1,21 +1,44 @@
 /**
  * A WAL-mode message is checked at decode with the producer's own rules; the handover marker
- * counts only when it names its own transaction; a non-transactional events message is dead;
- * the slot check's verdict is kept per database (issue 14, review rev-wal F1–F9).
+ * counts only when it names its own transaction; a non-transactional events message is dead when
+ * authenticated, refused when not; the slot check's verdict is kept per database (issue 14,
+ * review rev-wal F1–F9).
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { AckTracker } from '../../src/cdc/acks.js';
 import { dataErrorText, isDataError, sanitisedName } from '../../src/cdc/handover-data-errors.js';
+import { partitionOf } from '../../src/cdc/partition-of.js';
 import type { StreamChange } from '../../src/cdc/replication.js';
 import { isOwnMarker, OwnTransactions, StreamBatcher, UNDECODABLE_TYPE } from '../../src/cdc/stream-batch.js';
+import { WalKey, WalReader, WalRefusals } from '../../src/cdc/wal-auth.js';
 import { decodeWalEvent, encodeWalBody, WAL_HEADER_BYTES } from '../../src/cdc/wal-message.js';
+import { silentLogger } from '../../src/logger.js';
 import type { PreparedEvent } from '../../src/producer/event.js';
 import type { SqlExecutor } from '../../src/producer/executor.js';
 import { databaseOf, WalSlotGate } from '../../src/producer/wal-slot.js';
 
-/** A message content as a foreign (or buggy) application could write it. */
-function content(over: Partial<PreparedEvent> & { sequence?: number } = {}): Buffer {
+const KEY = new WalKey(randomBytes(64), 0n);
+const PARTITIONS = 16;
+
+/** The relay's reader of a stream with KEY and 16 partitions. */
+function reader(): WalReader {
+  return new WalReader(
+    KEY,
+    { partitions: PARTITIONS, utf8: true },
+    false,
+    new WalRefusals(silentLogger, {}, undefined),
+  );
+}
+
+/**
+ * A message content as a holder of the producer's rights (KEY) who bypasses `enqueue` could write
+ * it, in format 2: `tail` goes after the body, before the MAC.
+ */
+function content(
+  over: Partial<PreparedEvent> & { sequence?: number } = {},
+  tail: Buffer = Buffer.alloc(0),
+): Buffer {
   const e: PreparedEvent = {
     eventId: randomUUID(),
     aggregateType: 'order',
@@ -32,12 +55,13 @@ function content(over: Partial<PreparedEvent> & { sequence?: number } = {}): Buf
     ...over,
   };
   const head = Buffer.alloc(WAL_HEADER_BYTES);
-  head.writeUInt8(1, 0);
+  head.writeUInt8(2, 0);
   head.writeBigInt64BE(BigInt(over.sequence ?? 1), 1);
   head.writeBigInt64BE(0n, 9);
-  head.writeInt16BE(0, 17);
+  head.writeInt16BE(partitionOf(e.aggregateType, e.aggregateId, PARTITIONS) ?? 0, 17);
   head.writeBigInt64BE(BigInt(Date.now()) * 1000n, 19);
-  return Buffer.concat([head, encodeWalBody(e)]);
+  const data = Buffer.concat([head, encodeWalBody(e), tail]);
+  return Buffer.concat([data, KEY.mac(data)]);
 }
 
 function refusal(c: Buffer): string {
@@ -75,7 +99,7 @@ describe('decodeWalEvent: the producer rules (F2, F3, F5)', () => {
     // Invalid UTF-8 in a name reads as U+FFFD, which enqueue refuses.
     const c = content({ aggregateId: 'ab' });
     const at = c.indexOf(Buffer.from('ab'));
-    c[at] = 0xff;
+    c[at] = 0xff; // the MAC no longer verifies: decodeWalEvent does not look
     expect(refusal(c)).toMatch(/aggregate_id: contains U\+FFFD/);
   });
 
@@ -103,7 +127,7 @@ describe('decodeWalEvent: the producer rules (F2, F3, F5)', () => {
       expect(message).toMatch(/JSON payload that (is not valid JSON|holds a \\u0000 or surrogate escape)/);
       expect(message).not.toContain(secret);
     }
-    const bad = Buffer.concat([content({ payloadJson: '"' }), Buffer.from([0xc3, 0x28, 0x22])]);
+    const bad = content({ payloadJson: '"' }, Buffer.from([0xc3, 0x28, 0x22]));
     expect(refusal(bad)).toMatch(/not UTF-8/);
     // Bytes payloads are not looked at.
     expect(decodeWalEvent(content({ payloadBytes: Buffer.from([0, 0xff]) })).payload).toEqual(
@@ -134,7 +158,7 @@ describe('StreamBatcher: the handover marker (F1) and non-transactional events (
 
   it('a marker counts only with its own xid as content, and never beside an events message', () => {
     const tracker = new AckTracker();
-    const batcher = new StreamBatcher('outbox', EVENTS, tracker, new OwnTransactions());
+    const batcher = new StreamBatcher('outbox', EVENTS, tracker, new OwnTransactions(), reader());
     // An application's look-alike marker: its WAL-mode event is delivered.
     expect(
       batcher.add([begin(40), msg(EVENTS, content()), msg(MARKER, Buffer.from('audit')), commit(100n)]),
@@ -160,13 +184,13 @@ describe('StreamBatcher: the handover marker (F1) and non-transactional events (
   it('a known own xid never hides an events message either', () => {
     const own = new OwnTransactions();
     own.add(String((1n << 32n) | 50n));
-    const batcher = new StreamBatcher('outbox', EVENTS, new AckTracker(), own);
+    const batcher = new StreamBatcher('outbox', EVENTS, new AckTracker(), own, reader());
     expect(batcher.add([begin(50), msg(EVENTS, content()), commit(100n)])).toHaveLength(1);
   });
 
-  it('a non-transactional events message becomes an undecodable event of its own unit', () => {
+  it('an authenticated non-transactional events message becomes an undecodable event of its own unit', () => {
     const tracker = new AckTracker();
-    const batcher = new StreamBatcher('outbox', EVENTS, tracker, new OwnTransactions());
+    const batcher = new StreamBatcher('outbox', EVENTS, tracker, new OwnTransactions(), reader());
     const out = batcher.add([
       msg(EVENTS, content(), false, 70n),
       msg('tx-outbox:outbox:heartbeat', Buffer.alloc(0), false, 80n),
@@ -177,6 +201,18 @@ describe('StreamBatcher: the handover marker (F1) and non-transactional events (
     expect(tracker.confirmable()).toBeUndefined(); // not settled yet
     tracker.settle(out[0]!.unit);
     expect(tracker.confirmable()).toBe(80n);
+  });
+
+  it('an unauthenticated events message, transactional or not, is no event at all', () => {
+    const tracker = new AckTracker();
+    const batcher = new StreamBatcher('outbox', EVENTS, tracker, new OwnTransactions(), reader());
+    const forged = content();
+    forged[forged.length - 1]! ^= 1;
+    expect(batcher.add([msg(EVENTS, forged, false, 70n)])).toEqual([]);
+    expect(batcher.add([begin(60), msg(EVENTS, forged), msg(EVENTS, Buffer.from('x')), commit(90n)])).toEqual(
+      [],
+    );
+    expect(tracker.confirmable()).toBe(90n); // settled at once
   });
 });
 

@@ -24,6 +24,7 @@ describe('relay --source / --ce-source', () => {
 
   it('CDC durations: parsed, and the silence timeout must outlast the heartbeat', () => {
     expect(cdcFlags({})).toEqual({});
+    expect(cdcFlags({ acceptWalFormat1: true })).toEqual({ acceptWalFormat1: true });
     expect(cdcFlags({ heartbeat: '2s', silenceTimeout: '10s', slot: 's' })).toEqual({
       slot: 's',
       heartbeatMs: 2000,

@@ -297,6 +297,103 @@ describe('refusals name the header', () => {
   });
 });
 
+describe('the schema version: an integer from 1 to 2147483647, or the message is refused', () => {
+  const BINDINGS: readonly EnvelopeBinding[] = ['http', 'nats', 'kafka', 'amqp', 'mqtt', 'redis'];
+  const nameOf = (binding: EnvelopeBinding) =>
+    ({ http: 'ce-', nats: 'ce-', kafka: 'ce_', amqp: 'cloudEvents_', mqtt: '', redis: '' })[binding] +
+    'schemaversion';
+
+  it("reads the versions enqueue writes, on every binding and in 0.1's form", () => {
+    for (const binding of BINDINGS)
+      for (const version of [1, 2, 2_147_483_647]) {
+        const sent = message('v', 1, { schemaVersion: version });
+        expect(fromEnvelope(envelopeHeaders(sent, 's', binding), Buffer.alloc(0)).schemaVersion).toBe(
+          version,
+        );
+      }
+    const old = previousEnvelopeHeaders(message('v', 1, { schemaVersion: 7 }), 's');
+    expect(fromEnvelope(old, Buffer.alloc(0)).schemaVersion).toBe(7);
+  });
+
+  it('refuses a malformed version naming the header and the value, never reading it as 1', () => {
+    const bad = [
+      'two',
+      '99999999999999999999',
+      '-1',
+      '1.5',
+      '0',
+      '2147483648',
+      '1e3',
+      ' 1',
+      '0x10',
+      '1 ',
+      '+1',
+    ];
+    for (const binding of BINDINGS)
+      for (const value of bad) {
+        const headers = envelopeHeaders(message('v'), 's', binding);
+        headers[nameOf(binding)] = value;
+        expect(() => fromEnvelope(headers, Buffer.alloc(0)), `${binding} ${value}`).toThrow(
+          new RegExp(
+            `^headers\\.${nameOf(binding)}: is ${JSON.stringify(value).replace(/[.+]/g, '\\$&')}, not a schema version \\(an integer from 1 to 2147483647\\)`,
+          ),
+        );
+      }
+  });
+
+  it('refuses a message without one (every tx-outbox message carries it), naming the header', () => {
+    for (const binding of BINDINGS) {
+      const headers = envelopeHeaders(message('v'), 's', binding);
+      delete headers[nameOf(binding)];
+      expect(() => fromEnvelope(headers, Buffer.alloc(0)), binding).toThrow(
+        new RegExp(`^headers\\.${nameOf(binding)}: is missing`),
+      );
+      headers[nameOf(binding)] = '';
+      expect(() => fromEnvelope(headers, Buffer.alloc(0)), binding).toThrow(
+        new RegExp(`^headers\\.${nameOf(binding)}: is missing`),
+      );
+    }
+    const old = previousEnvelopeHeaders(message('v'), 's');
+    delete old['ce-schemaversion'];
+    expect(() => fromEnvelope(old, Buffer.alloc(0))).toThrow(/^headers\.ce-schemaversion: is missing/);
+  });
+});
+
+describe("a missing id is named as the envelope's own form spells it", () => {
+  it('on every binding, and not taken for a second envelope form', () => {
+    const ids = {
+      http: 'ce-id',
+      nats: 'ce-id',
+      kafka: 'ce_id',
+      amqp: 'cloudEvents_id',
+      mqtt: 'id',
+      redis: 'id',
+    };
+    for (const [binding, name] of Object.entries(ids) as Array<[EnvelopeBinding, string]>) {
+      const headers = envelopeHeaders(message('m'), 's', binding);
+      delete headers[name];
+      let error: unknown;
+      try {
+        fromEnvelope(headers, Buffer.alloc(0));
+      } catch (caught) {
+        error = caught;
+      }
+      expect(error, binding).toBeInstanceOf(OutboxValidationError);
+      expect((error as Error).message, binding).toMatch(new RegExp(`^headers\\.${name}: is missing`));
+    }
+    // The AMQP binding's older separator, as another producer spells it.
+    const colon: Record<string, string> = {};
+    for (const [name, value] of Object.entries(envelopeHeaders(message('m'), 's', 'amqp')))
+      colon[name.replace('cloudEvents_', 'cloudEvents:')] = value;
+    delete colon['cloudEvents:id'];
+    expect(() => fromEnvelope(colon, Buffer.alloc(0))).toThrow(/^headers\.cloudEvents:id: is missing/);
+    // Two forms and no id: that is what is wrong, and what the refusal says.
+    const mixed: Record<string, string> = { ...envelopeHeaders(message('m'), 's', 'kafka'), 'ce-type': 'x' };
+    delete mixed['ce_id'];
+    expect(() => fromEnvelope(mixed, Buffer.alloc(0))).toThrow(/another envelope form's prefix/);
+  });
+});
+
 describe('source (a URI-reference)', () => {
   it('accepts URLs, URNs, paths and the default', () => {
     for (const ok of [

@@ -11,6 +11,23 @@ function read(json: string): { headers: Record<string, string>; payload: string 
 }
 
 describe('MQTT structured mode (binding §3.2) read back', () => {
+  it('refuses an event carrying an attribute member twice (JSON.parse would keep the last), naming it', () => {
+    const id = '0190a0c2-5f0e-7c4e-8a7f-1234567890ab';
+    const event = (extra: string) =>
+      `{"specversion":"1.0","id":"${id}","type":"order.placed",${extra}"aggregatetype":"order","aggregateid":"o-1","sequence":"1","schemaversion":"1","data":{"n":1}}`;
+    expect(() => readStructured(Buffer.from(event('"type":"order.cancelled",')))).toThrow(
+      /^headers\.type: appears twice in the event/,
+    );
+    expect(() => readStructured(Buffer.from(event(' "id" : "other", ')))).toThrow(
+      /^headers\.id: appears twice in the event/,
+    );
+    // Members inside data, and a repeated member that is no attribute name, are the data's own business.
+    expect(read(event('"x-y":1,"x-y":2,')).headers['type']).toBe('order.placed');
+    expect(read(`{"id":"${id}","type":"t","data":{"type":"a","type":"b"}}`).payload).toBe(
+      '{"type":"a","type":"b"}',
+    );
+  });
+
   it('is said by the Content Type, or implied by a PUBLISH without properties (MQTT 3.1.1)', () => {
     expect(isStructured('application/cloudevents+json', true)).toBe(true);
     expect(isStructured('Application/CloudEvents+JSON; charset=utf-8', false)).toBe(true);

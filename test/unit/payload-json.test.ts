@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
-import { payloadJsonOf } from '../../src/producer/payload.js';
+import { jsonTextProblem, MAX_JSON_DEPTH, payloadJsonOf } from '../../src/producer/payload.js';
 
 class Money {
   constructor(
@@ -210,4 +210,36 @@ describe('payloadJsonOf refuses data an object inherits, and takes what JSON wri
       expect(payloadJsonOf(value, 'payload')).toBe(JSON.stringify(value));
     });
   }
+});
+
+describe('nesting: at most MAX_JSON_DEPTH (1000) levels of arrays and objects, on both ends', () => {
+  function nested(levels: number): unknown {
+    let node: unknown = 1;
+    for (let i = 0; i < levels; i++) node = i % 2 === 0 ? [node] : { a: node };
+    return node;
+  }
+
+  it('enqueue takes 1000 levels and refuses 1001, naming the value too deep', () => {
+    expect(MAX_JSON_DEPTH).toBe(1000);
+    expect(payloadJsonOf(nested(1000), 'payload')).toBe(JSON.stringify(nested(1000)));
+    let error: unknown;
+    try {
+      payloadJsonOf(nested(1001), 'payload');
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as OutboxValidationError).message).toMatch(/is nested more than 1000 levels deep/);
+    expect((error as OutboxValidationError).field).toMatch(/^payload(\.a|\[0\]){1000}$/);
+  });
+
+  it('the relay reads JSON text with the same limit, brackets inside strings not counted', () => {
+    expect(jsonTextProblem(JSON.stringify(nested(1000)))).toBeUndefined();
+    expect(jsonTextProblem(JSON.stringify(nested(1001)))).toMatch(/nested more than 1000 levels deep/);
+    expect(jsonTextProblem(`${'['.repeat(2_000_000)}${']'.repeat(2_000_000)}`)).toMatch(
+      /nested more than 1000/,
+    );
+    const brackets = JSON.stringify({ s: `${'['.repeat(5000)}\\"{{{`, t: [[['x']]] });
+    expect(jsonTextProblem(brackets)).toBeUndefined();
+  });
 });

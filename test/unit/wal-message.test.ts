@@ -1,7 +1,8 @@
 /**
  * The WAL-mode message format: every field round-trips through the client's body plus a header
- * laid out as the statement writes it (int8send/int2send, big-endian); another version, unknown
- * flags and a message cut short are refused with TXO_CDC_BAD_MESSAGE.
+ * laid out as the statement writes it (int8send/int2send, big-endian) and, in format 2, the MAC
+ * after it (left out, not verified here: src/cdc/wal-auth.ts); another version, unknown flags and
+ * a message cut short are refused with TXO_CDC_BAD_MESSAGE.
  */
 import { describe, expect, it } from 'vitest';
 import {
@@ -11,6 +12,7 @@ import {
   heartbeatPrefix,
   WAL_FORMAT_VERSION,
   WAL_HEADER_BYTES,
+  WAL_MAC_BYTES,
   walContentSql,
 } from '../../src/cdc/wal-message.js';
 import { OutboxError } from '../../src/errors.js';
@@ -19,7 +21,7 @@ import { type OutboxEvent, prepareEvent } from '../../src/producer/event.js';
 const ID = '0190f6a2-7b3c-7def-8123-456789abcdef';
 
 /** The statement's part: version, sequence, sequence_base, partition, created_at µs. */
-function header(sequence: bigint, base: bigint, partition: number, micros: bigint, version = 1): Buffer {
+function header(sequence: bigint, base: bigint, partition: number, micros: bigint, version = 2): Buffer {
   const b = Buffer.alloc(WAL_HEADER_BYTES);
   b.writeUInt8(version, 0);
   b.writeBigInt64BE(sequence, 1);
@@ -35,7 +37,12 @@ function roundTrip(event: OutboxEvent, trace: Record<string, string> = {}) {
     newEventId: () => ID,
     traceHeaders: trace,
   });
-  const content = Buffer.concat([header(42n, 7n, 13, 1_767_225_600_123_456n), encodeWalBody(p)]);
+  // Format 2 ends with its MAC: 32 bytes the decoder leaves out of the payload.
+  const content = Buffer.concat([
+    header(42n, 7n, 13, 1_767_225_600_123_456n),
+    encodeWalBody(p),
+    Buffer.alloc(WAL_MAC_BYTES, 0xee),
+  ]);
   return decodeWalEvent(content);
 }
 
@@ -125,13 +132,23 @@ describe('WAL message', () => {
     );
   });
 
+  it('reads format 1 (no MAC) as tx-outbox before migration 12 wrote it', () => {
+    const p = prepareEvent({ aggregateType: 'a', aggregateId: 'x', type: 't', payload: [1, 2] }, 'event', {
+      maxPayloadBytes: 1024,
+      newEventId: () => ID,
+      traceHeaders: {},
+    });
+    const e = decodeWalEvent(Buffer.concat([header(3n, 0n, 0, 0n, 1), encodeWalBody(p)]));
+    expect([e.sequence, e.payload.toString()]).toEqual([3, '[1,2]']);
+  });
+
   it('refuses another format version with a clear error', () => {
     const p = prepareEvent({ aggregateType: 'a', aggregateId: 'x', type: 't', payload: 1 }, 'event', {
       maxPayloadBytes: 1024,
       newEventId: () => ID,
       traceHeaders: {},
     });
-    const content = Buffer.concat([header(1n, 0n, 0, 0n, 2), encodeWalBody(p)]);
+    const content = Buffer.concat([header(1n, 0n, 0, 0n, 3), encodeWalBody(p), Buffer.alloc(WAL_MAC_BYTES)]);
     const error = (() => {
       try {
         decodeWalEvent(content);
@@ -141,7 +158,30 @@ describe('WAL message', () => {
     })();
     expect(error).toBeInstanceOf(OutboxError);
     expect((error as OutboxError).code).toBe('TXO_CDC_BAD_MESSAGE');
-    expect((error as Error).message).toMatch(/format version 2.*reads version 1/);
+    expect((error as Error).message).toMatch(
+      /format version 3, newer than the versions this tx-outbox reads \(1 and 2\)/,
+    );
+  });
+
+  it('does not blame another tx-outbox version for a message in no format of ours', () => {
+    for (const garbage of [
+      Buffer.from('{"forged":true}'),
+      Buffer.from([0x00, 1, 2, 3]),
+      Buffer.from('garbage'),
+    ]) {
+      const error = (() => {
+        try {
+          decodeWalEvent(garbage);
+        } catch (e) {
+          return e;
+        }
+      })();
+      expect((error as OutboxError).code).toBe('TXO_CDC_BAD_MESSAGE');
+      expect((error as Error).message).toMatch(
+        /which is no tx-outbox format version: the message is damaged/,
+      );
+      expect((error as Error).message).not.toMatch(/tx-outbox version wrote it/);
+    }
   });
 
   it('refuses an empty message, a cut one and unknown flags', () => {
@@ -150,7 +190,7 @@ describe('WAL message', () => {
       'event',
       { maxPayloadBytes: 1024, newEventId: () => ID, traceHeaders: {} },
     );
-    const full = Buffer.concat([header(1n, 0n, 0, 0n), encodeWalBody(p)]);
+    const full = Buffer.concat([header(1n, 0n, 0, 0n, 1), encodeWalBody(p)]);
     expect(() => decodeWalEvent(Buffer.alloc(0))).toThrow(/is empty/);
     expect(() => decodeWalEvent(full.subarray(0, 10))).toThrow(/cut short in its sequence_base/);
     expect(() => decodeWalEvent(full.subarray(0, WAL_HEADER_BYTES + 20))).toThrow(
@@ -164,7 +204,7 @@ describe('WAL message', () => {
   it('names the prefixes and the SQL of the header', () => {
     expect(eventsPrefix('outbox')).toBe('tx-outbox:outbox');
     expect(heartbeatPrefix('outbox')).toBe('tx-outbox:outbox:heartbeat');
-    expect(WAL_FORMAT_VERSION).toBe(1);
-    expect(walContentSql('s', 'b', 'p', '$1')).toMatch(/^'\\x01'::bytea \|\| int8send\(s\)/);
+    expect(WAL_FORMAT_VERSION).toBe(2);
+    expect(walContentSql('s', 'b', 'p', '$1')).toMatch(/^'\\x02'::bytea \|\| int8send\(s\)/);
   });
 });

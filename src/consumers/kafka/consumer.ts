@@ -4,8 +4,8 @@
  * ({@link PartitionBook}) says was handled. See ./index.ts for the whole behaviour.
  */
 import type { Consumer as KafkaClient, Message, MessagesStream } from '@platformatic/kafka';
-import { isEnvelopeName } from '../../envelope/read.js';
-import { errorMessage, OutboxValidationError } from '../../errors.js';
+import { isEnvelopeName, repeatedHeader } from '../../envelope/read.js';
+import { errorMessage } from '../../errors.js';
 import { fromEnvelope, type InboxMessage } from '../../inbox/message.js';
 import { sleep } from '../../sleep.js';
 import { noteDelivery } from '../../tracing/process-span.js';
@@ -273,13 +273,7 @@ export function recordHeaders(record: Pick<KafkaMessage, 'headers'>): Record<str
     if (value == null) continue;
     const key = name.toString();
     // A repeated header of anyone else keeps its last value; a repeated attribute is ambiguous.
-    if (Object.hasOwn(headers, key) && isEnvelopeName(key)) {
-      throw new OutboxValidationError(
-        `headers.${key}`,
-        'appears twice in the record',
-        'The record was not published by tx-outbox, or was altered on the way.',
-      );
-    }
+    if (Object.hasOwn(headers, key) && isEnvelopeName(key)) throw repeatedHeader(key, 'record');
     headers[key] = value.toString();
   }
   return headers;

@@ -9,6 +9,7 @@ import { OutboxValidationError } from '../../errors.js';
 import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
+import { destinationOption } from '../core/destination.js';
 import { defaultTopic } from './names.js';
 
 /** The producer type this publisher drives: Buffer keys, values and headers (no serializers). */
@@ -132,7 +133,7 @@ export function resolveKafkaOptions(given: KafkaPublisherOptions): KafkaSettings
     clientId: options.clientId ?? 'tx-outbox',
     clientOptions: options.clientOptions,
     timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
-    destination: options.destination ?? defaultTopic,
+    destination: destinationOption(given, 'topic', options.destination, defaultTopic),
     source: sourceOf(options.source),
     createTopics:
       createTopics === undefined || createTopics === false

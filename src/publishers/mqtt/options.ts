@@ -5,6 +5,7 @@ import { OutboxValidationError } from '../../errors.js';
 import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
+import { destinationOption } from '../core/destination.js';
 import { defaultTopic } from './topic.js';
 
 /** Options of {@link mqttPublisher}. Give `url` or an existing `client`. */
@@ -78,20 +79,12 @@ const RENAMES = { topic: 'destination' } as const;
  * @throws OutboxValidationError when an option is invalid.
  */
 export function resolveMqttOptions(given: MqttPublisherOptions): MqttResolved {
-  // Named as given: an invalid `topic` (old spelling) is reported as `topic`, as before the rename.
-  const destinationField =
-    given.destination === undefined && given.topic !== undefined ? 'topic' : 'destination';
   const options = renamedOptions('mqttPublisher', given, RENAMES);
   const hasUrl = typeof options.url === 'string' && options.url.length > 0;
   checkConnection(options, hasUrl);
   checkWire(options);
-  if (options.destination !== undefined && typeof options.destination !== 'function') {
-    throw new OutboxValidationError(
-      destinationField,
-      'must be a function (message) => string',
-      'Fix the option',
-    );
-  }
+  // Named as given: an invalid `topic` (old spelling) is reported as `topic`.
+  const destination = destinationOption(given, 'topic', options.destination, defaultTopic);
   const source = sourceOf(options.source);
   const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS);
   const maxInFlight = positiveInteger('maxInFlight', options.maxInFlight, DEFAULT_MAX_IN_FLIGHT);
@@ -107,7 +100,7 @@ export function resolveMqttOptions(given: MqttPublisherOptions): MqttResolved {
     url: hasUrl ? options.url : undefined,
     client: options.client,
     clientOptions: options.clientOptions ?? {},
-    destination: options.destination ?? defaultTopic,
+    destination,
     qos: options.qos ?? 1,
     protocolVersion:
       options.client === undefined ? (options.protocolVersion ?? 5) : clientVersion === 5 ? 5 : 4,

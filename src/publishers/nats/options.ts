@@ -6,7 +6,7 @@ import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js'
 import { renamedOptions } from '../../options/renamed.js';
 import { redactUrl } from '../../redact.js';
 import type { OutboxMessage } from '../contract.js';
-import { defaultDestination } from '../core/destination.js';
+import { defaultDestination, destinationOption } from '../core/destination.js';
 
 /** How `natsPublisher` publishes; both give the same outcomes. */
 export type NatsPublishMode = 'pipeline' | 'client';
@@ -99,7 +99,7 @@ export function resolveNatsOptions(given: NatsPublisherOptions): ResolvedNatsOpt
     stream: options.stream,
     streamSubjects: options.streamSubjects,
     duplicateWindowMs: options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
-    destination: options.destination ?? defaultDestination,
+    destination: destinationOption(given, 'subject', options.destination, defaultDestination),
     source: sourceOf(options.source),
     timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     maxInFlight: options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT,

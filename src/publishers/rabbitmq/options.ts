@@ -4,6 +4,7 @@ import { OutboxValidationError } from '../../errors.js';
 import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
+import { destinationOption } from '../core/destination.js';
 import { describeUrl } from './link.js';
 import { defaultRoutingKey, SHORTSTR_MAX } from './wire.js';
 
@@ -115,16 +116,13 @@ export function resolveRabbitMqOptions(given: RabbitMqPublisherOptions): Resolve
       'Name an exchange or leave assertExchange off',
     );
   }
-  if (destination !== undefined && typeof destination !== 'function') {
-    throw new OutboxValidationError('destination', 'must be a function', 'Fix the option');
-  }
   const source = sourceOf(options.source);
   return Object.freeze({
     url,
     clientOptions: options.clientOptions,
     client,
     exchange: exchange ?? DEFAULT_EXCHANGE,
-    destination: destination ?? defaultRoutingKey,
+    destination: destinationOption(given, 'routingKey', destination, defaultRoutingKey),
     assertExchange: options.assertExchange === true,
     source,
     timeoutMs: positiveInteger('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS),

@@ -4,7 +4,7 @@ import { OutboxValidationError } from '../../errors.js';
 import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
-import { defaultDestination } from '../core/destination.js';
+import { defaultDestination, destinationOption } from '../core/destination.js';
 import { type AppendRule, appendRule } from './wire.js';
 
 /**
@@ -87,7 +87,7 @@ export function resolveRedisOptions(given: RedisPublisherOptions): ResolvedRedis
     url: hasUrl ? options.url : undefined,
     client: options.client,
     clientOptions: options.clientOptions,
-    destination: options.destination ?? defaultDestination,
+    destination: destinationOption(given, 'stream', options.destination, defaultDestination),
     timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     append: appendRule(options),
   });
