@@ -103,7 +103,12 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
   // partitions. sequence_base: the gap bridge (BRIDGE_GAPS_SQL).
   relay: {
     ...SCHEMA_METADATA,
-    events: 'SELECT, UPDATE (attempts, status, next_attempt_at, last_error, dead_at, sequence_base), DELETE',
+    // INSERT: the CDC relay hands a failed event and its aggregate's later ones over to the table
+    // (src/cdc/handover-sql.ts), the columns it writes.
+    events:
+      'SELECT, INSERT (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type, ' +
+      'schema_version, topic, payload, payload_bytes, headers, created_at, next_attempt_at, attempts, last_error, ' +
+      'status, dead_at), UPDATE (attempts, status, next_attempt_at, last_error, dead_at, sequence_base), DELETE',
     aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until, delivered_at)',
     partitions: 'SELECT, UPDATE (owner, epoch, lease_until, sleeping)',
     relays: 'SELECT, INSERT, UPDATE (heartbeat_at, lease_ms), DELETE',
