@@ -58,10 +58,11 @@ describe('rolesSql: the delivery history', () => {
         `GRANT EXECUTE ON FUNCTION "outbox".history_add_partition(date) TO "${role}";`,
       );
     }
-    // The producer runs only its own SECURITY INVOKER function, none of the history's.
+    // The producer runs only its own SECURITY INVOKER functions, none of the history's.
     expect(grants.filter((s) => s.includes('FUNCTION') && s.includes('outbox_producer'))).toEqual([
       'REVOKE ALL ON ALL FUNCTIONS IN SCHEMA "outbox" FROM "outbox_producer";',
       'GRANT EXECUTE ON FUNCTION "outbox".partition_of(text, text) TO "outbox_producer";',
+      'GRANT EXECUTE ON FUNCTION "outbox".wal_key_missing() TO "outbox_producer";',
     ]);
   });
 });
