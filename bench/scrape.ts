@@ -38,7 +38,7 @@ async function load(): Promise<void> {
   await pool.query(
     `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload,
        created_at, next_attempt_at)
-     SELECT gen_random_uuid(), (g % 16)::smallint, 'order', 'o' || g, 1, 'order.placed',
+     SELECT gen_random_uuid(), ${s}.partition_of('order', 'o' || g), 'order', 'o' || g, 1, 'order.placed',
             jsonb_build_object('sku', 'ABC-123', 'n', g), now() - interval '10 minutes' + g * interval '500 microseconds', now()
      FROM generate_series(1, $1::int) AS g`,
     [EVENTS],

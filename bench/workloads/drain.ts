@@ -59,7 +59,7 @@ export async function simulateHistory(
     const to = Math.min(delivered, from + chunk);
     await ctx.pool.query(
       `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
-       SELECT gen_random_uuid(), (i % 16)::smallint, 'history', 'h' || (i % $3), i / $3 + 1, 'old.event',
+       SELECT gen_random_uuid(), ${s}.partition_of('history', 'h' || (i % $3)), 'history', 'h' || (i % $3), i / $3 + 1, 'old.event',
               jsonb_build_object('i', i, 'filler', repeat('x', 240))
        FROM generate_series($1::bigint, $2::bigint - 1) AS i`,
       [from, to, aggregates],

@@ -162,7 +162,10 @@ export function registerRelay(program: Command): void {
       integerOption(1, 3650),
     )
     .option('--history-payloads', 'keep payloads in the delivery history too (implies --history)')
-    .option('--prune', 'prune the schema in the background with the default retentions (see tx-outbox prune)')
+    .option(
+      '--prune',
+      "prune the outbox's own tables in the background with the default retentions (see tx-outbox prune)",
+    )
     .option('--prune-interval <duration>', 'with --prune: between runs (default 10m)');
   addMetricsOptions(command);
   withDatabaseOptions(command, 'info');

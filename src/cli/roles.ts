@@ -2,13 +2,25 @@
 
 import { type Command, Option } from 'commander';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
-import { ROLE_KINDS, type RoleKind, type RolesSql, rolesSql } from '../schema/roles.js';
+import {
+  RELAY_PRUNABLE,
+  type RelayPrunable,
+  ROLE_KINDS,
+  type RoleKind,
+  type RolesSql,
+  rolesSql,
+} from '../schema/roles.js';
 import { packageVersion, usageError } from './common.js';
 
 const SECTIONS = ['all', 'setup', 'grants', 'wal'] as const;
 type Section = (typeof SECTIONS)[number];
 
-type RolesCliOptions = { readonly printSql?: boolean; readonly schema: string; readonly section: Section } & {
+type RolesCliOptions = {
+  readonly printSql?: boolean;
+  readonly schema: string;
+  readonly section: Section;
+  readonly relayPrunes?: string;
+} & {
   readonly [kind in RoleKind]?: string;
 };
 
@@ -20,7 +32,7 @@ const DUTIES: Readonly<Record<RoleKind, string>> = {
   operator: 'tx-outbox status, dead list|replay, inbox list|show|release|prune',
 };
 
-/** Registers `tx-outbox roles --print-sql [--schema S] [--section …] [--<kind> NAME …]`. */
+/** Registers `tx-outbox roles --print-sql [--schema S] [--section …] [--relay-prunes T,…] [--<kind> NAME …]`. */
 export function registerRoles(program: Command): void {
   const command = program
     .command('roles')
@@ -37,6 +49,12 @@ export function registerRoles(program: Command): void {
       )
         .choices(SECTIONS)
         .default('all'),
+    )
+    .option(
+      '--relay-prunes <tables>',
+      "let the relay's background pruner delete from these too, comma-separated: inbox (the consumers' " +
+        'dedup records, with prune.inbox), audit (the operator audit trail, with prune.auditRetentionMs); ' +
+        'default neither',
     );
   for (const kind of ROLE_KINDS) {
     command.option(`--${kind} <name>`, `name of the ${kind} role (default <schema>_${kind})`);
@@ -50,8 +68,28 @@ export function registerRoles(program: Command): void {
     if (!options.printSql) throw usageError('roles only prints SQL: pass --print-sql');
     const roles: Partial<Record<RoleKind, string>> = {};
     for (const kind of ROLE_KINDS) if (options[kind] !== undefined) roles[kind] = options[kind];
-    process.stdout.write(formatRolesSql(rolesSql({ schema: options.schema, roles }), options.section));
+    const relayPrunes = relayPrunesFlag(options.relayPrunes);
+    process.stdout.write(
+      formatRolesSql(rolesSql({ schema: options.schema, roles, relayPrunes }), options.section),
+    );
   });
+}
+
+/** `--relay-prunes inbox,audit`: the tables named, each known. */
+export function relayPrunesFlag(value: string | undefined): RelayPrunable[] {
+  if (value === undefined) return [];
+  const known: readonly string[] = RELAY_PRUNABLE;
+  const tables = value
+    .split(',')
+    .map((t) => t.trim())
+    .filter((t) => t.length > 0);
+  const unknown = tables.find((t) => !known.includes(t));
+  if (unknown !== undefined || tables.length === 0) {
+    throw usageError(
+      `--relay-prunes ${JSON.stringify(value)}: ${unknown === undefined ? 'names no table' : `${JSON.stringify(unknown)} is not a table the relay may prune`}; pass inbox, audit or inbox,audit`,
+    );
+  }
+  return tables as RelayPrunable[];
 }
 
 /** The SQL script, with comments saying who runs each part, when. */

@@ -214,3 +214,16 @@ DELETE FROM {{schema}}.${t.table} WHERE (${t.key}) IN (
 export function countAgedSql(t: AgedTable): string {
   return `SELECT count(*)::int AS n FROM {{schema}}.${t.table} WHERE ${t.old}`;
 }
+
+/**
+ * Whether the session's role may prune the audit trail and the inbox tables (`{{schema}}`-qualified
+ * names, read as text): the relay's background pruner asks before a run that is configured to, so
+ * that a relay role granted neither (`tx-outbox roles` without `--relay-prunes`) skips them with
+ * one warning instead of failing every run.
+ */
+export const PRUNE_RIGHTS_SQL = `
+SELECT has_table_privilege('{{schema}}.audit', 'DELETE') AS audit,
+       has_table_privilege('{{schema}}.inbox', 'DELETE')
+         AND has_table_privilege('{{schema}}.inbox_positions', 'DELETE')
+         AND has_table_privilege('{{schema}}.inbox_attempts', 'DELETE')
+         AND has_table_privilege('{{schema}}.inbox_quarantine', 'DELETE') AS inbox`;

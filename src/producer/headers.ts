@@ -122,6 +122,13 @@ const RESERVED_PREFIXES: ReadonlyArray<readonly [string, string]> = [
   ],
 ];
 
+/**
+ * The reserved names and prefixes (lower case), for the table's own check of hand-written rows
+ * (013_event_checks.sql), which must list the same.
+ */
+export const RESERVED_HEADER_NAMES: readonly string[] = [...RESERVED.keys()];
+export const RESERVED_HEADER_PREFIXES: readonly string[] = RESERVED_PREFIXES.map(([prefix]) => prefix);
+
 function reservedProblem(lower: string): string | undefined {
   const reason = RESERVED.get(lower);
   if (reason !== undefined) return reason;

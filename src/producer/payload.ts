@@ -32,6 +32,26 @@ function kindOf(value: object): string {
   return typeof name === 'string' && name !== '' ? name : 'class instance';
 }
 
+/**
+ * The first enumerable field `value` inherits (from `Object.create(defaults)`, an accessor defined
+ * enumerable on a class's prototype …) that is not a method: data JSON leaves out, as it writes
+ * own fields only. Plain objects and null-prototype objects inherit none; `class` syntax makes
+ * methods and getters non-enumerable.
+ */
+function inheritedField(value: object): string | undefined {
+  for (const key in value) {
+    if (Object.hasOwn(value, key)) continue;
+    let field: unknown;
+    try {
+      field = (value as Record<string, unknown>)[key];
+    } catch {
+      return key; // a getter that throws: data all the same, just not readable here
+    }
+    if (typeof field !== 'function') return key;
+  }
+  return undefined;
+}
+
 /** Why a non-plain object (after `toJSON`) would not come back from its JSON, or undefined. */
 function instanceProblem(value: object): string | undefined {
   if (ArrayBuffer.isView(value)) {
@@ -51,6 +71,13 @@ function instanceProblem(value: object): string | undefined {
     return Number.isFinite(value.valueOf()) ? undefined : `is ${value.valueOf()}, which JSON writes as null`;
   if (value instanceof String) return unstorableProblem(value.valueOf());
   if (value instanceof Boolean) return undefined;
+  const inherited = inheritedField(value);
+  if (inherited !== undefined) {
+    return (
+      `inherits ${JSON.stringify(inherited)} from its prototype, which JSON leaves out (it writes own fields only): ` +
+      'copy the fields you mean into a plain object, or give it a toJSON'
+    );
+  }
   if (value instanceof Error || value instanceof RegExp || Object.keys(value).length === 0) {
     return `is a ${kindOf(value)} with no enumerable fields, which JSON writes as {}: convert it to plain data`;
   }

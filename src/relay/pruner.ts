@@ -3,11 +3,23 @@ import { OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { CounterMetric, MetricsSink } from '../metrics/sink.js';
 import { PRUNED_TABLES, type PruneOptions, prune, resolvePruneOptions } from '../ops/prune.js';
+import { PRUNE_RIGHTS_SQL } from '../ops/prune-sql.js';
+import { quoteSchema, withSchema } from '../schema/identifiers.js';
+import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 
-/** `createRelay({ prune })`: the relay prunes its schema in the background (docs/schema.md, Bounded tables). */
-export interface RelayPruneOptions extends Omit<PruneOptions, 'schema' | 'dryRun'> {
+/**
+ * `createRelay({ prune })`: the relay prunes its schema in the background (docs/schema.md, Bounded
+ * tables). The outbox's own tables always; the audit trail only with `auditRetentionMs` and the
+ * inbox tables only with `inbox`, each when the relay's role may (`tx-outbox roles --relay-prunes`).
+ */
+export interface RelayPruneOptions extends Omit<PruneOptions, 'schema' | 'dryRun' | 'auditRetentionMs'> {
   /** Between the end of one run and the start of the next, ms. Default 600000 (10 minutes). */
   readonly intervalMs?: number;
+  /**
+   * Audit rows older than this go. Default: kept (the operator's `tx-outbox prune` removes them
+   * after 365 days); the relay's role needs the right (`tx-outbox roles --relay-prunes audit`).
+   */
+  readonly auditRetentionMs?: number | false;
 }
 
 export const DEFAULT_PRUNE_INTERVAL_MS = 600_000;
@@ -31,16 +43,22 @@ export function resolveRelayPrune(
       'Pass whole milliseconds from 10 to 86400000 (a day).',
     );
   }
-  const options: PruneOptions = { ...rest, schema };
+  // The audit trail is the operators': the relay prunes it only when told to.
+  const options: PruneOptions = { ...rest, auditRetentionMs: rest.auditRetentionMs ?? false, schema };
   resolvePruneOptions(options);
   return { intervalMs, options };
 }
+
+/** The tables a run may be told to prune that the relay's role may be denied (src/schema/roles.ts). */
+type Guarded = 'audit' | 'inbox';
 
 /**
  * The relay's background pruner: one run every interval (the first one interval after start), on
  * a connection of the relay's pool. A failed run (database down, a lock timeout …) is logged and
  * tried again the next interval; it never stops the relay. Several relays of one schema take turns:
- * a run that finds another pruner holding the schema's lock does nothing.
+ * a run that finds another pruner holding the schema's lock does nothing. Before a run told to
+ * prune the audit trail or the inbox, it asks whether its role may: without the right, that part
+ * is skipped, with one warning (again only after the right came and went).
  */
 export class BackgroundPruner {
   #timer: NodeJS.Timeout | undefined;
@@ -48,6 +66,9 @@ export class BackgroundPruner {
   #stopped = false;
   /** `tx_outbox_pruned_rows_total{table}` (docs/metrics.md), when the relay has metrics. */
   readonly #pruned: CounterMetric | undefined;
+  /** The guarded parts this pruner has warned it may not prune (and has not been able to since). */
+  readonly #denied = new Set<Guarded>();
+  readonly #rightsSql: string;
 
   constructor(
     private readonly pool: Pool,
@@ -61,6 +82,7 @@ export class BackgroundPruner {
           'table',
         ])
       : undefined;
+    this.#rightsSql = withSchema(PRUNE_RIGHTS_SQL, quoteSchema(settings.options.schema ?? DEFAULT_SCHEMA));
   }
 
   start(): void {
@@ -89,7 +111,7 @@ export class BackgroundPruner {
 
   async #run(): Promise<void> {
     try {
-      const result = await prune(this.pool, this.settings.options);
+      const result = await prune(this.pool, await this.#permitted());
       const removed = PRUNED_TABLES.filter((t) => result.removed[t] > 0);
       for (const table of removed) this.#pruned?.inc({ table }, result.removed[table]);
       if (removed.length > 0 || !result.complete) {
@@ -110,5 +132,38 @@ export class BackgroundPruner {
         'prune failed; trying again next interval',
       );
     }
+  }
+
+  /** This run's options: without the audit trail or the inbox where the role may not delete them. */
+  async #permitted(): Promise<PruneOptions> {
+    const options = this.settings.options;
+    const asked: Guarded[] = [];
+    if (options.auditRetentionMs !== false && options.auditRetentionMs !== undefined) asked.push('audit');
+    if (options.inbox !== undefined && options.inbox !== false) asked.push('inbox');
+    if (asked.length === 0) return options;
+    const { rows } = await this.pool.query<Record<Guarded, boolean>>(this.#rightsSql);
+    const rights = rows[0];
+    let permitted = options;
+    for (const part of asked) {
+      if (rights?.[part]) {
+        this.#denied.delete(part);
+        continue;
+      }
+      permitted = { ...permitted, ...(part === 'audit' ? { auditRetentionMs: false } : { inbox: false }) };
+      if (this.#denied.has(part)) continue;
+      this.#denied.add(part);
+      this.logger.warn(
+        {
+          relayId: this.relayId,
+          table: part === 'audit' ? 'audit' : 'inbox, inbox_positions, inbox_attempts, inbox_quarantine',
+        },
+        part === 'audit'
+          ? "prune: auditRetentionMs is set, but this relay's role may not delete audit rows; skipping them. " +
+              'Grant it (tx-outbox roles --relay-prunes audit, then the grants) or leave the audit trail to tx-outbox prune'
+          : "prune: inbox pruning is set, but this relay's role may not delete the inbox tables; skipping them. " +
+              'Grant it (tx-outbox roles --relay-prunes inbox, then the grants) or leave the inbox to tx-outbox prune --inbox',
+      );
+    }
+    return permitted;
   }
 }

@@ -29,11 +29,23 @@ const RUNTIME_ROLES: readonly RuntimeRole[] = ['producer', 'relay', 'consumer', 
 
 export type RoleNames = Readonly<Record<RoleKind, string>>;
 
+/** Tables beyond the outbox's own that the relay's background pruner may be let delete from. */
+export const RELAY_PRUNABLE = ['inbox', 'audit'] as const;
+export type RelayPrunable = (typeof RELAY_PRUNABLE)[number];
+
 export interface RolesSqlOptions {
   /** Schema that holds the outbox tables. Default `outbox`. */
   readonly schema?: string;
   /** Role names; each defaults to `<schema>_<kind>`, e.g. `outbox_producer`. */
   readonly roles?: Partial<RoleNames>;
+  /**
+   * What the relay's background pruner (`createRelay({ prune })`) may delete beyond the outbox's
+   * own tables: `'inbox'` (the consumers' dedup records, positions, attempt counts and released
+   * quarantine rows: `prune.inbox`), `'audit'` (the operators' audit trail:
+   * `prune.auditRetentionMs`). Default none: the relay cannot delete either, and
+   * `tx-outbox prune` as the operator keeps them bounded.
+   */
+  readonly relayPrunes?: readonly RelayPrunable[];
 }
 
 export interface RolesSql {
@@ -91,7 +103,12 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
   // partitions. sequence_base: the gap bridge (BRIDGE_GAPS_SQL).
   relay: {
     ...SCHEMA_METADATA,
-    events: 'SELECT, UPDATE (attempts, status, next_attempt_at, last_error, dead_at, sequence_base), DELETE',
+    // INSERT: the CDC relay hands a failed event and its aggregate's later ones over to the table
+    // (src/cdc/handover-sql.ts), the columns it writes.
+    events:
+      'SELECT, INSERT (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type, ' +
+      'schema_version, topic, payload, payload_bytes, headers, created_at, next_attempt_at, attempts, last_error, ' +
+      'status, dead_at), UPDATE (attempts, status, next_attempt_at, last_error, dead_at, sequence_base), DELETE',
     aggregate_progress: 'SELECT, INSERT, UPDATE (delivered_sequence, blocked_until, delivered_at)',
     partitions: 'SELECT, UPDATE (owner, epoch, lease_until, sleeping)',
     relays: 'SELECT, INSERT, UPDATE (heartbeat_at, lease_ms), DELETE',
@@ -165,13 +182,44 @@ const PRUNER: TableGrants = {
   aggregate_progress: 'SELECT, UPDATE (blocked_until), DELETE',
   sequence_floor: 'SELECT, UPDATE',
   relays: 'SELECT, UPDATE (heartbeat_at), DELETE',
-  audit: 'SELECT, DELETE',
-  inbox: 'SELECT, DELETE',
-  inbox_positions: 'SELECT, UPDATE (updated_at), DELETE',
-  inbox_attempts: 'SELECT, UPDATE (last_at), DELETE',
-  inbox_quarantine: 'SELECT, UPDATE (released_at), DELETE',
 };
-const PRUNING_ROLES: ReadonlySet<RuntimeRole> = new Set(['relay', 'operator']);
+/**
+ * The pruner's rights on other parts' records: the operator's always (`tx-outbox prune`), the
+ * relay's only when asked (`relayPrunes`): a relay that may not delete the consumers' dedup
+ * records or the audit trail cannot lose or hide them.
+ */
+const PRUNER_OF: Readonly<Record<RelayPrunable, TableGrants>> = {
+  inbox: {
+    inbox: 'SELECT, DELETE',
+    inbox_positions: 'SELECT, UPDATE (updated_at), DELETE',
+    inbox_attempts: 'SELECT, UPDATE (last_at), DELETE',
+    inbox_quarantine: 'SELECT, UPDATE (released_at), DELETE',
+  },
+  audit: { audit: 'SELECT, DELETE' },
+};
+
+/** The pruner's grants of a role: none for the producer and the consumer. */
+function prunerGrants(kind: RuntimeRole, relayPrunes: ReadonlySet<RelayPrunable>): TableGrants {
+  if (kind === 'operator') return { ...PRUNER, ...PRUNER_OF.inbox, ...PRUNER_OF.audit };
+  if (kind !== 'relay') return {};
+  return Object.assign(
+    { ...PRUNER },
+    ...RELAY_PRUNABLE.filter((t) => relayPrunes.has(t)).map((t) => PRUNER_OF[t]),
+  );
+}
+
+function relayPrunesOf(value: unknown): ReadonlySet<RelayPrunable> {
+  if (value === undefined) return new Set();
+  const known: readonly unknown[] = RELAY_PRUNABLE;
+  if (!Array.isArray(value) || value.some((t) => !known.includes(t))) {
+    throw new OutboxValidationError(
+      'relayPrunes',
+      `${JSON.stringify(value)} is not a list of ${RELAY_PRUNABLE.map((t) => `'${t}'`).join(' and ')}`,
+      "Pass ['inbox'], ['audit'], both, or omit it (the relay then prunes the outbox's own tables only).",
+    );
+  }
+  return new Set(value as RelayPrunable[]);
+}
 
 // PostgreSQL identifiers are 63 bytes at most; lowercase, so they need no case-folding rules.
 const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -210,6 +258,7 @@ export function rolesSql(options: RolesSqlOptions = {}): RolesSql {
       'Give each of migrator, producer, relay, consumer and operator a name of its own.',
     );
   }
+  const relayPrunes = relayPrunesOf(options.relayPrunes);
   const migrator = ident(roles.migrator);
   const setup = [
     ...names.map(
@@ -236,7 +285,7 @@ END $$;`,
         ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
       ),
       ...FUNCTION_GRANTS[kind].map((fn) => `GRANT EXECUTE ON FUNCTION ${schema}.${fn} TO ${role};`),
-      ...(PRUNING_ROLES.has(kind) ? Object.entries(PRUNER) : []).map(
+      ...Object.entries(prunerGrants(kind, relayPrunes)).map(
         ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
       ),
     );

@@ -275,6 +275,36 @@ describe('forged WAL-mode events (issue 24, item 1)', () => {
     expect(all).not.toMatch(/ipad|opad/);
   });
 
+  it("a genuine event the broker refuses is handed over to the table under the relay role's grants; the stream goes on", async () => {
+    // The hand-over INSERTs the failed event and its aggregate's later ones into events: the
+    // relay role needs that right (without it the hand-over failed and the stream stalled).
+    publisher.verdict = (m) =>
+      m.aggregateId === 'handed'
+        ? { ok: false, retryable: false, error: new Error('refused') }
+        : { ok: true };
+    try {
+      const ids = await genuine('handed', 3);
+      const other = await genuine('after-handed');
+      await waitFor(() => publisher.received.some((m) => m.eventId === other[0]), {
+        what: 'the stream to go on past the refused aggregate',
+      });
+      await waitFor(
+        async () =>
+          (await admin.query(`SELECT 1 FROM "${SCHEMA}".events WHERE aggregate_id = 'handed'`)).rowCount ===
+          3,
+        { what: 'the refused aggregate in the table' },
+      );
+      const { rows } = await admin.query<{ event_id: string }>(
+        `SELECT event_id FROM "${SCHEMA}".events WHERE aggregate_id = 'handed' ORDER BY sequence`,
+      );
+      expect(rows.map((r) => r.event_id)).toEqual(ids);
+      expect(received('handed')).toEqual([]);
+    } finally {
+      publisher.verdict = () => ({ ok: true });
+      await admin.query(`DELETE FROM "${SCHEMA}".events WHERE aggregate_id = 'handed'`);
+    }
+  });
+
   it('without its grant on wal_key the relay does not start, and the producer writes nothing; without a key, nothing either', async () => {
     await pools['migrator']!.query(
       `REVOKE SELECT ON "${SCHEMA}".wal_key FROM "${roles.relay}", "${roles.producer}"`,

@@ -4,7 +4,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
-import { enqueue } from '../../src/producer/enqueue.js';
+import { enqueue, MAX_BATCH } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import { createTestDb, inTransaction, type TestDb } from '../helpers/db.js';
 
@@ -237,6 +237,12 @@ const refused: Array<[string, OutboxEvent, string, RegExp]> = [
     '.payload.o',
     /no enumerable fields/,
   ],
+  [
+    'data on an object’s prototype (Object.create(defaults))',
+    payload({ order: Object.assign(Object.create({ region: 'eu' }), { id: 1 }) }),
+    '.payload.order',
+    /inherits "region" from its prototype, which JSON leaves out/,
+  ],
   ['a NUL in a key', payload({ 'a\u0000': 1 }), '.payload["a\\u0000"]', /NUL/],
   ['a lone surrogate deep inside', payload({ a: [{ b: 'x\udfff' }] }), '.payload.a[0].b', /surrogate/],
   [
@@ -317,6 +323,15 @@ describe('a batch too large in total', () => {
     });
     expect(error.field).toBe('event');
     expect(error.message).toMatch(/takes \d+ bytes of payload and headers, over maxBatchBytes \(500\)/);
+  });
+
+  it(`refuses more than ${MAX_BATCH} events in one call, before anything is sent`, async () => {
+    const before = await count();
+    const events = Array.from({ length: MAX_BATCH + 1 }, (_, i) => event({ aggregateId: `many-${i % 10}` }));
+    const error = await refusal(events);
+    expect(error.field).toBe('events');
+    expect(error.message).toBe('events: holds 10001 events. Split it into batches of 10000.');
+    expect(await count()).toBe(before);
   });
 
   it('refuses a maxBatchBytes that is not an integer from 1 to 128 MiB', async () => {

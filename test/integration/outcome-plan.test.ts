@@ -34,7 +34,7 @@ beforeAll(async () => {
   const s = `"${db.schema}"`;
   await db.pool.query(
     `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
-     SELECT gen_random_uuid(), (i % 16)::smallint, 'order', 'a' || i, 1, 'order.created', '{}'::jsonb
+     SELECT gen_random_uuid(), ${s}.partition_of('order', 'a' || i), 'order', 'a' || i, 1, 'order.created', '{}'::jsonb
      FROM generate_series(1, 50000) AS i`,
   );
   await db.pool.query(`ANALYZE ${s}.events`);

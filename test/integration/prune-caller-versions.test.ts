@@ -126,7 +126,7 @@ describe('prune: progress of caller versions', () => {
     // Left in events: a dead repeat of c-repeat, a scheduled version of c-later. Both hold back.
     await db.pool.query(
       `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload, status, dead_at)
-       VALUES (gen_random_uuid(), 0, 'order', 'c-repeat', 2, 'order.changed', '{}', 'dead', now())`,
+       VALUES (gen_random_uuid(), ${s}.partition_of('order', 'c-repeat'), 'order', 'c-repeat', 2, 'order.changed', '{}', 'dead', now())`,
     );
     await inTransaction(db.pool, (tx) =>
       enqueue(
@@ -221,7 +221,7 @@ describe('prune: progress of caller versions', () => {
     // Every tenth one still has an event in the table.
     await db.pool.query(
       `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
-       SELECT gen_random_uuid(), 0, 'bulk', 'b' || lpad(i::text, 4, '0'), 6, 'x', '{}'
+       SELECT gen_random_uuid(), ${s}.partition_of('bulk', 'b' || lpad(i::text, 4, '0')), 'bulk', 'b' || lpad(i::text, 4, '0'), 6, 'x', '{}'
        FROM generate_series(10, 50, 10) i`,
     );
     const other = new pg.Client({ connectionString: DATABASE_URL });

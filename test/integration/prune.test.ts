@@ -286,7 +286,8 @@ describe("the relay's background pruner", () => {
       schema: db.schema,
       pollIntervalMs: 20,
       logger,
-      prune: { intervalMs: 50 },
+      // The audit trail only when asked (the relay's role may not be granted it).
+      prune: { intervalMs: 50, auditRetentionMs: 365 * 86_400_000 },
       metrics: registry,
     });
     await relay.start();

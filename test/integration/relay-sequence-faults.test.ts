@@ -375,22 +375,26 @@ describe('caller versions: gaps', () => {
       const bulk = (n: number) =>
         c.query(
           `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
-           SELECT gen_random_uuid(), 0, 'bulk', g::text, 1, 't', '{}' FROM generate_series(1, $1::int) g`,
+           SELECT gen_random_uuid(), ${s}.partition_of('bulk', g::text), 'bulk', g::text, 1, 't', '{}'
+           FROM generate_series(1, $1::int) g`,
           [n],
         );
       await bulk(2000);
       const { rows } = await c.query<{ id: string; partition: number }>(
         `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
-         VALUES (gen_random_uuid(), 1, 'order', 'ahead', 3, 't', '{}') RETURNING id::text, partition`,
+         VALUES (gen_random_uuid(), ${s}.partition_of('order', 'ahead'), 'order', 'ahead', 3, 't', '{}')
+         RETURNING id::text, partition`,
       );
       await bulk(3000);
-      await c.query(`UPDATE ${s}.partitions SET owner = 'explain' WHERE partition = 1`);
+      const partition = rows[0]!.partition;
+      await c.query(`UPDATE ${s}.partitions SET owner = 'explain' WHERE partition = $1`, [partition]);
       const { rows: epoch } = await c.query<{ epoch: string }>(
-        `SELECT epoch::text FROM ${s}.partitions WHERE partition = 1`,
+        `SELECT epoch::text FROM ${s}.partitions WHERE partition = $1`,
+        [partition],
       );
       const plan = await c.query<{ 'QUERY PLAN': string }>(
         `EXPLAIN (ANALYZE, COSTS OFF) ${BRIDGE_GAPS_SQL.replaceAll('{{schema}}', s)}`,
-        ['explain', [1], [epoch[0]!.epoch], [rows[0]!.id]],
+        ['explain', [partition], [epoch[0]!.epoch], [rows[0]!.id]],
       );
       const text = plan.rows.map((r) => r['QUERY PLAN']).join('\n');
       expect(text).not.toMatch(/Seq Scan on events/);

@@ -20,6 +20,8 @@ import { RecordingPublisher } from '../helpers/memory-publisher.js';
 let db: TestDb;
 const relays: Relay[] = [];
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** Every partition of the schema (createTestDb's 16): a claim under all of them. */
+const ALL = [...Array(16).keys()];
 
 beforeAll(async () => {
   db = await createTestDb('scan_floor');
@@ -64,12 +66,12 @@ describe('the scan floor', () => {
       // 20,000 events delivered (deleted) while the snapshot is held, then 100 pending ones.
       await db.pool.query(
         `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
-         SELECT gen_random_uuid(), 0, 'old', 'a' || i, 1, 't', '{}'::jsonb FROM generate_series(1, 20000) AS i`,
+         SELECT gen_random_uuid(), ${s}.partition_of('old', 'a' || i), 'old', 'a' || i, 1, 't', '{}'::jsonb FROM generate_series(1, 20000) AS i`,
       );
       await db.pool.query(`DELETE FROM ${s}.events WHERE aggregate_type = 'old'`);
       await db.pool.query(
         `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
-         SELECT gen_random_uuid(), 0, 'new', 'a' || i, 1, 't', '{}'::jsonb FROM generate_series(1, 100) AS i`,
+         SELECT gen_random_uuid(), ${s}.partition_of('new', 'a' || i), 'new', 'a' || i, 1, 't', '{}'::jsonb FROM generate_series(1, 100) AS i`,
       );
       const { rows: first } = await db.pool.query(`SELECT min(id)::text AS id FROM ${s}.events`);
       await db.pool.query(
@@ -79,7 +81,7 @@ describe('the scan floor', () => {
       const buffers = async (from: string): Promise<{ blocks: number; rows: number }> => {
         const { rows } = await client.query({
           text: `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${CLAIM_SQL.replaceAll('{{schema}}', s)}`,
-          values: [[0], ['1'], 'floor', 1000, [], [], from, []],
+          values: [ALL, ALL.map(() => '1'), 'floor', 1000, [], [], from, []],
         });
         const plan = (rows[0] as { 'QUERY PLAN': Array<{ Plan: PlanNode }> })['QUERY PLAN'][0]!.Plan;
         // The scan of the events table alone (the progress probes per row come on top of it).

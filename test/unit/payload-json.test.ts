@@ -115,6 +115,103 @@ describe('payloadJsonOf names the first value it refuses by its path', () => {
   }
 });
 
+/** Data on a prototype: JSON.stringify writes own fields only, and would drop it without a word. */
+describe('payloadJsonOf refuses data an object inherits, and takes what JSON writes whole', () => {
+  const defaults = { region: 'eu', secret: 1 };
+  class Lazy {
+    constructor(readonly id: number) {}
+  }
+  // A field as an accessor on the prototype, made enumerable (as some decorators and ORMs do).
+  Object.defineProperty(Lazy.prototype, 'total', { get: () => 42, enumerable: true });
+  class WithGetter {
+    #cents = 250;
+    constructor(readonly currency: string) {}
+    get cents(): number {
+      return this.#cents;
+    }
+    toString(): string {
+      return `${this.cents} ${this.currency}`;
+    }
+  }
+  function Legacy(this: { a: number }) {
+    this.a = 1;
+  }
+  Legacy.prototype.describe = function describe() {
+    return 'legacy';
+  };
+
+  const refused: Array<[string, unknown, string, string]> = [
+    ['Object.create({ secret: 1 })', Object.create({ secret: 1 }), 'payload', 'secret'],
+    [
+      'defaults on the prototype, own fields beside',
+      Object.assign(Object.create(defaults), { id: 7 }),
+      'payload',
+      'region',
+    ],
+    [
+      'nested in plain data',
+      { order: { settings: Object.create(defaults) } },
+      'payload.order.settings',
+      'region',
+    ],
+    ['in an array', { lines: [{}, Object.create({ qty: 2 })] }, 'payload.lines[1]', 'qty'],
+    ['two levels of prototypes', Object.create(Object.create({ deep: true })), 'payload', 'deep'],
+    ['an enumerable accessor on a class prototype', new Lazy(1), 'payload', 'total'],
+    [
+      'a getter on the prototype that throws',
+      Object.create(
+        Object.defineProperty({}, 'x', {
+          enumerable: true,
+          get() {
+            throw new Error('detached');
+          },
+        }),
+      ),
+      'payload',
+      'x',
+    ],
+  ];
+  for (const [what, value, path, field] of refused) {
+    it(`refuses ${what}, naming the path, the field and the fix`, () => {
+      expect(JSON.stringify(value)).not.toContain(`"${field}"`); // what JSON alone would do
+      let error: unknown;
+      try {
+        payloadJsonOf(value, 'payload');
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(OutboxValidationError);
+      expect((error as OutboxValidationError).field).toBe(path);
+      expect((error as Error).message).toContain(
+        `${path}: inherits "${field}" from its prototype, which JSON leaves out (it writes own fields only): copy the fields you mean into a plain object, or give it a toJSON`,
+      );
+    });
+  }
+
+  const accepted: Array<[string, unknown]> = [
+    ['a null-prototype object', Object.assign(Object.create(null), { a: 1 })],
+    ['a class instance with own fields, its getters and methods non-enumerable', new WithGetter('EUR')],
+    [
+      'an old-style constructor with enumerable methods on its prototype',
+      new (Legacy as unknown as new () => object)(),
+    ],
+    [
+      'an object with data on its prototype and a toJSON',
+      Object.assign(Object.create(defaults), { toJSON: () => ({ region: 'eu' }) }),
+    ],
+    [
+      'a class instance with an inherited field and a toJSON',
+      Object.assign(new Lazy(2), { toJSON: () => ({ id: 2, total: 42 }) }),
+    ],
+    ['a Date', new Date(0)],
+  ];
+  for (const [what, value] of accepted) {
+    it(`takes ${what}`, () => {
+      expect(payloadJsonOf(value, 'payload')).toBe(JSON.stringify(value));
+    });
+  }
+});
+
 describe('nesting: at most MAX_JSON_DEPTH (1000) levels of arrays and objects, on both ends', () => {
   function nested(levels: number): unknown {
     let node: unknown = 1;
