@@ -41,10 +41,14 @@ if ! up 1883; then
   wait_port 1883 Mosquitto
 fi
 # Logical replication (the CDC relay, and pg-transactional-outbox in the benchmarks) needs
-# wal_level=logical; it takes a restart, done once per server.
-if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc 'SHOW wal_level')" != "logical" ]; then
-  echo "services: setting wal_level=logical and restarting PostgreSQL"
+# wal_level=logical, and room for the slots of the CDC tests that run side by side (slots are
+# server-wide); it takes a restart, done once per server.
+if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc 'SHOW wal_level')" != "logical" ] ||
+  [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc 'SHOW max_replication_slots')" -lt 32 ]; then
+  echo "services: setting wal_level=logical, max_replication_slots=32 and restarting PostgreSQL"
   psql -h 127.0.0.1 -U postgres -d postgres -c 'ALTER SYSTEM SET wal_level = logical' >/dev/null
+  psql -h 127.0.0.1 -U postgres -d postgres -c 'ALTER SYSTEM SET max_replication_slots = 32' >/dev/null
+  psql -h 127.0.0.1 -U postgres -d postgres -c 'ALTER SYSTEM SET max_wal_senders = 32' >/dev/null
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main restart ||
     echo "services: could not restart PostgreSQL; logical replication stays unavailable" >&2
   wait_port 5432 PostgreSQL

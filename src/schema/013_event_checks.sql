@@ -137,7 +137,8 @@ BEGIN
       WHEN NOT pg_catalog.textregexeq(headers::pg_catalog.text, E'^\\{(?:"[-!#$%&''*+.^_`|~0-9A-Za-z]+": "(?:[ !#-\\[\\]-~]|\\\\["\\\\])*"(?:, |\\}$))+$') THEN
         'headers are not all strings of printable ASCII under HTTP token names'
       WHEN pg_catalog.octet_length(headers::pg_catalog.text) OPERATOR(pg_catalog.>) 262
-           AND pg_catalog.textregexeq(headers::pg_catalog.text, E'"[-!#$%&''*+.^_`|~0-9A-Za-z]{128}[-!#$%&''*+.^_`|~0-9A-Za-z]{128}') THEN
+           -- A name, not a value: names open the object or follow ", " (inside a value a quote is escaped).
+           AND pg_catalog.textregexeq(headers::pg_catalog.text, E'(?:^\\{|, )"[-!#$%&''*+.^_`|~0-9A-Za-z]{128}[-!#$%&''*+.^_`|~0-9A-Za-z]{128}') THEN
         'a header name is over 255 characters'
       WHEN pg_catalog.texticregexeq(headers::pg_catalog.text, E'(?:^\\{|, )"(?:ce[-_]|cloudevents_|txo-|nats-)')
            OR pg_catalog.lower(headers::pg_catalog.text)::pg_catalog.jsonb OPERATOR(pg_catalog.?|) ARRAY[

@@ -47,6 +47,9 @@ async function fresh(): Promise<string> {
   schemas.push(schema);
   await migrate(pool, { schema, partitions: 4 });
   await ensureCdcSlot(pool, { schema });
+  // Each case's slot goes with the case: slots are server-wide (max_replication_slots), shared
+  // with every other test file running meanwhile.
+  cleanups.push(() => dropCdcSlot(pool, { schema }).then(() => undefined));
   walSlotGate.reset();
   return schema;
 }

@@ -267,6 +267,14 @@ describe('the events table refuses what no relay can deliver', () => {
           [`x-${'n'.repeat(253)}`]: 'v',
         },
       },
+      // A long value of token characters is a value, not a header name over 255.
+      {
+        aggregateType: 'order',
+        aggregateId: 'e4',
+        type: 'order.placed',
+        payload: {},
+        headers: { 'x-long': 'v'.repeat(4000), 'x-after': `w${'x'.repeat(300)}` },
+      },
       // Inner spaces, non-ASCII and 255 bytes in names, with a topic; an id with edge spaces.
       {
         aggregateType: 'bestellung größe',
