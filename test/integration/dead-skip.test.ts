@@ -323,10 +323,15 @@ describe('dead skip', () => {
       [a1, 1],
       [a3, 3],
     ]);
-    const { rows } = await db.pool.query(
-      `SELECT delivered_sequence::int AS d, blocked_until FROM "${db.schema}".aggregate_progress WHERE aggregate_id = 'np'`,
-    );
-    expect(rows).toEqual([{ d: 3, blocked_until: null }]);
+    // The broker has sequence 3; the relay records its outcome just after.
+    const progress = async () =>
+      (
+        await db.pool.query(
+          `SELECT delivered_sequence::int AS d, blocked_until FROM "${db.schema}".aggregate_progress WHERE aggregate_id = 'np'`,
+        )
+      ).rows;
+    await waitFor(async () => (await progress())[0]?.['d'] === 3, { what: 'sequence 3 recorded' });
+    expect(await progress()).toEqual([{ d: 3, blocked_until: null }]);
     const [audit] = await auditOf(a2!);
     expect(audit).toMatchObject({ actor: 'bob', action: 'skip-unpublished', reason: 'destination gone' });
     expect((audit!['events'] as Record<string, unknown>[])[0]).toMatchObject({
