@@ -9,6 +9,7 @@ import { BROKER_UNAVAILABLE, isBrokerUnavailable, PublishError } from '../../src
 import { exhaustionCode } from '../../src/network-errors.js';
 import { DELIVERED, failed, type PublishOutcome } from '../../src/publishers/contract.js';
 import { hostOutOfResources } from '../../src/relay/publish-batch.js';
+import { PUBLISHER_FAILED } from '../../src/relay/verdicts.js';
 
 /** A socket error as node:net makes one. */
 function systemError(code: string): NodeJS.ErrnoException {
@@ -45,6 +46,16 @@ describe('hostOutOfResources', () => {
       false,
     );
     expect(isBrokerUnavailable((hostOutOfResources(permanent) as { error: Error }).error)).toBe(true);
+    // What the relay makes of a publish call that threw (src/relay/publish-batch.ts).
+    const threw = failed(
+      new PublishError('publisher custom failed: spawn EMFILE', {
+        retryable: true,
+        code: PUBLISHER_FAILED,
+        cause: systemError('EMFILE'),
+      }),
+      true,
+    );
+    expect(isBrokerUnavailable((hostOutOfResources(threw) as { error: Error }).error)).toBe(true);
     const aggregate = new AggregateError([new Error('first'), systemError('ENFILE')], 'all attempts failed');
     expect(exhaustionCode(new Error('wrapped', { cause: aggregate }))).toBe('ENFILE');
   });
