@@ -52,16 +52,47 @@ export function isUnreachableCode(code: unknown): boolean {
 }
 
 /** The first unreachable code on `error` or its `cause` chain (AggregateError members included). */
-export function unreachableCode(error: unknown, depth = 0): string | undefined {
+export function unreachableCode(error: unknown): string | undefined {
+  return findCode(error, UNREACHABLE_CODES);
+}
+
+/**
+ * The error codes that mean this process or its host ran out of a resource (descriptors,
+ * socket buffers, memory, local ports), not that the other side refused anything, with what
+ * each says. A publish failing with one is not the event's fault: the relay judges it like an
+ * unreachable broker (BROKER_UNAVAILABLE: it backs off as a whole, no attempt is charged), so
+ * a process out of descriptors cannot dead-letter events that did nothing wrong.
+ * EADDRNOTAVAIL is a connect finding no local port (ephemeral ports used up) or address free.
+ */
+export const LOCAL_EXHAUSTION_CODES: ReadonlyMap<string, string> = new Map([
+  ['EMFILE', 'this process has no file descriptor left (see `ulimit -n`)'],
+  ['ENFILE', "the host's table of open files is full"],
+  ['ENOBUFS', 'the host has no buffer space left for sockets'],
+  ['ENOMEM', 'the host is out of memory'],
+  ['EADDRNOTAVAIL', 'no local address or port is free to connect from'],
+]);
+
+/**
+ * The first code of {@link LOCAL_EXHAUSTION_CODES} on `error` or its `cause` chain (AggregateError
+ * members included). Only the `code` property counts, never a message: a message may carry
+ * names the producer chose (a topic called `EMFILE`), and reading it would let an event pass
+ * its own failure off as the host's.
+ */
+export function exhaustionCode(error: unknown): string | undefined {
+  return findCode(error, LOCAL_EXHAUSTION_CODES);
+}
+
+/** The first of `codes` on `error`, its `errors` (AggregateError) or its `cause` chain, depth first. */
+function findCode(error: unknown, codes: { has(code: string): boolean }, depth = 0): string | undefined {
   if (error === null || typeof error !== 'object' || depth > 8) return undefined;
   const code = (error as { code?: unknown }).code;
-  if (isUnreachableCode(code)) return code as string;
+  if (typeof code === 'string' && codes.has(code)) return code;
   const inner = (error as { errors?: unknown }).errors;
   if (Array.isArray(inner)) {
     for (const e of inner) {
-      const found = unreachableCode(e, depth + 1);
-      if (found !== undefined) return found;
+      const hit = findCode(e, codes, depth + 1);
+      if (hit !== undefined) return hit;
     }
   }
-  return unreachableCode((error as { cause?: unknown }).cause, depth + 1);
+  return findCode((error as { cause?: unknown }).cause, codes, depth + 1);
 }

@@ -13,7 +13,7 @@ import { type Backlog, readBacklog } from './backlog.js';
 export interface BacklogGaugesOptions {
   /** Outbox schema. Default `outbox`. */
   readonly schema?: string;
-  /** Head rows sampled per scrape, see {@link readBacklog}. Default 10,000. */
+  /** Pending events sampled at the head per scrape, see {@link readBacklog}. Default 10,000. */
   readonly sampleSize?: number;
   /** Where a failed scrape-time read is logged. */
   readonly logger?: Logger;

@@ -1,11 +1,23 @@
 /**
- * The backlog in one statement whose cost does not grow with the backlog: a bounded sample at
- * the primary-key head ($1 undelivered rows that are not dead, in id order; dead rows before them
- * are walked past, as many as the dead count reads anyway), the exact dead count
- * through the partial index `events_dead` (migration 008), the live-row count of the
- * statistics system, and the two small tables (partitions, relays). O(sample + dead +
- * partitions + relays); never a scan of the events table.
+ * The backlog in one statement whose cost grows with neither the backlog nor the dead events: a
+ * bounded sample at the head of the pending events ($1 rows in id order, read through the
+ * partial index `events_pending` of migration 14, so dead rows ahead of them are never walked
+ * past), the exact dead count from `dead_counts` (one row per partition, kept by triggers:
+ * migration 14), the live-row count of the statistics system, and the small `partitions` and
+ * `relays` tables. O(sample + partitions + relays): never a scan of the events table, never a
+ * walk past its dead events.
  */
+/**
+ * The planner settings {@link READ_BACKLOG_SQL} runs under (set local to its transaction): its
+ * sample must be the ordered walk of `events_pending` that stops after $1 rows. With statistics
+ * that say the table is small (taken while it was), PostgreSQL would rather read every pending
+ * event in a bitmap or sequential scan and sort them: cheap at 300 rows, a scan of the backlog
+ * at a million. No JIT either: its compile time would dwarf the read.
+ */
+export const BACKLOG_PLANNER_SQL = `
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('jit', 'off', true)`;
+
 export const READ_BACKLOG_SQL = `
 WITH sample AS (
   SELECT h.partition,
@@ -18,7 +30,7 @@ WITH sample AS (
   FROM (
     SELECT e.partition, e.status, e.attempts, e.created_at, e.deliver_after
     FROM {{schema}}.events e
-    WHERE e.status <> 'dead'
+    WHERE e.status = 'pending'
     ORDER BY e.id
     LIMIT $1
   ) h
@@ -27,7 +39,7 @@ WITH sample AS (
 SELECT
   (SELECT coalesce(sum(s.sampled), 0) FROM sample s)::int8 AS sampled,
   (SELECT coalesce(sum(s.retrying), 0) FROM sample s)::int8 AS retrying,
-  (SELECT count(*) FROM {{schema}}.events d WHERE d.status = 'dead')::int8 AS dead,
+  (SELECT coalesce(sum(c.dead), 0) FROM {{schema}}.dead_counts c)::int8 AS dead,
   pg_stat_get_live_tuples('{{schema}}.events'::regclass)::int8 AS live,
   extract(epoch FROM now() - (SELECT max(s.newest) FROM sample s))::float8 AS horizon_age,
   (SELECT coalesce(json_agg(json_build_object(

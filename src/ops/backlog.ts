@@ -1,17 +1,19 @@
 /**
  * The backlog of an outbox, read at a cost of O(partitions), never a scan of the events table:
- * a bounded sample at the primary-key head, the exact dead count through a partial index, and
- * PostgreSQL's live-row statistics for the total (see {@link readBacklog}). Ages come from the
+ * a bounded sample at the head of the pending events (through a partial index), the exact dead
+ * count kept per partition by triggers, and PostgreSQL's live-row statistics for the total (see
+ * {@link readBacklog}); neither the backlog nor the dead events make it dearer. Ages come from the
  * database clock (`now()`), never this host's.
  */
 
 import type { Pool } from 'pg';
 import { OutboxError, OutboxValidationError } from '../errors.js';
+import { inTransaction } from '../producer/transaction.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
-import { EXACT_BACKLOG_SQL, READ_BACKLOG_SQL } from './backlog-sql.js';
+import { BACKLOG_PLANNER_SQL, EXACT_BACKLOG_SQL, READ_BACKLOG_SQL } from './backlog-sql.js';
 
-/** Rows read at the head of the events table, in id order. Default of `sampleSize`. */
+/** Pending events read at the head of the events table, in id order. Default of `sampleSize`. */
 export const DEFAULT_SAMPLE_SIZE = 10_000;
 const MAX_SAMPLE_SIZE = 1_000_000;
 
@@ -52,26 +54,26 @@ export interface RelayInstanceStatus {
 /** The backlog of one outbox schema, see {@link readBacklog}. */
 export interface Backlog {
   /**
-   * True when every figure is an exact count: the events table held fewer rows than the
-   * sample, so the sample was the whole table. False: `pending` is PostgreSQL's live-row
+   * True when every figure is an exact count: the events table held fewer pending events than
+   * the sample, so the sample was all of them. False: `pending` is PostgreSQL's live-row
    * estimate minus the dead events, and the per-partition counts are scaled from the sample.
    * `dead`, `partitionsUnowned` and `relaysLive` are exact either way.
    */
   readonly exact: boolean;
-  /** Rows read at the head of the events table (at most `sampleSize`). */
+  /** Pending events read at the head of the events table (at most `sampleSize`). */
   readonly sampled: number;
   /** Events waiting to be published (status pending, including those being retried or not due yet). */
   readonly pending: number;
   /**
    * Age of the oldest DUE pending event (from its `created_at`), in seconds; null when none is
    * due. Exact as long as a due event is among the sampled head rows (ids follow commit order);
-   * null when estimated and none of them is due (a head of `sampleSize` dead, backing-off or
-   * deferred events: raise `sampleSize`, resolve the dead events).
+   * null when estimated and none of them is due (a head of `sampleSize` backing-off or deferred
+   * events: raise `sampleSize`). Dead events are not in the sample and never hide it.
    */
   readonly oldestPendingAgeSeconds: number | null;
   /** Age of the youngest sampled row: the horizon of the sample. Null for an empty table. */
   readonly sampleHorizonAgeSeconds: number | null;
-  /** Events that ran out of attempts (exact); each blocks its aggregate until replayed. */
+  /** Events that ran out of attempts (exact, from the per-partition counts); each blocks its aggregate until replayed. */
   readonly dead: number;
   /** Pending events that failed at least once (attempts > 0), counted in the head sample. */
   readonly retrying: number;
@@ -87,8 +89,9 @@ export interface ReadBacklogOptions {
   /** Outbox schema. Default `outbox`. */
   readonly schema?: string;
   /**
-   * Head rows sampled that are not dead, in id order (dead rows before them are walked past,
-   * as the exact dead count reads them anyway): the read never walks further. Default 10,000.
+   * Pending events sampled at the head, in id order (through the partial index of the pending
+   * events: dead ones ahead of them are not walked past): the read never walks further.
+   * Default 10,000.
    */
   readonly sampleSize?: number;
   /**
@@ -132,7 +135,7 @@ const MISSING_OBJECT_CODES = new Set(['3F000', '42P01']);
 
 /**
  * Reads the backlog of the outbox in `schema` with one query whose cost is bounded by
- * `sampleSize`, the dead events and the partitions — not by the backlog. With 1,000,000
+ * `sampleSize` and the partitions — not by the backlog, nor by the dead events. With 1,000,000
  * pending events it answers in a few milliseconds (docs/performance.md).
  *
  * @throws OutboxValidationError when the schema name or `sampleSize` is invalid.
@@ -145,7 +148,14 @@ export async function readBacklog(pool: Pool, options: ReadBacklogOptions = {}):
   let row: BacklogRow | undefined;
   let exactRows: ExactRow[] | undefined;
   try {
-    row = (await pool.query<BacklogRow>(withSchema(READ_BACKLOG_SQL, quoted), [sampleSize])).rows[0];
+    row = await inTransaction(
+      pool,
+      async (client) => {
+        await client.query(BACKLOG_PLANNER_SQL);
+        return (await client.query<BacklogRow>(withSchema(READ_BACKLOG_SQL, quoted), [sampleSize])).rows[0];
+      },
+      'BEGIN READ ONLY',
+    );
     if (options.exact) exactRows = (await pool.query<ExactRow>(withSchema(EXACT_BACKLOG_SQL, quoted))).rows;
   } catch (error) {
     throw isMissingObject(error) ? noSchema(schema, error) : error;
@@ -245,7 +255,7 @@ function isMissingObject(error: unknown): boolean {
   return typeof code === 'string' && MISSING_OBJECT_CODES.has(code);
 }
 
-/** The outbox tables (or migration 008's index and table) are not there. */
+/** The outbox tables (or those of migrations 8 and 14) are not there. */
 export function noSchema(schema: string, cause: unknown): OutboxError {
   const command = schema === DEFAULT_SCHEMA ? 'tx-outbox migrate' : `tx-outbox migrate --schema ${schema}`;
   return new OutboxError(

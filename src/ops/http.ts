@@ -6,7 +6,7 @@
  */
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Pool } from 'pg';
 import { Gauge, type Registry } from 'prom-client';
 import { errorMessage, OutboxError, OutboxValidationError } from '../errors.js';
@@ -36,6 +36,19 @@ export interface ServeMetricsOptions {
   readonly checkIntervalMs?: number;
   /** Time limit of the database check, ms. Default 500. */
   readonly checkTimeoutMs?: number;
+  /**
+   * Connections served at once; one more is closed as soon as it is accepted (and logged). Default
+   * 64: a scraper and a few probes need a handful, and a flood of idle connections cannot use up
+   * the process's descriptors, which the relay needs for its database and broker.
+   */
+  readonly maxConnections?: number;
+  /**
+   * A connection with no request under way is closed after this long without traffic, ms: one
+   * that sends nothing, kept alive after its answer, or sending its headers slowly (at most this
+   * long for the whole header). A scrape takes milliseconds; an answer still being computed is
+   * never cut. Default 5000.
+   */
+  readonly idleTimeoutMs?: number;
   readonly logger?: Logger;
 }
 
@@ -59,8 +72,17 @@ interface Resolved {
   readonly host: string;
   readonly checkIntervalMs: number;
   readonly checkTimeoutMs: number;
+  readonly maxConnections: number;
+  readonly idleTimeoutMs: number;
   readonly logger: Logger;
 }
+
+/** Default of {@link ServeMetricsOptions.maxConnections}. */
+export const DEFAULT_MAX_CONNECTIONS = 64;
+/** Default of {@link ServeMetricsOptions.idleTimeoutMs}. */
+export const DEFAULT_IDLE_TIMEOUT_MS = 5000;
+/** Between two reports of connections refused over the cap, at most. */
+const DROP_REPORT_MS = 60_000;
 
 /**
  * Serves `/metrics`, `/healthz` and `/readyz` until closed. Resolves once listening; the first
@@ -89,11 +111,9 @@ export async function serveMetrics(options: ServeMetricsOptions): Promise<Metric
     },
   });
   if (ready !== undefined && labels !== undefined) ready.set(labels, 0);
-  const server = createServer((request, response) => {
+  const server = boundedServer(o, (request, response) => {
     void answer(request, response, o, monitor);
   });
-  server.headersTimeout = 10_000;
-  server.requestTimeout = 10_000;
   await listen(server, o).catch(async (error: unknown) => {
     await monitor.stop();
     throw error;
@@ -115,6 +135,57 @@ export async function serveMetrics(options: ServeMetricsOptions): Promise<Metric
       return closing;
     },
   };
+}
+
+/**
+ * An HTTP server that holds at most `maxConnections` and drops idle ones: a connection that
+ * has no request under way (it sent nothing, is kept alive after its answer) is destroyed after
+ * `idleTimeoutMs` without traffic, and a request's header must arrive within that time too. A
+ * connection over the cap is closed at once; the first in a while is logged with the count.
+ */
+function boundedServer(
+  o: Resolved,
+  handle: (request: IncomingMessage, response: ServerResponse) => void,
+): Server {
+  // Answers under way per connection (pipelined requests may overlap).
+  const answering = new Map<Socket, number>();
+  // How often Node checks headersTimeout and requestTimeout (by default only every 30 s).
+  const checkEveryMs = Math.max(25, Math.min(1000, Math.floor(o.idleTimeoutMs / 4)));
+  const server = createServer({ connectionsCheckingInterval: checkEveryMs }, (request, response) => {
+    const socket = request.socket;
+    answering.set(socket, (answering.get(socket) ?? 0) + 1);
+    response.once('close', () => {
+      const left = (answering.get(socket) ?? 1) - 1;
+      if (left > 0) return void answering.set(socket, left);
+      answering.delete(socket);
+      // Idle from now: Node itself would wait keepAliveTimeout plus a margin of its own.
+      if (!socket.destroyed) socket.setTimeout(o.idleTimeoutMs);
+    });
+    handle(request, response);
+  });
+  server.maxConnections = o.maxConnections;
+  server.headersTimeout = o.idleTimeoutMs;
+  server.requestTimeout = o.idleTimeoutMs; // GET and HEAD carry no body: headers are the request
+  server.keepAliveTimeout = o.idleTimeoutMs;
+  server.timeout = o.idleTimeoutMs;
+  // Without a listener Node destroys every socket that times out, an answer under way included.
+  server.on('timeout', (socket: Socket) => {
+    if (!answering.has(socket)) socket.destroy();
+  });
+  let dropped = 0;
+  let reportedAt = Number.NEGATIVE_INFINITY;
+  server.on('drop', () => {
+    dropped += 1;
+    const now = Date.now();
+    if (now - reportedAt < DROP_REPORT_MS) return;
+    reportedAt = now;
+    o.logger.warn(
+      { maxConnections: o.maxConnections, refused: dropped },
+      'metrics server at its connection cap: closed new connections (idle ones are closed after idleTimeoutMs)',
+    );
+    dropped = 0;
+  });
+  return server;
 }
 
 function listen(server: Server, o: Resolved): Promise<void> {
@@ -261,6 +332,8 @@ function resolveOptions(options: ServeMetricsOptions): Resolved {
     host,
     checkIntervalMs: integer(options.checkIntervalMs, 5000, 'checkIntervalMs', 100),
     checkTimeoutMs: integer(options.checkTimeoutMs, 500, 'checkTimeoutMs', 1),
+    maxConnections: count(options.maxConnections, DEFAULT_MAX_CONNECTIONS, 'maxConnections'),
+    idleTimeoutMs: integer(options.idleTimeoutMs, DEFAULT_IDLE_TIMEOUT_MS, 'idleTimeoutMs', 100),
     logger: options.logger ?? silentLogger,
   };
 }
@@ -272,6 +345,18 @@ function integer(value: number | undefined, fallback: number, field: string, min
       field,
       `${String(value)} is out of range`,
       `Give an integer of at least ${min} ms.`,
+    );
+  }
+  return value;
+}
+
+function count(value: number | undefined, fallback: number, field: string): number {
+  if (value === undefined) return fallback;
+  if (!Number.isInteger(value) || value < 1 || value > 65_535) {
+    throw new OutboxValidationError(
+      field,
+      `${String(value)} is out of range`,
+      `Give an integer from 1 to 65535, e.g. ${fallback}.`,
     );
   }
   return value;

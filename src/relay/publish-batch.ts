@@ -6,7 +6,8 @@ import {
   OutboxError,
   PublishError,
 } from '../errors.js';
-import type { OutboxMessage, Publisher, PublishOutcome } from '../publishers/contract.js';
+import { exhaustionCode, LOCAL_EXHAUSTION_CODES } from '../network-errors.js';
+import { failed, type OutboxMessage, type Publisher, type PublishOutcome } from '../publishers/contract.js';
 import { CallAbort } from '../publishers/core/call-abort.js';
 import { redactText } from '../redact.js';
 import { PublishTracing } from '../tracing/publish-spans.js';
@@ -52,7 +53,7 @@ export class BatchPublisher {
     for (const wave of waves(claimed.messages)) {
       const ready = wave.filter((m) => !blocked.has(aggregateKey(m)));
       if (ready.length === 0) continue;
-      const outcomes = await this.call(ready);
+      const outcomes = (await this.call(ready)).map(hostOutOfResources);
       if (!p.stopping.aborted) p.counters.metrics.called(ready, outcomes);
       for (let i = 0; i < ready.length; i++) {
         const message = ready[i]!;
@@ -65,7 +66,8 @@ export class BatchPublisher {
         }
         blocked.add(key);
         // An attempt cut short by our own shutdown, or refused because the broker is
-        // unreachable, is not the event's fault: leave the event untouched.
+        // unreachable or this host is out of resources, is not the event's fault: leave the
+        // event untouched.
         if (p.stopping.aborted) continue;
         if (isBrokerUnavailable(outcome.error)) {
           unavailable += 1;
@@ -131,4 +133,25 @@ export class BatchPublisher {
       abort.dispose();
     }
   }
+}
+
+/**
+ * A failure caused by this process or host running out of a resource (EMFILE, ENFILE, ENOBUFS,
+ * ENOMEM, EADDRNOTAVAIL on the error or its cause chain), whatever publisher reported it and
+ * however: judged like an unreachable broker (`BROKER_UNAVAILABLE`), so the relay backs off as a
+ * whole and says so at once, and no event is charged an attempt (or dead-lettered) for it.
+ * Every publisher's outcomes pass here, so no publisher needs to know these codes.
+ */
+export function hostOutOfResources(outcome: PublishOutcome): PublishOutcome {
+  if (outcome.ok || isBrokerUnavailable(outcome.error)) return outcome;
+  const code = exhaustionCode(outcome.error);
+  if (code === undefined) return outcome;
+  const why = LOCAL_EXHAUSTION_CODES.get(code)!;
+  return failed(
+    brokerUnavailable(
+      `${why} (${code}), so nothing can be sent: ${errorMessage(outcome.error)}`,
+      outcome.error,
+    ),
+    true,
+  );
 }

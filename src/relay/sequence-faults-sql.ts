@@ -33,7 +33,7 @@ RETURNING e.id::text AS id`;
  * status: due later, backing off, in flight, dead) is still in the table: that one holds it back
  * legitimately.
  *
- * Events have no index beyond the primary key, and must keep it so (every index costs every
+ * Events have no index on the aggregate, and must keep it so (every index costs every
  * producer's insert). But an earlier event of an aggregate has a lower id than its later one:
  * under the caller-version contract one aggregate's events are written in sequence order, one
  * transaction after the other, and ids are drawn in that order. So `earlier` is a primary-key

@@ -116,6 +116,9 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     deliveries: 'INSERT',
     // src/ops/backlog-sql.ts PUBLISH_BACKLOG_SQL (the upsert reads the row it replaces).
     backlog: 'SELECT, INSERT, UPDATE (pending, dead, interval_ms, measured_at)',
+    // READ_BACKLOG_SQL; the triggers on events write it for the statement that kills an event
+    // (014_dead_counts.sql, with the caller's rights).
+    dead_counts: 'SELECT, INSERT, UPDATE (dead)',
     // The CDC relay's slot progress (src/cdc). Its slot statements need the REPLICATION attribute
     // on the login role, which no grant gives (docs/operations.md, CDC).
     cdc_state: 'SELECT, INSERT, UPDATE (relay_id, confirmed_lsn, lag_seconds, measured_at)',
@@ -144,6 +147,8 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
     partitions: 'SELECT',
     relays: 'SELECT',
     backlog: 'SELECT',
+    // The triggers on events, for a replay or skip (014_dead_counts.sql).
+    dead_counts: 'SELECT, INSERT, UPDATE (dead)',
     // `tx-outbox status` and `cdc status` (src/cdc/setup-sql.ts SLOT_STATUS_SQL).
     cdc_state: 'SELECT',
     audit: 'SELECT, INSERT',

@@ -2,15 +2,18 @@
  * The O(partitions) backlog read (src/ops/backlog.ts): exact below the sample, estimated above
  * it, due-only ages, a bounded walk whatever the head holds, and the scrape-time gauges.
  */
-import type pg from 'pg';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { readBacklog } from '../../src/ops/backlog.js';
 import { registerBacklogGauges } from '../../src/ops/backlog-gauges.js';
-import { READ_BACKLOG_SQL } from '../../src/ops/backlog-sql.js';
+import { BACKLOG_PLANNER_SQL, READ_BACKLOG_SQL } from '../../src/ops/backlog-sql.js';
+import { replayDead } from '../../src/ops/dead-letter.js';
+import { skipDead } from '../../src/ops/dead-skip.js';
 import { outboxStatus } from '../../src/ops/status.js';
 import { enqueue } from '../../src/producer/enqueue.js';
+import { permanent } from '../../src/publishers/core/outcomes.js';
 import { createRelay } from '../../src/relay/relay.js';
+import { migrate, migrationSql } from '../../src/schema/migrate.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 
@@ -41,6 +44,19 @@ async function write(count: number, extra: { deliverAfter?: Date; prefix?: strin
       { schema: db.schema },
     ),
   );
+}
+
+/** The plan of the backlog read (sample size `sample`), under the planner settings it runs with. */
+async function backlogPlan(sample: number): Promise<Record<string, unknown>> {
+  const sql = READ_BACKLOG_SQL.replaceAll('{{schema}}', `"${db.schema}"`);
+  return inTransaction(db.pool, async (client) => {
+    await client.query(BACKLOG_PLANNER_SQL);
+    const { rows } = await client.query<{ 'QUERY PLAN': [{ Plan: Record<string, unknown> }] }>(
+      `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`,
+      [sample],
+    );
+    return rows[0]!['QUERY PLAN'][0].Plan;
+  });
 }
 
 /** The statistics system sees the rows written so far (it lags commits by about a second). */
@@ -142,12 +158,16 @@ describe('readBacklog', () => {
   });
 
   it('reads at most the sample from the events heap: no sequential scan, no full count', async () => {
-    await write(300);
-    const sql = READ_BACKLOG_SQL.replaceAll('{{schema}}', `"${db.schema}"`);
-    const { rows } = await db.pool.query<{ 'QUERY PLAN': unknown }>(
-      `EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`,
-      [40],
+    // 20,000 events delivered (deleted) before any statistics were taken, as an outbox does all
+    // day: left to itself, the planner would read all 300 pending events in a bitmap scan and
+    // sort them (at a million pending, a scan of the backlog).
+    await db.pool.query(
+      `INSERT INTO ${events} (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
+       SELECT gen_random_uuid(), (g % 4)::smallint, 'gone', 'g' || g, 1, 'created', '{}'::jsonb
+       FROM generate_series(1, 20000) AS g`,
     );
+    await db.pool.query(`DELETE FROM ${events}`);
+    await write(300);
     const nodes: { type: string; relation?: string; rows: number }[] = [];
     const walk = (node: Record<string, unknown>): void => {
       nodes.push({
@@ -157,11 +177,122 @@ describe('readBacklog', () => {
       });
       for (const child of (node['Plans'] as Record<string, unknown>[] | undefined) ?? []) walk(child);
     };
-    walk((rows[0]!['QUERY PLAN'] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+    walk(await backlogPlan(40));
     const onEvents = nodes.filter((n) => n.relation === 'events');
     expect(onEvents.length).toBeGreaterThan(0);
     expect(onEvents.some((n) => n.type === 'Seq Scan')).toBe(false);
     for (const n of onEvents) expect(n.rows).toBeLessThanOrEqual(40);
+  });
+
+  it('reads a bounded number of buffers with 100,000 dead events at the head: none of them is walked past or counted', async () => {
+    // 100,000 events gone dead (as the relay's update makes them), then 20 pending ones.
+    await db.pool.query(
+      `INSERT INTO ${events} (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload, created_at)
+       SELECT gen_random_uuid(), (g % 4)::smallint, 'dead', 'd' || g, 1, 'created', '{}'::jsonb,
+              now() - interval '20 minutes'
+       FROM generate_series(1, 100000) AS g`,
+    );
+    await db.pool.query(`UPDATE ${events} SET status = 'dead', dead_at = now(), attempts = 10`);
+    await write(20);
+    await db.pool.query(
+      `UPDATE ${events} SET created_at = now() - interval '10 minutes' WHERE status = 'pending'`,
+    );
+    await db.pool.query(`VACUUM ANALYZE ${events}`);
+    try {
+      const plan = (await backlogPlan(10_000)) as Record<string, number>;
+      // The whole statement, its sample, counts and small tables included (planning apart).
+      const buffers = plan['Shared Hit Blocks']! + plan['Shared Read Blocks']!;
+      expect(buffers).toBeLessThan(100);
+      const b = await readBacklog(db.pool, { schema: db.schema });
+      expect(b).toMatchObject({ dead: 100_000, pending: 20, sampled: 20, exact: true });
+      expect(b.oldestPendingAgeSeconds).toBeGreaterThan(590);
+      expect(b.oldestPendingAgeSeconds).toBeLessThan(900);
+    } finally {
+      await db.pool.query(`TRUNCATE ${events}`);
+    }
+  });
+
+  it('keeps the dead count exact through every way an event dies or stops being dead', async () => {
+    const count = async () => {
+      const exact = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${events} WHERE status = 'dead'`,
+      );
+      const b = await readBacklog(db.pool, { schema: db.schema });
+      expect(b.dead).toBe(exact.rows[0]!.n);
+      return b.dead;
+    };
+    await write(30, { prefix: 'kill' }); // new aggregates: the relay sees no gap before them
+    const ids = async (n: number) =>
+      (
+        await db.pool.query<{ event_id: string }>(
+          `SELECT event_id::text FROM ${events} WHERE status = 'dead' ORDER BY id LIMIT $1`,
+          [n],
+        )
+      ).rows.map((r) => r.event_id);
+    // The relay: a permanent failure kills every event at its aggregate's head (30 aggregates).
+    const publisher = new RecordingPublisher();
+    publisher.verdict = () => permanent('refused for the test');
+    const relay = createRelay({ pool: db.pool, publisher, schema: db.schema, pollIntervalMs: 50 });
+    await relay.start();
+    try {
+      await waitFor(async () => (await count()) === 30, { what: 'the relay to kill the 30 events' });
+    } finally {
+      await relay.stop({ timeout: 2000 });
+    }
+    await replayDead(db.pool, { schema: db.schema, eventIds: await ids(5), reason: 'test' });
+    expect(await count()).toBe(25);
+    await skipDead(db.pool, { schema: db.schema, eventIds: await ids(3), reason: 'test' });
+    expect(await count()).toBe(22);
+    await skipDead(db.pool, { schema: db.schema, eventIds: await ids(2), reason: 'test', publish: false });
+    expect(await count()).toBe(20);
+    // Everything dead at once, in one statement (a replay of all of them, undone).
+    await db.pool.query(`UPDATE ${events} SET status = 'dead' WHERE status = 'pending'`);
+    expect(await count()).toBe(28);
+    await replayDead(db.pool, { schema: db.schema, eventIds: 'all', reason: 'test' });
+    expect(await count()).toBe(0);
+    // Inserted dead (as a CDC hand-over writes an event that failed for good), deleted, truncated.
+    await db.pool.query(
+      `INSERT INTO ${events} (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload, status, dead_at)
+       SELECT gen_random_uuid(), (g % 4)::smallint, 'cdc', 'c' || g, 1, 'created', '{}'::jsonb, 'dead', now()
+       FROM generate_series(1, 6) AS g`,
+    );
+    expect(await count()).toBe(6);
+    await db.pool.query(
+      `DELETE FROM ${events} WHERE aggregate_type = 'cdc' AND aggregate_id IN ('c1', 'c2')`,
+    );
+    expect(await count()).toBe(4);
+    await db.pool.query(`TRUNCATE ${events}`);
+    expect(await count()).toBe(0);
+  });
+
+  it('counts the dead events already there when migration 14 is applied', async () => {
+    const schema = `${db.schema}_up`;
+    const s = `"${schema}"`;
+    try {
+      await db.pool.query(`CREATE SCHEMA ${s}`);
+      await db.pool.query(
+        `CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      for (const m of migrationSql({ schema, partitions: 4 }).filter((m) => m.version < 14)) {
+        await db.pool.query(m.sql);
+        await db.pool.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
+          m.version,
+          m.name,
+        ]);
+      }
+      await db.pool.query(
+        `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload, status)
+         SELECT gen_random_uuid(), (g % 4)::smallint, 'order', 'o' || g, 1, 'created', '{}'::jsonb,
+                CASE WHEN g <= 7 THEN 'dead' ELSE 'pending' END
+         FROM generate_series(1, 10) AS g`,
+      );
+      expect((await migrate(db.pool, { schema })).applied).toContain(14);
+      expect((await readBacklog(db.pool, { schema })).dead).toBe(7);
+      await db.pool.query(`UPDATE ${s}.events SET status = 'dead' WHERE status = 'pending'`);
+      expect((await readBacklog(db.pool, { schema })).dead).toBe(10);
+    } finally {
+      await db.pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
+    }
   });
 
   it('sees live relays and owned partitions', async () => {
@@ -191,18 +322,20 @@ describe('readBacklog', () => {
 });
 
 describe('backlog gauges', () => {
-  it('sets every backlog gauge from one query per scrape, one registration per registry and schema', async () => {
+  it('sets every backlog gauge from one read per scrape, one registration per registry and schema', async () => {
     await write(8);
     await db.pool.query(`UPDATE ${events} SET status = 'dead', dead_at = now() WHERE id =
       (SELECT min(id) FROM ${events})`);
     const registry = new Registry();
+    // A read is one statement on the pool or one checkout of a client (the read's transaction).
     let queries = 0;
     const counting = new Proxy(db.pool, {
       get(target, key, receiver) {
-        if (key === 'query') {
-          return (...args: Parameters<pg.Pool['query']>) => {
+        if (key === 'query' || key === 'connect') {
+          const method = target[key] as (...a: unknown[]) => unknown;
+          return (...args: unknown[]) => {
             queries += 1;
-            return (target.query as (...a: unknown[]) => unknown).apply(target, args);
+            return method.apply(target, args);
           };
         }
         return Reflect.get(target, key, receiver);

@@ -1,6 +1,6 @@
-import { createServer, type Server, type Socket } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import pg from 'pg';
-import { Registry } from 'prom-client';
+import { Gauge, Registry } from 'prom-client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { brokerUnavailable, OutboxValidationError } from '../../src/errors.js';
 import { type MetricsServer, serveMetrics } from '../../src/ops/http.js';
@@ -9,6 +9,7 @@ import { enqueue } from '../../src/producer/enqueue.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { createRelay, type Relay } from '../../src/relay/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
+import { logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 import { PrivateNats } from '../helpers/processes.js';
 
@@ -303,5 +304,125 @@ describe('serveMetrics', () => {
     await Promise.all([server.close(), server.close()]);
     const again = await serve({ port: server.port });
     expect(again.port).toBe(server.port);
+  });
+});
+
+/** A raw connection to the server: what it was sent, and when the server closed it (ms after connecting). */
+interface RawConnection {
+  readonly socket: Socket;
+  received(): string;
+  readonly closed: Promise<number>;
+}
+
+async function rawConnection(server: MetricsServer): Promise<RawConnection> {
+  const socket = connect(server.port, '127.0.0.1');
+  const sockets = rawSockets;
+  sockets.push(socket);
+  let received = '';
+  socket.on('data', (chunk: Buffer) => {
+    received += chunk.toString();
+  });
+  socket.on('error', () => undefined); // a reset from the server is a close like another
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('error', reject);
+  });
+  const connectedAt = performance.now();
+  const closed = new Promise<number>((resolve) => {
+    socket.once('close', () => resolve(performance.now() - connectedAt));
+  });
+  return { socket, received: () => received, closed };
+}
+
+const rawSockets: Socket[] = [];
+afterEach(() => {
+  for (const socket of rawSockets.splice(0)) socket.destroy();
+});
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Resolves to 'open' if `closed` has not settled within `ms`. */
+function openAfter(closed: Promise<number>, ms: number): Promise<number | 'open'> {
+  return Promise.race([closed, sleep(ms).then(() => 'open' as const)]);
+}
+
+describe('serveMetrics bounds its connections and their idle time', () => {
+  it('holds at most maxConnections, closing one more at once (logged), and serves again once idle ones are dropped', async () => {
+    const log = logRecorder();
+    const server = await serve({ maxConnections: 3, idleTimeoutMs: 1000, logger: log.logger });
+    const held = [await rawConnection(server), await rawConnection(server), await rawConnection(server)];
+    await sleep(100); // accepted by the server
+    const extra = await rawConnection(server);
+    // Closed at once, not after the idle time: the cap, not the timeout.
+    expect(await openAfter(extra.closed, 500)).not.toBe('open');
+    expect(extra.received()).toBe('');
+    await expect(fetch(`${server.url}/healthz`)).rejects.toThrow();
+    expect(log.lines).toContainEqual(
+      expect.objectContaining({
+        level: 'warn',
+        msg: expect.stringMatching(/connection cap/),
+        obj: expect.objectContaining({ maxConnections: 3 }),
+      }),
+    );
+    // The held connections send nothing: each is dropped after the idle time (and before 2 s).
+    for (const connection of held) {
+      const after = await openAfter(connection.closed, 2000);
+      expect(after).not.toBe('open');
+      expect(after).toBeGreaterThanOrEqual(900);
+    }
+    expect((await get(server, '/healthz')).status).toBe(200);
+  });
+
+  it('drops a connection kept alive after its answer and one sending its header slowly, never an answer under way', async () => {
+    const registry = new Registry();
+    let slow = false;
+    new Gauge({
+      name: 'slow_collect',
+      help: 'takes 1.5 s to collect when asked to',
+      registers: [registry],
+      async collect() {
+        if (slow) await sleep(1500);
+        this.set(1);
+      },
+    });
+    const server = await serve({ registry, idleTimeoutMs: 1000 });
+    slow = true;
+    // Three at once: a scrape that takes longer than the idle time, ...
+    const scrape = get(server, '/metrics');
+    // ... a connection kept alive after a quick answer, ...
+    const keptAlive = await rawConnection(server);
+    keptAlive.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    // ... and a header trickling in, a line every 200 ms (so never idle).
+    const trickle = await rawConnection(server);
+    trickle.socket.write('GET /healthz HTTP/1.1\r\n');
+    const timer = setInterval(() => {
+      if (!trickle.socket.destroyed) trickle.socket.write('x-slow: 1\r\n');
+    }, 200);
+    const [kept, trickled, answer] = await Promise.all([
+      openAfter(keptAlive.closed, 3000),
+      openAfter(trickle.closed, 3000),
+      scrape,
+    ]).finally(() => clearInterval(timer));
+    // Answered, then dropped once idle for the idle time (the answer takes a few ms).
+    expect(keptAlive.received()).toMatch(/^HTTP\/1\.1 200 /);
+    expect(kept).not.toBe('open');
+    expect(kept).toBeGreaterThanOrEqual(900);
+    expect(kept).toBeLessThan(1800);
+    // Dropped once its header took the idle time (checked every idle/4): 408, never served.
+    expect(trickled).not.toBe('open');
+    expect(trickled).toBeLessThan(1800);
+    expect(trickle.received()).toMatch(/^(HTTP\/1\.1 408 .*)?$/s);
+    // The slow answer was not cut.
+    expect(answer.status).toBe(200);
+    expect(answer.body).toContain('slow_collect 1');
+  });
+
+  it('refuses a bad maxConnections or idleTimeoutMs, naming the field', async () => {
+    await expect(serveMetrics({ pool: db.pool, port: 0, maxConnections: 0 })).rejects.toThrow(
+      /^maxConnections: /,
+    );
+    await expect(serveMetrics({ pool: db.pool, port: 0, idleTimeoutMs: 10 })).rejects.toThrow(
+      /^idleTimeoutMs: /,
+    );
   });
 });
