@@ -178,7 +178,8 @@ describe('caller versions: repeats', () => {
     expect(progress).toEqual([{ delivered_sequence: 4, blocked_until: null }]);
     await insert('42', [{ sequence: 5 }]);
     await waitFor(() => sequences(publisher, '42').length === 5, { what: 'sequence 5' });
-    // Counted, logged and listed.
+    // Counted (once the relay has recorded the broker's answer), logged and listed.
+    await waitFor(() => r.stats().published === 5, { what: 'sequence 5 recorded' });
     expect(r.stats()).toMatchObject({ dead: 1, published: 5 });
     expect(
       await sample(registry, 'tx_outbox_events_dead_total', { ...own(), reason: 'sequence_repeat' }),
