@@ -163,7 +163,7 @@ describe('readBacklog', () => {
     // sort them (at a million pending, a scan of the backlog).
     await db.pool.query(
       `INSERT INTO ${events} (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload)
-       SELECT gen_random_uuid(), (g % 4)::smallint, 'gone', 'g' || g, 1, 'created', '{}'::jsonb
+       SELECT gen_random_uuid(), "${db.schema}".partition_of('gone', 'g' || g), 'gone', 'g' || g, 1, 'created', '{}'::jsonb
        FROM generate_series(1, 20000) AS g`,
     );
     await db.pool.query(`DELETE FROM ${events}`);
@@ -188,7 +188,7 @@ describe('readBacklog', () => {
     // 100,000 events gone dead (as the relay's update makes them), then 20 pending ones.
     await db.pool.query(
       `INSERT INTO ${events} (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload, created_at)
-       SELECT gen_random_uuid(), (g % 4)::smallint, 'dead', 'd' || g, 1, 'created', '{}'::jsonb,
+       SELECT gen_random_uuid(), "${db.schema}".partition_of('dead', 'd' || g), 'dead', 'd' || g, 1, 'created', '{}'::jsonb,
               now() - interval '20 minutes'
        FROM generate_series(1, 100000) AS g`,
     );
@@ -253,7 +253,7 @@ describe('readBacklog', () => {
     // Inserted dead (as a CDC hand-over writes an event that failed for good), deleted, truncated.
     await db.pool.query(
       `INSERT INTO ${events} (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload, status, dead_at)
-       SELECT gen_random_uuid(), (g % 4)::smallint, 'cdc', 'c' || g, 1, 'created', '{}'::jsonb, 'dead', now()
+       SELECT gen_random_uuid(), "${db.schema}".partition_of('cdc', 'c' || g), 'cdc', 'c' || g, 1, 'created', '{}'::jsonb, 'dead', now()
        FROM generate_series(1, 6) AS g`,
     );
     expect(await count()).toBe(6);
@@ -282,7 +282,7 @@ describe('readBacklog', () => {
       }
       await db.pool.query(
         `INSERT INTO ${s}.events (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload, status)
-         SELECT gen_random_uuid(), (g % 4)::smallint, 'order', 'o' || g, 1, 'created', '{}'::jsonb,
+         SELECT gen_random_uuid(), ${s}.partition_of('order', 'o' || g), 'order', 'o' || g, 1, 'created', '{}'::jsonb,
                 CASE WHEN g <= 7 THEN 'dead' ELSE 'pending' END
          FROM generate_series(1, 10) AS g`,
       );

@@ -7,12 +7,19 @@ import { logRecorder } from '../helpers/log-recorder.js';
 function downPool(): { pool: Pool; up: () => void; queries: () => number } {
   let down = true;
   let queries = 0;
+  const refuse = () => {
+    queries += 1;
+    if (down) throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+  };
+  // A statement on the pool, or a connection checked out for a transaction (readBacklog's).
   const pool = {
     query: async () => {
-      queries += 1;
-      if (down)
-        throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+      refuse();
       return { rows: [] };
+    },
+    connect: async () => {
+      refuse();
+      return { query: async () => ({ rows: [] }), release: () => undefined };
     },
   } as unknown as Pool;
   return { pool, up: () => (down = false), queries: () => queries };
