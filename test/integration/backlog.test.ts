@@ -185,14 +185,17 @@ describe('readBacklog', () => {
   });
 
   it('reads a bounded number of buffers with 100,000 dead events at the head: none of them is walked past or counted', async () => {
-    // 100,000 events gone dead (as the relay's update makes them), then 20 pending ones.
+    // 100,000 dead events, then 20 pending ones. Written dead (as the CDC relay's hand-over writes
+    // them): rows made dead by an UPDATE leave index entries that VACUUM removes only once no
+    // snapshot older than the UPDATE remains, and the other test files' transactions may hold one.
+    // The triggers' path through an UPDATE is the next test's.
     await db.pool.query(
-      `INSERT INTO ${events} (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload, created_at)
+      `INSERT INTO ${events} (event_id, partition, aggregate_type, aggregate_id, sequence, event_type, payload, created_at,
+                              status, dead_at, attempts)
        SELECT gen_random_uuid(), "${db.schema}".partition_of('dead', 'd' || g), 'dead', 'd' || g, 1, 'created', '{}'::jsonb,
-              now() - interval '20 minutes'
+              now() - interval '20 minutes', 'dead', now(), 10
        FROM generate_series(1, 100000) AS g`,
     );
-    await db.pool.query(`UPDATE ${events} SET status = 'dead', dead_at = now(), attempts = 10`);
     await write(20);
     await db.pool.query(
       `UPDATE ${events} SET created_at = now() - interval '10 minutes' WHERE status = 'pending'`,
@@ -235,7 +238,16 @@ describe('readBacklog', () => {
     const relay = createRelay({ pool: db.pool, publisher, schema: db.schema, pollIntervalMs: 50 });
     await relay.start();
     try {
-      await waitFor(async () => (await count()) === 30, { what: 'the relay to kill the 30 events' });
+      // While the relay runs, the exact count and readBacklog are two reads: wait for both at 30.
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query<{ n: number }>(
+              `SELECT count(*)::int AS n FROM ${events} WHERE status = 'dead'`,
+            )
+          ).rows[0]!.n === 30 && (await readBacklog(db.pool, { schema: db.schema })).dead === 30,
+        { what: 'the relay to kill the 30 events' },
+      );
     } finally {
       await relay.stop({ timeout: 2000 });
     }
