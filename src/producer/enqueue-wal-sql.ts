@@ -35,21 +35,19 @@ function emit(prefix: string, m: string): string {
   return `pg_logical_emit_message(true, '${prefix}', ${m}.content || sha256(k.opad || sha256(k.ipad || ${m}.content)))`;
 }
 
-/** One event with the next gap-free sequence, any aggregate (INSERT_ONE's CTEs). */
-const EMIT_ONE = (prefix: string) => `${ONE_SEQUENCE_CTES}, ${MAC_KEY_CTE}
+/** One event after `sequenceCtes` (which give `seq` and `part`): its sequence and its signed message. */
+const emitOneAfter = (sequenceCtes: string, prefix: string) => `${sequenceCtes}, ${MAC_KEY_CTE}
 SELECT m.sequence::text AS sequence, ${emit(prefix, 'm')} AS lsn
 FROM (SELECT seq.last_sequence AS sequence,
              ${walContentSql('seq.last_sequence', 'seq.sequence_base', 'part.p', '$1::bytea')} AS content
       FROM seq CROSS JOIN part OFFSET 0) m
 CROSS JOIN mac_key k`;
 
+/** One event with the next gap-free sequence, any aggregate (INSERT_ONE's CTEs). */
+const EMIT_ONE = (prefix: string) => emitOneAfter(ONE_SEQUENCE_CTES, prefix);
+
 /** One event of an aggregate this process has a sequence row of (INSERT_ONE_KNOWN's CTEs): no row, no message. */
-const EMIT_ONE_KNOWN = (prefix: string) => `${KNOWN_SEQUENCE_CTES}, ${MAC_KEY_CTE}
-SELECT m.sequence::text AS sequence, ${emit(prefix, 'm')} AS lsn
-FROM (SELECT seq.last_sequence AS sequence,
-             ${walContentSql('seq.last_sequence', 'seq.sequence_base', 'part.p', '$1::bytea')} AS content
-      FROM seq CROSS JOIN part OFFSET 0) m
-CROSS JOIN mac_key k`;
+const EMIT_ONE_KNOWN = (prefix: string) => emitOneAfter(KNOWN_SEQUENCE_CTES, prefix);
 
 /** One event with the caller's version ($4): no sequence row, sequence_base 0. */
 const EMIT_ONE_VERSIONED = (prefix: string) => `${PART_CTE}, ${MAC_KEY_CTE}
