@@ -166,21 +166,22 @@ export class WalReader implements WalMessageReader {
       // decodeWalEvent says which versions this one reads.
       return { kind: 'dead', problem: problemOf(() => decodeWalEvent(data)), content: data };
     }
-    try {
-      return { kind: 'event', event: decodeWalEvent(content, this.schema) };
-    } catch (error) {
-      return { kind: 'dead', problem: (error as Error).message, content: data };
-    }
+    return this.decode(content, data);
   }
 
   private readUnsigned(content: Buffer, lsn: Lsn, transactional: boolean): WalReading {
     if (!this.acceptFormat1 && lsn >= this.key.createdLsn) return this.refuse('format_1', lsn);
     // Read as tx-outbox before migration 12 read it, with today's checks.
     if (!transactional) return { kind: 'dead', problem: NOT_TRANSACTIONAL, content };
+    return this.decode(content, content);
+  }
+
+  /** The event, or dead with decodeWalEvent's reason and `data` (the content without its MAC). */
+  private decode(content: Buffer, data: Buffer): WalReading {
     try {
       return { kind: 'event', event: decodeWalEvent(content, this.schema) };
     } catch (error) {
-      return { kind: 'dead', problem: (error as Error).message, content };
+      return { kind: 'dead', problem: (error as Error).message, content: data };
     }
   }
 
