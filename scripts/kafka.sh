@@ -38,6 +38,17 @@ PIDFILE="$STATE/kafka.pid"
 LOG="$STATE/kafka.log"
 
 say() { echo "kafka: $*"; }
+
+# A Kafka Uuid: 16 random bytes, URL-safe base64 without padding. Like Kafka's own Uuid.randomUuid,
+# never one that starts with '-': kafka-storage's argument parser would read it as an option.
+new_cluster_id() {
+  local id
+  while :; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    [ "${id:0:1}" != "-" ] && break
+  done
+  echo "$id"
+}
 die() {
   echo "kafka: $*" >&2
   exit 1
@@ -182,11 +193,10 @@ format_storage() {
   rm -rf "$DATA"
   mkdir -p "$DATA"
   local cluster_id out main
-  # A Kafka Uuid: 16 random bytes, URL-safe base64 without padding.
-  cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+  cluster_id=$(new_cluster_id)
   for main in kafka.tools.StorageTool org.apache.kafka.tools.StorageTool; do
     # shellcheck disable=SC2046 # java_opts is a list of flags
-    if out=$(java $(java_opts) -cp "$LIBS/*" "$main" format -t "$cluster_id" \
+    if out=$(java $(java_opts) -cp "$LIBS/*" "$main" format --cluster-id="$cluster_id" \
       -c "$STATE/server.properties" 2>&1); then
       echo "$VERSION" >"$STATE/version"
       say "formatted a new KRaft store in $DATA (cluster id $cluster_id)"
@@ -285,6 +295,8 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   status) status ;;
+  cluster-id) # prints N new cluster ids (default 1); the unit tests check their shape
+    for ((i = 0; i < ${2:-1}; i++)); do new_cluster_id; done ;;
   *)
     echo "usage: bash scripts/kafka.sh start|stop|status" >&2
     exit 2
