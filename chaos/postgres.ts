@@ -16,3 +16,13 @@ export const CHAOS_POSTGRES_SETTINGS: Readonly<Record<string, string>> = {
   fsync: 'off',
   shared_buffers: '128MB',
 };
+
+/**
+ * The CDC relay's run adds logical decoding, and a bound on what the slot may retain (as
+ * docs/cdc.md asks of any deployment): a lost slot would be a finding, never a full disk.
+ */
+export const CHAOS_CDC_POSTGRES_SETTINGS: Readonly<Record<string, string>> = {
+  ...CHAOS_POSTGRES_SETTINGS,
+  wal_level: 'logical',
+  max_slot_wal_keep_size: '4GB',
+};

@@ -13,6 +13,11 @@ export interface Profile {
   /** Faults, spread over the fault phase. */
   readonly faults: number;
   readonly faultPhaseSeconds: number;
+  /**
+   * The CDC relay's fault phase: its quiet periods hold the schedule up (each shifts the faults
+   * after it by its own length), so the short profile draws its faults over less time.
+   */
+  readonly cdcFaultPhaseSeconds: number;
   /** Load before the first fault. */
   readonly warmupSeconds: number;
   /** Bounded wait for everything committed to be applied once faults and producers stopped. */
@@ -38,6 +43,7 @@ export const PROFILES: Readonly<Record<Profile['name'], Profile>> = {
     maxProducingSeconds: 110,
     faults: 16,
     faultPhaseSeconds: 95,
+    cdcFaultPhaseSeconds: 65,
     warmupSeconds: 5,
     drainTimeoutSeconds: 50,
     aggregates: 300,
@@ -57,6 +63,7 @@ export const PROFILES: Readonly<Record<Profile['name'], Profile>> = {
     maxProducingSeconds: 900,
     faults: 110,
     faultPhaseSeconds: 640,
+    cdcFaultPhaseSeconds: 640,
     warmupSeconds: 10,
     drainTimeoutSeconds: 120,
     aggregates: 2_000,

@@ -4,6 +4,11 @@
  * seeded schedule, then a bounded drain and the invariants against the producers' ground truth.
  *
  *   npm run chaos -- --profile short|long --broker nats|kafka [--seed N]
+ *                    [--relay poll|cdc] [--producers table|wal|mixed]
+ *
+ * --relay cdc runs createCdcRelay in the relay processes (one streams, the others stand by), its
+ * replication connection on a proxy link of its own; --producers says how the producers enqueue
+ * (mixed: table mode and WAL mode in alternate producer processes).
  *
  * Writes chaos/results/<profile>-<broker>-<time>.{md,json} (and a -logs/ folder); exits 1 when
  * an invariant is violated. Everything it starts is stopped and removed, on failure and SIGINT too.
@@ -13,17 +18,18 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { migrate } from '../dist/index.js';
+import { ensureCdcSlot, migrate } from '../dist/index.js';
 import { TcpProxy } from '../dist/testing/tcp-proxy.js';
 import { freePort } from '../test/helpers/processes.js';
 import { BROKER_KINDS, type BrokerKind, type ChaosBroker, STREAM, startBroker, TOPIC } from './brokers.js';
-import { type FaultRecord, Injector } from './faults.js';
+import { PRODUCER_MODES, type ProducerMode, producerVia } from './cdc.js';
+import { type CdcTarget, type FaultRecord, Injector, runsAlongside } from './faults.js';
 import { latencies, recoveryTimes } from './metrics.js';
-import { CHAOS_POSTGRES_SETTINGS, PrivatePostgres } from './postgres.js';
+import { CHAOS_CDC_POSTGRES_SETTINGS, CHAOS_POSTGRES_SETTINGS, PrivatePostgres } from './postgres.js';
 import { seededRandom } from './prng.js';
 import { PROFILES, type Profile } from './profiles.js';
 import { markdown, type RunResult, resultLine } from './report.js';
-import { describeFault, faultSchedule } from './schedule.js';
+import { describeFault, faultSchedule, type RelayKind } from './schedule.js';
 import { type ComponentSpec, Supervisor } from './supervisor.js';
 import { backlog, checkTruth, committedEvents, latencyRows, TRUTH_SQL } from './truth.js';
 
@@ -35,10 +41,21 @@ const { values: args } = parseArgs({
     profile: { type: 'string', default: 'short' },
     broker: { type: 'string', default: 'nats' },
     seed: { type: 'string' },
+    relay: { type: 'string', default: 'poll' },
+    producers: { type: 'string', default: 'mixed' },
   },
 });
 
-function options(): { profile: Profile; broker: BrokerKind; seed: number } {
+interface RunOptions {
+  profile: Profile;
+  broker: BrokerKind;
+  seed: number;
+  relay: RelayKind;
+  /** How producers enqueue; the polling relay's are always in table mode. */
+  producers: ProducerMode;
+}
+
+function options(): RunOptions {
   const profile = PROFILES[args.profile as Profile['name']];
   if (!profile) throw new Error(`--profile is "${args.profile}": use ${Object.keys(PROFILES).join(' or ')}`);
   const broker = args.broker as BrokerKind;
@@ -47,7 +64,14 @@ function options(): { profile: Profile; broker: BrokerKind; seed: number } {
   const seed = args.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : Number(args.seed);
   if (!Number.isInteger(seed) || seed < 0)
     throw new Error(`--seed is "${args.seed}": use a non-negative integer`);
-  return { profile, broker, seed };
+  const relay = args.relay as RelayKind;
+  if (relay !== 'poll' && relay !== 'cdc') throw new Error(`--relay is "${args.relay}": use poll or cdc`);
+  const producers = args.producers as ProducerMode;
+  if (!PRODUCER_MODES.includes(producers))
+    throw new Error(`--producers is "${args.producers}": use ${PRODUCER_MODES.join(', ')}`);
+  if (relay === 'poll' && producers === 'wal')
+    throw new Error('--producers wal needs --relay cdc: only the CDC relay reads WAL-mode events');
+  return { profile, broker, seed, relay, producers: relay === 'poll' ? 'table' : producers };
 }
 
 const log = (line: string): void => console.log(`[chaos ${new Date().toISOString().slice(11, 19)}] ${line}`);
@@ -76,16 +100,22 @@ function componentNames(profile: Profile): { role: ComponentSpec['role']; name: 
   ];
 }
 
-/** Proxy links: every component to PostgreSQL; relays and consumers to the broker (Kafka: one shared link). */
+/**
+ * Proxy links: every component to PostgreSQL; relays and consumers to the broker (Kafka: one
+ * shared link); a CDC relay's replication connection to PostgreSQL (`relay-N>repl`).
+ */
 function linkNames(
   broker: BrokerKind,
+  relay: RelayKind,
   components: readonly { role: ComponentSpec['role']; name: string }[],
 ): string[] {
   const brokerLinks =
     broker === 'kafka'
       ? ['all>kafka']
       : components.filter((c) => c.role !== 'producer').map((c) => `${c.name}>nats`);
-  return [...components.map((c) => `${c.name}>pg`), ...brokerLinks];
+  const replicationLinks =
+    relay === 'cdc' ? components.filter((c) => c.role === 'relay').map((c) => `${c.name}>repl`) : [];
+  return [...components.map((c) => `${c.name}>pg`), ...brokerLinks, ...replicationLinks];
 }
 
 /** A fault proxy on 127.0.0.1 (on `port`, default a free one) in front of a local server. */
@@ -94,28 +124,35 @@ function proxyTo(targetPort: number, port = 0): Promise<TcpProxy> {
 }
 
 async function main(): Promise<number> {
-  const { profile, broker: brokerKind, seed } = options();
+  const { profile, broker: brokerKind, seed, relay: relayKind, producers: producerMode } = options();
   const random = seededRandom(seed);
   const components = componentNames(profile);
-  const links = linkNames(brokerKind, components);
+  const links = linkNames(brokerKind, relayKind, components);
   const schedule = faultSchedule(
     random,
     profile,
     components.map((c) => c.name),
     links,
+    relayKind,
   );
   const startedAt = new Date();
-  const label = `${profile.name}-${brokerKind}-${startedAt.toISOString().replace(/[:.]/g, '-').slice(0, 19)}`;
+  const kindLabel = relayKind === 'cdc' ? `cdc-${producerMode}-` : '';
+  const label = `${profile.name}-${kindLabel}${brokerKind}-${startedAt.toISOString().replace(/[:.]/g, '-').slice(0, 19)}`;
   const resultsDir = join(import.meta.dirname, 'results');
   const logDir = join(resultsDir, `${label}-logs`);
   mkdirSync(logDir, { recursive: true });
 
-  log(`profile ${profile.name}, broker ${brokerKind}, seed ${seed}`);
+  log(
+    `profile ${profile.name}, broker ${brokerKind}, seed ${seed}, relay ${relayKind}` +
+      (relayKind === 'cdc' ? `, producers ${producerMode}` : ''),
+  );
   log(`schedule (${schedule.length} faults, t = seconds after the fault phase starts):`);
   for (const f of schedule) console.log(`  ${describeFault(f)}`);
 
   // Servers and proxies.
-  const postgres = await PrivatePostgres.start({ base: CHAOS_POSTGRES_SETTINGS });
+  const postgres = await PrivatePostgres.start({
+    base: relayKind === 'cdc' ? CHAOS_CDC_POSTGRES_SETTINGS : CHAOS_POSTGRES_SETTINGS,
+  });
   releases.push(async () => {
     copyFileSync(postgres.logFile, join(logDir, 'postgres.log'));
     await postgres.destroy();
@@ -126,6 +163,10 @@ async function main(): Promise<number> {
   releases.push(() => db.end());
   await migrate(db, { schema: SCHEMA });
   await db.query(TRUTH_SQL);
+  // The slot before anything writes: WAL-mode producers refuse to enqueue without one.
+  const cdc: CdcTarget | undefined =
+    relayKind === 'cdc' ? { db, slot: (await ensureCdcSlot(db, { schema: SCHEMA })).slot } : undefined;
+  if (cdc) log(`replication slot ${cdc.slot}`);
 
   const proxies = new Map<string, TcpProxy>();
   releases.push(async () => {
@@ -140,13 +181,17 @@ async function main(): Promise<number> {
   for (const c of components) {
     proxies.set(`${c.name}>pg`, await proxyTo(postgres.port));
     if (brokerKind === 'nats') proxies.set(`${c.name}>nats`, await proxyTo(broker.port));
+    if (relayKind === 'cdc' && c.role === 'relay')
+      proxies.set(`${c.name}>repl`, await proxyTo(postgres.port));
   }
 
   // Components.
   const supervisor = new Supervisor(logDir);
   releases.push(() => supervisor.closeAll());
+  let producerIndex = 0;
   for (const c of components) {
     const pgPort = proxies.get(`${c.name}>pg`)!.port;
+    const replicationPort = proxies.get(`${c.name}>repl`)?.port;
     const brokerPort = proxies.get(brokerKind === 'kafka' ? 'all>kafka' : `${c.name}>nats`)?.port ?? 0;
     supervisor.add({
       name: c.name,
@@ -163,6 +208,11 @@ async function main(): Promise<number> {
         aggregates: profile.aggregates,
         rollbackShare: profile.rollbackShare,
         maxEventsPerTransaction: profile.maxEventsPerTransaction,
+        relay: relayKind,
+        ...(replicationPort
+          ? { replicationUrl: `postgres://postgres@127.0.0.1:${replicationPort}/postgres` }
+          : {}),
+        ...(c.role === 'producer' ? { via: producerVia(producerMode, producerIndex++) } : {}),
       },
     });
   }
@@ -181,19 +231,38 @@ async function main(): Promise<number> {
   // Faults.
   const signal = abort.signal;
   await sleep(profile.warmupSeconds * 1000, undefined, { signal });
-  const injector = new Injector(postgres, broker, proxies, supervisor);
-  const phaseStart = Date.now();
-  const records: FaultRecord[] = [];
+  const injector = new Injector(postgres, broker, proxies, supervisor, cdc, signal);
+  let phaseStart = Date.now();
+  const applying: Promise<FaultRecord>[] = [];
+  const said = (record: FaultRecord): FaultRecord => {
+    const resolved = record.target === schedule[record.index]?.target ? '' : ` → ${record.target}`;
+    const extra = [
+      record.takeoverMs !== undefined
+        ? `a standby streamed after ${(record.takeoverMs / 1000).toFixed(1)} s`
+        : '',
+      record.quiet
+        ? `slot confirmed +${record.quiet.advancedBytes} bytes in ${record.quiet.advances} steps, ` +
+          `${record.quiet.lagBytesAtEnd} bytes unconfirmed at the end (settled in ${record.quiet.settleS} s)`
+        : '',
+    ].filter(Boolean);
+    log(
+      `${describeFault(schedule[record.index] ?? record)}${resolved}${extra.length > 0 ? ` (${extra.join(', ')})` : ''}` +
+        `${record.applied ? (record.error ? ` PROBLEM: ${record.error}` : '') : ` (not applied${record.error ? `: ${record.error}` : ''})`}`,
+    );
+    return record;
+  };
   for (const fault of schedule) {
     const wait = phaseStart + fault.atS * 1000 - Date.now();
     if (wait > 0) await sleep(wait, undefined, { signal });
     signal.throwIfAborted();
-    const record = await injector.apply(fault);
-    records.push(record);
-    log(
-      `${describeFault(fault)}${record.applied ? '' : ` (not applied${record.error ? `: ${record.error}` : ''})`}`,
-    );
+    const applied = injector.apply(fault).then(said);
+    applying.push(applied);
+    if (runsAlongside(fault)) continue;
+    const record = await applied;
+    // A quiet period holds the schedule: what came after it starts that much later.
+    if (record.kind === 'quiet') phaseStart += record.endedMs - record.startedMs;
   }
+  const records = await Promise.all(applying);
   const lastEnd = Math.max(...records.map((r) => r.endedMs));
   await sleep(Math.max(0, lastEnd - Date.now()), undefined, { signal });
 
@@ -238,11 +307,25 @@ async function main(): Promise<number> {
   const sumOf = (role: ComponentSpec['role'], key: string): number =>
     supervisor.byRole(role).reduce((sum, c) => sum + (c.stats()[key] ?? 0), 0);
   const relayStats: Record<string, number> = {};
-  for (const key of ['published', 'retried', 'dead', 'unavailable', 'batches'])
-    relayStats[key] = sumOf('relay', key);
+  const relayKeys = ['published', 'retried', 'dead', 'unavailable', 'batches'];
+  if (relayKind === 'cdc') relayKeys.push('reconnects', 'handovers', 'refusedMessages');
+  for (const key of relayKeys) relayStats[key] = sumOf('relay', key);
+  const invariants = [...truth.invariants];
+  if (relayKind === 'cdc') {
+    const quiets = records.filter((r) => r.kind === 'quiet' && r.applied);
+    const failed = quiets.filter((r) => r.quiet?.ok !== true);
+    invariants.push({
+      name: `quiet periods in which the heartbeat did not keep the slot advancing and bounded (of ${quiets.length})`,
+      value: failed.length,
+      ok: failed.length === 0,
+      examples: failed.map((r) => `#${r.index}: ${r.error ?? 'no check'}`),
+    });
+  }
   const result: RunResult = {
     profile,
     broker: brokerKind,
+    relay: relayKind,
+    producers: producerMode,
     seed,
     startedAt: startedAt.toISOString(),
     wallSeconds: Math.round((Date.now() - startedAt.getTime()) / 1000),
@@ -269,12 +352,12 @@ async function main(): Promise<number> {
     starts: Object.fromEntries(supervisor.components.map((c) => [c.name, c.starts])),
     relayStats,
     unexpectedExits: supervisor.unexpectedExits,
-    invariants: truth.invariants,
-    pass: complete && truth.invariants.every((i) => i.ok) && supervisor.unexpectedExits.length === 0,
+    invariants,
+    pass: complete && invariants.every((i) => i.ok) && supervisor.unexpectedExits.length === 0,
   };
   writeFileSync(join(resultsDir, `${label}.json`), `${JSON.stringify(result, null, 2)}\n`);
   writeFileSync(join(resultsDir, `${label}.md`), markdown(result));
-  for (const i of truth.invariants) log(`${i.ok ? 'ok      ' : 'VIOLATED'} ${i.name}: ${i.value}`);
+  for (const i of invariants) log(`${i.ok ? 'ok      ' : 'VIOLATED'} ${i.name}: ${i.value}`);
   log(
     `${supervisor.unexpectedExits.length === 0 ? 'ok      ' : 'VIOLATED'} components that exited by themselves: ${supervisor.unexpectedExits.length}`,
   );

@@ -37,9 +37,12 @@ export class Component {
   private child: ChildProcess | undefined;
   private expectExit = false;
   private retired = false;
+  /** Killed and kept down until `release()` (a standby must take over meanwhile). */
+  private held = false;
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly log: WriteStream;
   private readonly tail: string[] = [];
+  private readonly standing = new Map<string, string>();
   /** The last stats line of each incarnation. */
   private readonly incarnations: Stats[] = [];
   starts = 0;
@@ -70,6 +73,8 @@ export class Component {
     });
     this.child = child;
     this.expectExit = false;
+    // A line for a running incarnation's stdin (pause/resume): said again to each new one.
+    for (const line of this.standing.values()) child.stdin?.write(`${line}\n`);
     const index = this.incarnations.push({}) - 1;
     this.log.write(`--- start #${this.starts} pid ${child.pid} at ${new Date().toISOString()}\n`);
     createInterface({ input: child.stdout! }).on('line', (line) => {
@@ -90,7 +95,7 @@ export class Component {
       if (!this.expectExit && !this.retired) {
         this.onUnexpectedExit({ name: this.name, at: Date.now(), code, signal, tail: [...this.tail] });
       }
-      if (!this.retired) {
+      if (!this.retired && !this.held) {
         // As a process manager would: back after a short random delay.
         this.restartTimer = setTimeout(() => this.start(), 300 + Math.random() * 1700);
       }
@@ -109,6 +114,35 @@ export class Component {
     this.expectExit = true;
     this.child.kill('SIGKILL');
     return true;
+  }
+
+  /** kill -9, and no restart until `release()`. */
+  killAndHold(): boolean {
+    this.held = true;
+    return this.kill();
+  }
+
+  /** Starts a held component again. */
+  release(): void {
+    if (!this.held) return;
+    this.held = false;
+    if (!this.child) this.start();
+  }
+
+  /**
+   * A line on the component's stdin, kept as the standing order of its `key` (a later line of
+   * the same key replaces it): every later incarnation is told it at start too.
+   */
+  tell(key: string, line: string): void {
+    this.standing.set(key, line);
+    this.child?.stdin?.write(`${line}\n`);
+  }
+
+  /** The last stats line of the incarnation running now (undefined when down or silent yet). */
+  latest(): Stats | undefined {
+    if (!this.child) return undefined;
+    const last = this.incarnations[this.incarnations.length - 1];
+    return last && Object.keys(last).length > 0 ? last : undefined;
   }
 
   /** SIGSTOP for `ms`, then SIGCONT (to that same process, if it still lives). */

@@ -1,13 +1,28 @@
 // A producer: business rows (chaos.orders) and their events in one transaction each, a share
 // rolled back on purpose. It records nothing outside its transactions: what committed is the
 // ground truth. Paced at cfg.eventsPerSecond; cfg.concurrency transactions at once.
+// cfg.via 'wal': events enqueued in WAL mode (`enqueue(…, { via: 'wal' })`, CDC relay only).
+// A line 'pause' on stdin stops starting transactions (those in flight finish), 'resume' goes on.
 import { enqueue } from '../../dist/index.js';
 import { cfg, logger, newPool, onStop, reportStats, sleep } from './common.mjs';
 
 const pool = newPool(cfg.concurrency + 1);
 const counts = { committedTx: 0, committedEvents: 0, rolledBackEvents: 0, failedTx: 0 };
 let stopping = false;
+let paused = false;
 let nextAt = Date.now();
+const options = cfg.via === 'wal' ? { via: 'wal' } : {};
+
+process.stdin.setEncoding('utf8');
+process.stdin.on('data', (chunk) => {
+  for (const line of String(chunk).split('\n')) {
+    if (line.trim() === 'pause') paused = true;
+    if (line.trim() === 'resume') {
+      paused = false;
+      nextAt = Date.now();
+    }
+  }
+});
 
 /** Waits for the pace's next slot for `n` events; never bursts to catch up after a stall. */
 async function pace(n) {
@@ -45,6 +60,7 @@ async function transaction() {
         type: 'placed',
         payload: { aggregateId, producer: cfg.name, at: Date.now() },
       })),
+      options,
     );
     await client.query(
       `INSERT INTO chaos.orders (event_id, aggregate_id, sequence, committed_at)
@@ -71,6 +87,10 @@ async function transaction() {
 
 async function worker() {
   while (!stopping) {
+    if (paused) {
+      await sleep(100);
+      continue;
+    }
     try {
       await transaction();
     } catch (error) {
@@ -87,4 +107,4 @@ onStop(async () => {
   await Promise.race([Promise.all(workers), sleep(5000)]);
   await pool.end();
 }, print);
-logger.info('producing');
+logger.info({ via: cfg.via ?? 'table' }, 'producing');

@@ -1,5 +1,6 @@
-// A relay: createRelay with the broker's publisher, default settings.
-import { createRelay } from '../../dist/index.js';
+// A relay: createRelay (cfg.relay 'poll') or createCdcRelay ('cdc', its replication connection
+// on a proxy link of its own: cfg.replicationUrl) with the broker's publisher, default settings.
+import { createCdcRelay, createRelay } from '../../dist/index.js';
 import { cfg, logger, newPool, onStop, reportStats, untilStarted } from './common.mjs';
 
 async function publisher() {
@@ -13,7 +14,11 @@ async function publisher() {
 
 const pool = newPool(10);
 const pub = await publisher();
-const relay = createRelay({ pool, publisher: pub, logger, relayId: `${cfg.name}-${process.pid}` });
+const options = { pool, publisher: pub, logger, relayId: `${cfg.name}-${process.pid}` };
+const cdc = cfg.relay === 'cdc';
+const relay = cdc
+  ? createCdcRelay({ ...options, connection: { connectionString: cfg.replicationUrl } })
+  : createRelay(options);
 const print = reportStats(() => {
   const s = relay.stats();
   return {
@@ -23,6 +28,14 @@ const print = reportStats(() => {
     unavailable: s.unavailable,
     batches: s.batches,
     partitions: s.partitions.length,
+    ...(cdc
+      ? {
+          streaming: s.cdc.streaming ? 1 : 0,
+          reconnects: s.cdc.reconnects,
+          handovers: s.cdc.handovers,
+          refusedMessages: s.cdc.refusedMessages,
+        }
+      : {}),
   };
 });
 onStop(async () => {
@@ -31,4 +44,4 @@ onStop(async () => {
   await pool.end();
 }, print);
 await untilStarted('relay', () => relay.start());
-logger.info('relaying');
+logger.info({ relay: cfg.relay ?? 'poll' }, 'relaying');
