@@ -120,7 +120,11 @@ export class Injector {
                 return done(true, Date.now(), undefined, { takeoverMs: Date.now() - killedAt });
               await sleep(250, undefined, { signal: this.signal });
             }
-            return done(true, Date.now(), `no standby streamed within ${TAKEOVER_BOUND_MS / 1000} s of the kill`);
+            return done(
+              true,
+              Date.now(),
+              `no standby streamed within ${TAKEOVER_BOUND_MS / 1000} s of the kill`,
+            );
           } finally {
             killed.release();
           }

@@ -91,7 +91,14 @@ export function faultSchedule(
   // watchdog, and the stall ends well before the fault phase does.
   const kinds: FaultKind[] =
     relay === 'cdc'
-      ? ['quiet', 'repl-stall', ...shuffle(random, pool.filter((k) => k !== 'quiet' && k !== 'repl-stall'))]
+      ? [
+          'quiet',
+          'repl-stall',
+          ...shuffle(
+            random,
+            pool.filter((k) => k !== 'quiet' && k !== 'repl-stall'),
+          ),
+        ]
       : shuffle(random, pool);
   while (kinds.length < profile.faults) kinds.push(weightedKind(random, pool));
   const phaseSeconds = relay === 'cdc' ? profile.cdcFaultPhaseSeconds : profile.faultPhaseSeconds;
