@@ -73,7 +73,9 @@ export class Component {
     });
     this.child = child;
     this.expectExit = false;
-    // A line for a running incarnation's stdin (pause/resume): said again to each new one.
+    // A line for a running incarnation's stdin (pause/resume): said again to each new one. A
+    // write to one that just died fails (EPIPE): nothing to tell it any more.
+    child.stdin?.on('error', () => undefined);
     for (const line of this.standing.values()) child.stdin?.write(`${line}\n`);
     const index = this.incarnations.push({}) - 1;
     this.log.write(`--- start #${this.starts} pid ${child.pid} at ${new Date().toISOString()}\n`);

@@ -1,9 +1,17 @@
 /** The chaos harness's pure parts: a seed reproduces the schedule; latency windows and recovery times. */
 import { describe, expect, it } from 'vitest';
+import { producerVia } from '../../chaos/cdc.js';
 import { latencies, recoveryTimes } from '../../chaos/metrics.js';
 import { seededRandom } from '../../chaos/prng.js';
 import { PROFILES } from '../../chaos/profiles.js';
-import { FAULT_KINDS, faultSchedule } from '../../chaos/schedule.js';
+import {
+  ALL_FAULT_KINDS,
+  CDC_FAULT_KINDS,
+  CDC_SILENCE_TIMEOUT_S,
+  FAULT_KINDS,
+  faultSchedule,
+  QUIET_SECONDS,
+} from '../../chaos/schedule.js';
 
 const components = ['producer-1', 'relay-1', 'relay-2', 'consumer-1'];
 const links = components.map((c) => `${c}>pg`);
@@ -32,6 +40,54 @@ describe('faultSchedule', () => {
         if (f.kind === 'kill' || f.kind === 'stop') expect(components).toContain(f.target);
       }
     }
+  });
+});
+
+describe('faultSchedule for the CDC relay', () => {
+  const cdcLinks = [...links, 'relay-1>repl', 'relay-2>repl'];
+
+  it('leaves the polling schedule of a seed as it was (the long runs in docs/reliability.md)', () => {
+    const long = ['producer-1', 'producer-2', 'producer-3', 'relay-1', 'relay-2', 'relay-3'];
+    const all = [...long, 'consumer-1', 'consumer-2'];
+    const longLinks = [...all.map((c) => `${c}>pg`), ...all.slice(3).map((c) => `${c}>nats`)];
+    const head = faultSchedule(seededRandom(101), PROFILES.long, all, longLinks).slice(0, 3);
+    expect(head.map((f) => [f.atS, f.kind, f.target])).toEqual([
+      [2.9, 'kill', 'relay-1'],
+      [7.2, 'broker-restart', 'broker'],
+      [13.5, 'pg-restart-fast', 'postgres'],
+    ]);
+    expect(faultSchedule(seededRandom(101), PROFILES.long, all, longLinks, 'poll')).toEqual(
+      faultSchedule(seededRandom(101), PROFILES.long, all, longLinks),
+    );
+  });
+
+  it('opens with a quiet period and a stall past the silence timeout, and has every kind', () => {
+    for (const seed of [1, 2, 3]) {
+      const schedule = faultSchedule(seededRandom(seed), PROFILES.short, components, cdcLinks, 'cdc');
+      expect(schedule).toHaveLength(PROFILES.short.faults);
+      expect(new Set(schedule.map((f) => f.kind))).toEqual(new Set(ALL_FAULT_KINDS));
+      expect(schedule[0]).toMatchObject({ kind: 'quiet', target: 'producers', durationS: QUIET_SECONDS });
+      expect(schedule[1]).toMatchObject({ kind: 'repl-stall', target: 'streamer>repl' });
+      expect(schedule[1]!.durationS).toBeGreaterThan(CDC_SILENCE_TIMEOUT_S);
+      expect(Math.max(...schedule.map((f) => f.atS))).toBeLessThan(PROFILES.short.cdcFaultPhaseSeconds);
+      for (const f of schedule) {
+        if (f.kind === 'takeover') expect(f.target).toBe('streamer');
+        if (f.kind === 'repl-reset') expect(f.target).toBe('streamer>repl');
+        if (f.kind.startsWith('tcp-')) expect(cdcLinks).toContain(f.target);
+      }
+    }
+  });
+
+  it('draws the CDC kinds again in the long profile', () => {
+    const schedule = faultSchedule(seededRandom(302), PROFILES.long, components, cdcLinks, 'cdc');
+    for (const kind of CDC_FAULT_KINDS)
+      expect(schedule.filter((f) => f.kind === kind).length).toBeGreaterThan(1);
+  });
+
+  it('mixed producers alternate table and WAL mode', () => {
+    expect([0, 1, 2].map((i) => producerVia('mixed', i))).toEqual(['table', 'wal', 'table']);
+    expect(producerVia('wal', 0)).toBe('wal');
+    expect(producerVia('table', 1)).toBe('table');
   });
 });
 
