@@ -88,8 +88,8 @@ export function command(r: RunResult): string {
 }
 
 function producersWords(mode: ProducerMode): string {
-  if (mode === 'mixed') return 'table mode and WAL mode in alternate processes';
-  return mode === 'wal' ? "WAL mode: `enqueue(…, { via: 'wal' })`" : 'table mode';
+  if (mode === 'mixed') return 'table mode and WAL mode, alternately';
+  return mode === 'wal' ? "WAL mode (`enqueue(…, { via: 'wal' })`)" : 'table mode';
 }
 
 function relayProcesses(relay: RelayKind): string {
@@ -156,7 +156,7 @@ export function markdown(r: RunResult): string {
     '',
     '## Settings',
     '',
-    `${r.profile.producers} producers${r.relay === 'cdc' ? ` (${producersWords(r.producers)})` : ''} (${r.profile.eventsPerSecond} events/s together, 1–${r.profile.maxEventsPerTransaction} events per transaction, ` +
+    `${r.profile.producers} producers${r.relay === 'cdc' ? ` in ${producersWords(r.producers)}` : ''} (${r.profile.eventsPerSecond} events/s together, 1–${r.profile.maxEventsPerTransaction} events per transaction, ` +
       `${Math.round(r.profile.rollbackShare * 100)} % of transactions rolled back on purpose, ${n(r.profile.aggregates)} aggregates), ` +
       `${r.profile.relays} relay processes (${relayProcesses(r.relay)}), ${r.profile.consumers} inbox consumer process(es) ` +
       `(\`consume${r.broker === 'nats' ? 'Nats' : 'Kafka'}\` + \`createInbox\` strict ordering, default settings), ` +
