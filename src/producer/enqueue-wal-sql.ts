@@ -12,8 +12,9 @@
  * Parameters: $1 the body (bytea, or bytea[] for a batch), $2 aggregate_type, $3 aggregate_id
  * (the numbering the shared CTEs use), $4 the caller's version(s) where given.
  */
-import { eventsPrefix, walContentSql } from '../cdc/wal-message.js';
+
 import { KNOWN_SEQUENCE_CTES, MANY_SEQUENCE_CTES, ONE_SEQUENCE_CTES, PART_CTE } from './enqueue-sql.js';
+import { eventsPrefix, walContentSql } from './wal-message.js';
 
 /**
  * The schema's WAL key as HMAC's padded keys: one row always, so that no statement emits fewer

@@ -6,7 +6,7 @@
  * characters; the schema's own function and the raw expression for other partition counts.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { partitionOf } from '../../src/cdc/partition-of.js';
+import { partitionOf } from '../../src/producer/partition-of.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 
 let db: TestDb;
