@@ -4,7 +4,7 @@
  * INSERT, one transactional `pg_logical_emit_message` per event, in the order given. No events
  * row, no NOTIFY (the CDC relay streams; it does not listen). The content is the version byte and
  * fixed header written here from the statement's own values, then the body the client encoded
- * (src/cdc/wal-message.ts), then HMAC-SHA256 of all that with the schema's WAL key, computed
+ * (src/producer/wal-message.ts), then HMAC-SHA256 of all that with the schema's WAL key, computed
  * here from `wal_key` (migration 12): the key never leaves the database, and only a role that may
  * read it — the producer's — writes a message the CDC relay publishes (docs/cdc.md, Who can
  * write events).
