@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
+import type { AmqpConnection } from '../../src/publishers/rabbitmq/link.js';
 import {
-  type AmqpConnection,
   type RabbitMqPublisherOptions,
   resolveRabbitMqOptions,
 } from '../../src/publishers/rabbitmq/options.js';

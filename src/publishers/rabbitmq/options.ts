@@ -1,15 +1,12 @@
-import type { ChannelModel, Options, RecoveringChannelModel, SocketOptions } from 'amqplib';
+import type { Options, SocketOptions } from 'amqplib';
 import { sourceOf } from '../../envelope/source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
 import { destinationOption } from '../core/destination.js';
-import { describeUrl } from './link.js';
+import { type AmqpConnection, describeUrl } from './link.js';
 import { defaultRoutingKey, SHORTSTR_MAX } from './wire.js';
-
-/** An amqplib connection: a plain one, or one made with `recovery` (it reconnects on its own). */
-export type AmqpConnection = ChannelModel | RecoveringChannelModel;
 
 /** Options of {@link rabbitmqPublisher}. Give `url` or an existing `client`. */
 export interface RabbitMqPublisherOptions {
