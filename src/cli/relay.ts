@@ -6,7 +6,7 @@
 
 import type { Command } from 'commander';
 import type { Logger as PinoLogger } from 'pino';
-import { sourceOf } from '../envelope/source.js';
+import { ceSourceOf } from '../envelope/ce-source.js';
 import type { MetricsServer } from '../ops/http.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
@@ -276,7 +276,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   const flags = relaySourceFlags(options);
   checkCdcFlags(options, flags.kind);
   const cdc = flags.kind === 'cdc' ? cdcFlags(options) : undefined;
-  const source = await publisherSource(options, flags);
+  const chosen = await choosePublishers(options, flags);
   if (flags.deprecated) {
     process.emitWarning(
       '--source <uri> for the CloudEvents source is deprecated, use --ce-source <uri> (--source now takes poll or cdc; the old meaning goes in the next minor version)',
@@ -302,7 +302,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   void signals.first.then(() => stopped.abort());
   const endpoint = metricsEndpoint(
     options,
-    source.kind === 'config' ? { file: source.file, metrics: source.config.metrics } : undefined,
+    chosen.kind === 'config' ? { file: chosen.file, metrics: chosen.config.metrics } : undefined,
   );
   // One connection more for the readiness check of /readyz.
   // One more for the background pruner's run (--prune), one for the CDC relay's heartbeat and
@@ -321,9 +321,9 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
     const status = await waitForDatabase(url, options.schema, redactUrl(url), logger, stopped.signal);
     if (status === undefined) return; // stopped by a signal before the database came up
     publisher =
-      source.kind === 'config'
-        ? await publisherFromConfig(source.config, secret)
-        : await publisherFromSpec(source.spec, secret);
+      chosen.kind === 'config'
+        ? await publisherFromConfig(chosen.config, secret)
+        : await publisherFromSpec(chosen.spec, secret);
     const relayOptions: RelayOptions = {
       pool,
       publisher,
@@ -335,7 +335,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       gapGraceMs: options.gapGrace,
       relayId: options.relayId,
       listen: options.listen,
-      history: historyOption(options, source),
+      history: historyOption(options, chosen),
       ...(options.prune ? { prune: relayPruneFlag(options.pruneInterval) } : {}),
       logger: logger.child({ component: 'relay' }),
       ...(registry === undefined ? {} : { metrics: registry }),
@@ -353,7 +353,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       // The default slot is resolved by the relay's start: its "CDC relay started" line names it.
       ...(cdc?.slot === undefined ? {} : { slot: cdc.slot }),
       publisher:
-        source.kind === 'config' ? { config: source.file, publisher: publisher.name } : describe(source.spec),
+        chosen.kind === 'config' ? { config: chosen.file, publisher: publisher.name } : describe(chosen.spec),
       pending: status.pending,
     });
   } finally {
@@ -367,8 +367,8 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
 }
 
 /** The flags win over the config file's `history`; any history flag turns it on. */
-function historyOption(options: RelayCliOptions, source: Source): HistoryOptions | undefined {
-  const file = source.kind === 'config' ? source.config.history : undefined;
+function historyOption(options: RelayCliOptions, chosen: PublisherChoice): HistoryOptions | undefined {
+  const file = chosen.kind === 'config' ? chosen.config.history : undefined;
   if (!options.history && options.historyDays === undefined && !options.historyPayloads && !file)
     return undefined;
   return {
@@ -378,17 +378,17 @@ function historyOption(options: RelayCliOptions, source: Source): HistoryOptions
   };
 }
 
-type Source =
+type PublisherChoice =
   | { readonly kind: 'spec'; readonly spec: PublisherSpec }
   | { readonly kind: 'config'; readonly file: string; readonly config: RelayConfig };
 
 const PUBLISHER_FLAGS = ['nats', 'webhook', 'kafka', 'rabbitmq', 'redis', 'mqtt'] as const;
 
 /** Exactly one publisher flag, or a config file (given, or found in the working directory). */
-async function publisherSource(
+async function choosePublishers(
   options: RelayCliOptions,
   { ceSource, ceSourceFlag = '--ce-source' }: { ceSource?: string; ceSourceFlag?: string },
-): Promise<Source> {
+): Promise<PublisherChoice> {
   const flags = PUBLISHER_FLAGS.filter((f) => options[f] !== undefined);
   if (flags.length > 1) {
     throw usageError(
@@ -400,7 +400,7 @@ async function publisherSource(
   }
   if (flags.length === 0 && ceSource !== undefined) {
     throw usageError(
-      `${ceSourceFlag} goes with a publisher flag; in a config file, give "source" per publisher`,
+      `${ceSourceFlag} goes with a publisher flag; in a config file, give "ceSource" per publisher`,
     );
   }
   checkPublisherOptions(options);
@@ -422,7 +422,7 @@ function specFromFlags(
   flag = '--ce-source',
 ): PublisherSpec {
   const spec = publisherFlag(options);
-  return ceSource === undefined ? spec : { ...spec, source: sourceOf(ceSource, flag) };
+  return ceSource === undefined ? spec : { ...spec, ceSource: ceSourceOf(ceSource, flag) };
 }
 
 function publisherFlag(options: RelayCliOptions): PublisherSpec {

@@ -91,7 +91,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   }
 
   it('publishes a batch with the envelope headers (NATS binding), Nats-Msg-Id and the payload bytes unchanged', async () => {
-    const pub = publisher({ url: NATS_URL, stream: STREAM, source: 'urn:orders:service' });
+    const pub = publisher({ url: NATS_URL, stream: STREAM, ceSource: 'urn:orders:service' });
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const batch = Array.from({ length: 5 }, (_, i) =>
       makeMessage({
@@ -272,7 +272,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
       url: NATS_URL,
       stream: AUTO,
       streamSubjects: [`${LOOSE}-auto.>`],
-      duplicateWindowMs: 30_000,
+      dedupWindowMs: 30_000,
     });
     const batch = [makeMessage({ topic: `${LOOSE}-auto.a` }), makeMessage({ topic: `${LOOSE}-auto.b` })];
     expect(await pub.publish(batch, never())).toEqual([{ ok: true }, { ok: true }]);
