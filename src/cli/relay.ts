@@ -27,7 +27,7 @@ import {
   usageError,
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
-import { parseDuration } from './inbox.js';
+import { durationOption, parseDuration, TIMER } from './duration.js';
 import {
   addMetricsOptions,
   type MetricsFlags,
@@ -138,16 +138,20 @@ export function registerRelay(program: Command): void {
     )
     .option('--batch-size <n>', 'events claimed per batch (default 500)', integerOption(1, 10_000))
     .option(
-      '--poll-interval <ms>',
-      'idle poll interval when no wake-up arrives (default 1000)',
-      integerOption(1),
+      '--poll-interval <duration>',
+      'idle poll interval when no wake-up arrives, e.g. 500ms (default 1s; a bare number is ms)',
+      durationOption(TIMER),
     )
-    .option('--lease <ms>', 'partition lease length, renewed every third (default 15000)', integerOption(300))
+    .option(
+      '--lease <duration>',
+      'partition lease length, renewed every third (default 15s, at least 300ms)',
+      durationOption({ ...TIMER, min: 300 }),
+    )
     .option('--max-attempts <n>', 'attempts before an event is dead (default 10)', integerOption(1))
     .option(
-      '--gap-grace <ms>',
-      'how long an aggregate waits behind a missing sequence before the relay publishes across it, if nothing earlier is left (default 10000)',
-      integerOption(1),
+      '--gap-grace <duration>',
+      'how long an aggregate waits behind a missing sequence before the relay publishes across it, if nothing earlier is left (default 10s)',
+      durationOption(TIMER),
     )
     .option(
       '--relay-id <id>',
@@ -173,7 +177,7 @@ export function registerRelay(program: Command): void {
 }
 
 function relayPruneFlag(interval: string | undefined): RelayPruneOptions | true {
-  return interval === undefined ? true : { intervalMs: parseDuration('--prune-interval', interval) };
+  return interval === undefined ? true : { intervalMs: parseDuration('--prune-interval', interval, TIMER) };
 }
 
 function commaList(value: string): string[] {
@@ -253,11 +257,11 @@ export function cdcFlags(options: {
   acceptWalFormat1?: boolean;
 } {
   const heartbeatMs =
-    options.heartbeat === undefined ? undefined : parseDuration('--heartbeat', options.heartbeat);
+    options.heartbeat === undefined ? undefined : parseDuration('--heartbeat', options.heartbeat, TIMER);
   const silenceTimeoutMs =
     options.silenceTimeout === undefined
       ? undefined
-      : parseDuration('--silence-timeout', options.silenceTimeout);
+      : parseDuration('--silence-timeout', options.silenceTimeout, TIMER);
   if ((silenceTimeoutMs ?? 30_000) <= (heartbeatMs ?? 10_000)) {
     throw usageError(
       `--silence-timeout (${silenceTimeoutMs ?? 30_000} ms) must be longer than --heartbeat (${heartbeatMs ?? 10_000} ms): the heartbeat is what breaks the silence`,
