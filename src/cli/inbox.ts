@@ -99,10 +99,10 @@ export function registerInbox(program: Command): void {
     .option('--older-than <duration>', 'e.g. 30d')
     .option('--replay-horizon <duration>', 'how far back a broker may redeliver, e.g. 7d (required)')
     .action((o: Options) => {
-      const olderThanMs = parseDuration('--older-than', o.olderThan, RETENTION);
+      const dedupRetentionMs = parseDuration('--older-than', o.olderThan, RETENTION);
       const replayHorizonMs = parseDuration('--replay-horizon', o.replayHorizon, RETENTION);
       return withPool(o, 1, async (pool) => {
-        const n = await pruneInbox(pool, { schema: o.schema, olderThanMs, replayHorizonMs });
+        const n = await pruneInbox(pool, { schema: o.schema, dedupRetentionMs, replayHorizonMs });
         process.stdout.write(`Pruned ${n} dedup record(s).\n`);
       });
     });
