@@ -632,3 +632,31 @@ describe('natsPublisher pipeline', () => {
     }
   });
 });
+
+describe('ensureStream', () => {
+  it('takes dedupWindowMs, and the deprecated duplicateWindowMs with a warning', async () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    const names = [`TXO_NATS_ENSURE_NEW_${suffix}`, `TXO_NATS_ENSURE_OLD_${suffix}`];
+    try {
+      const made = await ensureStream(nc, {
+        name: names[0]!,
+        subjects: [`${ROOT}-ensure-new.>`],
+        dedupWindowMs: 45_000,
+      });
+      expect(made.config.duplicate_window).toBe(nanos(45_000));
+      expect(warn).not.toHaveBeenCalled();
+      const old = await ensureStream(NATS_URL, {
+        name: names[1]!,
+        subjects: [`${ROOT}-ensure-old.>`],
+        duplicateWindowMs: 50_000,
+      });
+      expect(old.config.duplicate_window).toBe(nanos(50_000));
+      expect(String(warn.mock.calls[0]![0])).toMatch(
+        /^ensureStream: option `duplicateWindowMs` is deprecated, use `dedupWindowMs`/,
+      );
+    } finally {
+      warn.mockRestore();
+      for (const name of names) await jsm.streams.delete(name).catch(() => false);
+    }
+  });
+});
