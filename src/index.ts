@@ -39,6 +39,7 @@ export { fromEnvelope, type InboxMessage } from './inbox/message.js';
 export { ORDERING_POLICIES, type OrderingPolicy, type StartSequence } from './inbox/ordering.js';
 export {
   listQuarantine,
+  type PruneInboxOptions,
   pruneInbox,
   type QuarantinedMessage,
   releaseQuarantined,

@@ -1,5 +1,5 @@
 import type { Options, SocketOptions } from 'amqplib';
-import { sourceOf } from '../../envelope/source.js';
+import { ceSourceOption } from '../../envelope/ce-source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
@@ -45,9 +45,11 @@ export interface RabbitMqPublisherOptions {
    */
   readonly assertExchange?: boolean;
   /**
-   * CloudEvents `source` attribute: a URI-reference of at most 255 characters (`sourceOf`:
+   * CloudEvents `source` attribute: a URI-reference of at most 255 characters (`ceSourceOf`:
    * RabbitMQ would hand a longer one to AMQP 1.0 consumers as binary). Default `tx-outbox`.
    */
+  readonly ceSource?: string;
+  /** @deprecated Use `ceSource`. */
   readonly source?: string;
   /** Deadline for connecting and for each publisher confirm, in ms. Default 10 000. */
   readonly timeoutMs?: number;
@@ -82,7 +84,12 @@ export const DEFAULT_TIMEOUT_MS = 10_000;
 export const DEFAULT_MAX_IN_FLIGHT = 1024;
 
 /** The old spellings of this publisher's options (see src/options/renamed.ts). */
-const RENAMES = { connection: 'client', socketOptions: 'clientOptions', routingKey: 'destination' } as const;
+const RENAMES = {
+  connection: 'client',
+  socketOptions: 'clientOptions',
+  routingKey: 'destination',
+  source: 'ceSource',
+} as const;
 
 /** Old spellings → new names, then validation (each error names the field and the fix), then defaults. */
 export function resolveRabbitMqOptions(given: RabbitMqPublisherOptions): ResolvedRabbitMqOptions {
@@ -113,7 +120,7 @@ export function resolveRabbitMqOptions(given: RabbitMqPublisherOptions): Resolve
       'Name an exchange or leave assertExchange off',
     );
   }
-  const source = sourceOf(options.source);
+  const source = ceSourceOption(given, options.ceSource);
   return Object.freeze({
     url,
     clientOptions: options.clientOptions,
