@@ -1,5 +1,6 @@
 import { errorMessage, OutboxError } from '../errors.js';
 import { registerBacklogGauges } from '../ops/backlog-gauges.js';
+import { eventsPrefix, heartbeatPrefix } from '../producer/wal-message.js';
 import { redactText } from '../redact.js';
 import { BacklogTask } from '../relay/backlog-task.js';
 import { loopErrorDelay, outageDelay } from '../relay/backoff.js';
@@ -41,7 +42,6 @@ import { CdcMetrics, type CdcStats, type ReconnectReason } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
 import { RefusalBound, StreamGate } from './stream-gate.js';
 import { loadWalKey, WalReader, WalRefusals } from './wal-auth.js';
-import { eventsPrefix, heartbeatPrefix } from './wal-message.js';
 
 export type { CdcRelayOptions } from './options.js';
 export type { CdcStats } from './stats.js';

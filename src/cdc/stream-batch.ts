@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { aggregateKeyOf } from '../aggregate-key.js';
+import type { WalEvent } from '../producer/wal-message.js';
 import type { OutboxMessage } from '../publishers/contract.js';
 import { type ClaimedRow, toMessage } from '../relay/claim.js';
 import type { AckTracker, AckUnit } from './acks.js';
@@ -7,7 +8,6 @@ import { formatLsn, type Lsn } from './lsn.js';
 import { parseTimestamptz } from './pgoutput.js';
 import type { StreamChange } from './replication.js';
 import type { WalMessageReader } from './wal-auth.js';
-import type { WalEvent } from './wal-message.js';
 
 /** An event read from the stream: a table-mode insert or a WAL-mode message. */
 export interface StreamEvent {

@@ -458,7 +458,7 @@ describe('least-privilege roles', () => {
     expect(again.map((r) => r.status)).toEqual(['processed']);
     const pruned = await pruneInbox(as('operator'), {
       schema: SCHEMA,
-      olderThanMs: 3_600_000,
+      dedupRetentionMs: 3_600_000,
       replayHorizonMs: 3_600_000,
     });
     expect(pruned).toBe(0);
