@@ -18,6 +18,7 @@ export {
   type ChildMode,
   type ChildRelayConfig,
   type ChildReport,
+  type CommitMark,
   type ContractRelay,
   RELAY_CASES,
   type RelayBroker,

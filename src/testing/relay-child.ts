@@ -31,6 +31,8 @@ export function relayChildPublisher(
         report({ event: 'refused', ids });
         return batch.map(() => permanent('contract: refused by the paused relay'));
       }
+      if (mode.kind === 'kill-after-publish' && (mode.delayMs ?? 0) > 0)
+        await new Promise((r) => setTimeout(r, mode.delayMs));
       const outcomes = await inner.publish(batch, signal);
       report({ event: 'published', ids: ids.filter((_, i) => outcomes[i]?.ok) });
       if (mode.kind === 'kill-after-publish' && outcomes.some((o) => o.ok)) {

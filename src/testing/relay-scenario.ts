@@ -74,14 +74,15 @@ export interface RelayBroker {
 
 /**
  * What a relay in a child process does with its publishes: `normal`; `kill-after-publish`
- * SIGKILLs its own process right after the broker acknowledged its `afterBatches`-th batch,
- * before the relay could record anything; `slow-fail` reports its first batch in flight, waits
+ * holds each publish `delayMs` (the relay reads ahead meanwhile) and SIGKILLs its own process
+ * right after the broker acknowledged its `afterBatches`-th batch, before the relay could record
+ * anything; `slow-fail` reports its first batch in flight, waits
  * `delayMs`, then answers every message of it with a permanent failure (unfenced, they would go
  * dead), and publishes normally afterwards.
  */
 export type ChildMode =
   | { readonly kind: 'normal' }
-  | { readonly kind: 'kill-after-publish'; readonly afterBatches: number }
+  | { readonly kind: 'kill-after-publish'; readonly afterBatches: number; readonly delayMs?: number }
   | { readonly kind: 'slow-fail'; readonly delayMs: number };
 
 /** What the suite asks of a child relay. */
@@ -116,14 +117,24 @@ export interface RelayChild {
   exited(): Promise<{ code: number | null; signal: string | null }>;
 }
 
+/** One committed producer transaction: its event ids and a WAL position at or after its commit. */
+export interface CommitMark {
+  readonly ids: readonly string[];
+  /** pg_current_wal_insert_lsn() read right after COMMIT returned, as a number. */
+  readonly walLsn: bigint;
+}
+
 export interface RelayUnderTest {
   /** Shown in the suite's name, e.g. `cdc (wal mode)`. */
   readonly name: string;
   readonly features: RelayFeatures;
   /** The PostgreSQL the suite migrates a scratch schema in per case (a private one for `restart`). */
   readonly databaseUrl: string;
-  /** Restarts that PostgreSQL (fast shutdown, start), resolving once it accepts connections. */
-  restartDatabase?(): Promise<void>;
+  /**
+   * Restarts that PostgreSQL (`fast`: sessions ended and a checkpoint; `immediate`: a crash,
+   * recovery at start), resolving once it accepts connections again.
+   */
+  restartDatabase?(mode: 'fast' | 'immediate'): Promise<void>;
   readonly broker: RelayBroker;
   /** Gets a freshly migrated schema ready for this relay (CDC: its slot and publication). */
   prepare?(pool: pg.Pool, schema: string): Promise<void>;
@@ -134,6 +145,13 @@ export interface RelayUnderTest {
    * heartbeat): `createRelay(options)`, `createCdcRelay({ ...options, heartbeatMs })`.
    */
   create(options: RelayOptions): ContractRelay;
+  /**
+   * The events of `commits` this relay had recorded as delivered, read after it was killed
+   * (`kill`): none of them may be published again. Default: those `findEvent` finds published
+   * (the polling relay records a delivery in its outcome statement). A CDC relay answers with the
+   * commits at or before its slot's confirmed position (`cdcSlotStatus`).
+   */
+  recorded?(pool: pg.Pool, schema: string, commits: readonly CommitMark[]): Promise<ReadonlySet<string>>;
   /** The same relay in a child process (for `kill` and `fencing`), publishing per `config.mode`. */
   spawn?(config: ChildRelayConfig): RelayChild;
   /** How long one case may take, ms. Default 60000. */
@@ -186,6 +204,7 @@ export class RelayCaseRun {
   readonly schema = `rc_${randomBytes(4).toString('hex')}`;
   readonly namespace = `rc${randomBytes(4).toString('hex')}`;
   readonly committed: string[] = [];
+  readonly commits: CommitMark[] = [];
   private readonly stops: Array<() => Promise<unknown>> = [];
   pool!: pg.Pool;
 
@@ -252,7 +271,7 @@ export class RelayCaseRun {
   }
 
   /** A child relay of the subject on this schema (the broker directly, not the proxy). */
-  child(mode: ChildMode, relayId: string): RelayChild {
+  child(mode: ChildMode, relayId: string, batchSize = 20): RelayChild {
     if (!this.subject.spawn) throw new Error(`${this.subject.name}: spawn() is needed for this case`);
     const child = this.subject.spawn({
       databaseUrl: this.subject.databaseUrl,
@@ -260,7 +279,7 @@ export class RelayCaseRun {
       namespace: this.namespace,
       relayId,
       leaseMs: 1200,
-      batchSize: 20,
+      batchSize,
       mode,
     });
     this.onClose(() => child.kill());
@@ -285,8 +304,15 @@ export class RelayCaseRun {
           const results = await enqueue(client, chunk, options);
           commitSent = true;
           await client.query(rollback ? 'ROLLBACK' : 'COMMIT');
+          const done = results.map((r) => r.eventId);
+          if (!rollback) {
+            const { rows } = await client.query<{ lsn: string }>(
+              `SELECT (pg_current_wal_insert_lsn() - '0/0')::text AS lsn`,
+            );
+            this.commits.push({ ids: done, walLsn: BigInt(rows[0]!.lsn) });
+          }
           client.release();
-          ids.push(...results.map((r) => r.eventId));
+          ids.push(...done);
           break;
         } catch (error) {
           await client?.query('ROLLBACK').catch(() => undefined);

@@ -26,6 +26,6 @@ relayContract(
         'one streamer holds every partition; a standby takes them over with raised epochs and ends the old walsender, so the paused one’s deletes and hand-overs are fenced',
     },
     server.url(),
-    () => server.restart('fast'),
+    (mode) => server.restart(mode),
   ),
 );

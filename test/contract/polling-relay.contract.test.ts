@@ -21,6 +21,6 @@ relayContract(
         'every outcome statement is fenced by the partition epochs it claimed under; a takeover raises them',
     },
     server.url(),
-    () => server.restart('fast'),
+    (mode) => server.restart(mode),
   ),
 );

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { percentDecode } from '../../src/envelope/percent.js';
-import { createCdcRelay, dropCdcSlot, ensureCdcSlot } from '../../src/index.js';
+import { cdcSlotStatus, createCdcRelay, dropCdcSlot, ensureCdcSlot } from '../../src/index.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { createRelay } from '../../src/relay/relay.js';
 import {
@@ -76,6 +76,13 @@ export const natsBroker: RelayBroker = {
   },
 };
 
+/** An LSN as PostgreSQL prints it (`16/B374D848`) as a number; none is 0. */
+function lsnValue(lsn: string | null): bigint {
+  if (lsn === null) return 0n;
+  const [high, low] = lsn.split('/');
+  return (BigInt(`0x${high}`) << 32n) | BigInt(`0x${low}`);
+}
+
 /** A relay of `kind` in a child process, running the sources through tsx. */
 function spawnChild(kind: RelayKind, config: ChildRelayConfig): RelayChild {
   const child = spawn(process.execPath, ['--import', 'tsx', CHILD], {
@@ -130,7 +137,7 @@ export function relaySubject(
   name: string,
   features: RelayFeatures,
   databaseUrl: string,
-  restart: () => Promise<void>,
+  restart: (mode: 'fast' | 'immediate') => Promise<void>,
 ): RelayUnderTest {
   return {
     name,
@@ -146,6 +153,11 @@ export function relaySubject(
       ? {
           prepare: async (pool, schema) => {
             await ensureCdcSlot(pool, { schema });
+          },
+          // The slot's confirmed position: what a CDC relay records as delivered.
+          recorded: async (pool, schema, commits) => {
+            const confirmed = lsnValue((await cdcSlotStatus(pool, { schema })).confirmedLsn);
+            return new Set(commits.filter((c) => c.walLsn <= confirmed).flatMap((c) => c.ids));
           },
           cleanup: async (pool, schema) => {
             await dropCdcSlot(pool, { schema, terminate: true });
