@@ -366,17 +366,19 @@ export function allSeen(ids: readonly string[], seen: readonly SeenMessage[]): b
 /**
  * A publisher that answers the events `refuse` picks with a permanent failure (without
  * publishing them) and hands the rest to `inner`; `delayMs` holds every publish call that long
- * first (aborted by the relay's signal).
+ * first, and `gate` until the promise it returns settles (either aborted by the relay's signal).
  */
 export function faultyPublisher(
   inner: Publisher,
   {
     refuse = () => false,
     delayMs = () => 0,
+    gate = () => Promise.resolve(),
     onPublish = () => undefined,
   }: {
     refuse?: (m: OutboxMessage) => boolean;
     delayMs?: () => number;
+    gate?: () => Promise<void>;
     onPublish?: (batch: readonly OutboxMessage[]) => void;
   },
 ): Publisher {
@@ -393,6 +395,8 @@ export function faultyPublisher(
             resolve();
           });
         });
+      const aborted = new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve()));
+      await Promise.race([gate(), aborted]);
       signal.throwIfAborted();
       const refused = batch.map((m) => refuse(m));
       const passed = batch.filter((_, i) => !refused[i]);
