@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { aggregateKeyOf } from '../aggregate-key.js';
 import type { OutboxMessage } from '../publishers/contract.js';
-import { type ClaimedRow, toMessage } from '../relay/claim.js';
+import { type ClaimedRow, toMessage } from '../relay/claim/claim.js';
 import type { AckTracker, AckUnit } from './acks.js';
 import { formatLsn, type Lsn } from './lsn.js';
 import { parseTimestamptz } from './pgoutput.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { aggregateKey, aggregateKeyOf } from '../../src/aggregate-key.js';
-import { type ClaimedRow, toMessage } from '../../src/relay/claim.js';
+import { type ClaimedRow, toMessage } from '../../src/relay/claim/claim.js';
 
 const row = (extra: Partial<ClaimedRow> = {}): ClaimedRow => ({
   gate: 'pass',

@@ -1,12 +1,12 @@
 import type { PoolClient } from 'pg';
-import { aggregateKeyOf } from '../aggregate-key.js';
-import type { Logger } from '../logger.js';
+import { aggregateKeyOf } from '../../aggregate-key.js';
+import type { Logger } from '../../logger.js';
+import type { RelaySession, Statement } from '../session.js';
+import type { RelayCounters } from '../stats.js';
+import { MAX_ERROR_CHARS } from '../verdicts.js';
 import type { ClaimedRow } from './claim.js';
 import type { GapHead, GapWatch } from './gap-watch.js';
 import type { HoldBack } from './hold-back.js';
-import type { RelaySession, Statement } from './session.js';
-import type { RelayCounters } from './stats.js';
-import { MAX_ERROR_CHARS } from './verdicts.js';
 
 /** An event BRIDGE_GAPS_SQL bridged. */
 interface BridgedRow {

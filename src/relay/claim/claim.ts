@@ -1,13 +1,19 @@
-import { aggregateKeyOf } from '../aggregate-key.js';
-import type { OutboxMessage } from '../publishers/contract.js';
+import { aggregateKeyOf } from '../../aggregate-key.js';
+import type { OutboxMessage } from '../../publishers/contract.js';
+import type { PartitionLeases } from '../leases.js';
+import type { RefusedAggregates } from '../outage.js';
+import type { RelaySession, Statement } from '../session.js';
+import type { SourceBatch } from '../source.js';
+import type { Stopwatch } from '../stats.js';
 import { gateClaim } from './claim-gate.js';
 import type { HeldRow, HoldBack } from './hold-back.js';
-import type { PartitionLeases } from './leases.js';
-import type { RefusedAggregates } from './outage.js';
-import type { ScanFloor } from './scan-floor.js';
 import type { SequenceFaults } from './sequence-faults.js';
-import type { RelaySession, Statement } from './session.js';
-import type { Stopwatch } from './stats.js';
+
+/** Where each claim's scan starts (the polling source's scan floor). */
+export interface ClaimFloor<S extends { readonly from: string } = { readonly from: string }> {
+  start(partitions: readonly number[]): S;
+  claimed(start: S, firstId: string | undefined, ms: number): void;
+}
 
 /** What the ordering gate said of a claimed row (see {@link CLAIM_SQL}). */
 export type Gate = 'pass' | 'hold' | 'gap' | 'repeat';
@@ -43,13 +49,7 @@ export interface ClaimedRow extends ClaimRow {
 }
 
 /** A claimed batch: the events that passed the gate, and the leases they were claimed under. */
-export interface Claimed {
-  readonly messages: OutboxMessage[];
-  /** Rows the claim looked at, including those the gate held back. */
-  readonly scanned: number;
-  readonly partitions: number[];
-  readonly epochs: string[];
-}
+export type Claimed = SourceBatch;
 
 /** The message a publisher gets for a claimed row. */
 export function toMessage(row: ClaimedRow): OutboxMessage {
@@ -85,7 +85,7 @@ export interface ClaimerParts {
   readonly faults: SequenceFaults;
   readonly watch: Stopwatch;
   /** Where each claim's scan starts ({@link ScanFloor}); none: always at the beginning. */
-  readonly floor?: ScanFloor;
+  readonly floor?: ClaimFloor;
   /**
    * Asked at every claim: more ids to leave out and parameters after the eight (the CDC relay's
    * polling path: the ids its stream has in flight, and the polled aggregates, `$9`).

@@ -1,4 +1,4 @@
-import { aggregateKeyOf } from '../aggregate-key.js';
+import { aggregateKeyOf } from '../../aggregate-key.js';
 import type { ClaimedRow, ClaimRow } from './claim.js';
 
 /**
