@@ -117,8 +117,7 @@ export class RelayLoop<B extends SourceBatch = SourceBatch> {
       } catch (error) {
         const failures = this.#halt ? 0 : this.errors.failed();
         if (failures > 0) counters.lastError = redactText(errorMessage(error));
-        const backoffMs = failures > 0 ? loopErrorDelay(failures, o.random) : 0;
-        const wait = await source.reset(error, failures, backoffMs);
+        const wait = await source.reset(error, failures, () => loopErrorDelay(failures, o.random));
         if (this.#halt) break;
         if (wait > 0) await this.bell.sleep(wait);
       }

@@ -38,9 +38,9 @@ export interface RelaySource<B extends SourceBatch = SourceBatch> {
   /**
    * After the loop threw: forget what is in flight, give back the connections. `failures` is
    * the errors in a row (0: the relay is stopping, clean up only). Logs the error and returns
-   * how long the loop waits before the next attempt (`backoffMs` is the runtime's default).
+   * how long the loop waits before the next attempt: `backoff()` is the runtime's error backoff.
    */
-  reset(error: unknown, failures: number, backoffMs: number): Promise<number>;
+  reset(error: unknown, failures: number, backoff: () => number): Promise<number>;
   /** The loop ended (the relay stops): settle what is in flight if it can; never throws. */
   stopped(): Promise<void>;
   /** The relay stops, after its loop: background probes and connections given back. */

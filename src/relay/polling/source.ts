@@ -106,11 +106,12 @@ export class PollingSource implements RuntimeSource<Claimed> {
   }
 
   /** After a loop error: new connections, a rebalance first, and the runtime's backoff. */
-  async reset(error: unknown, failures: number, backoffMs: number): Promise<number> {
+  async reset(error: unknown, failures: number, backoff: () => number): Promise<number> {
     await this.#reader.reset();
     this.#floor.reset();
     if (failures === 0) return 0;
     await this.#reader.releaseSessions(error);
+    const backoffMs = backoff();
     this.#c.o.logger.error(
       { err: error, relayId: this.#c.o.relayId, retryInMs: backoffMs },
       'relay loop error; backing off',
