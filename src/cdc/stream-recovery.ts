@@ -2,7 +2,7 @@ import { errorMessage, OutboxError } from '../errors.js';
 import { redactText } from '../redact.js';
 import type { RuntimeContext } from '../relay/runtime.js';
 import type { RelaySession } from '../relay/session.js';
-import { FencedError } from './handover.js';
+import { FencedError } from './handover-rows.js';
 import { CDC_SLOT_LOST, type CdcNames, checkCdc } from './setup.js';
 import type { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import type { CdcMetrics, ReconnectReason } from './stats.js';

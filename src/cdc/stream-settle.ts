@@ -1,3 +1,4 @@
+import type { Fence } from '../core/fence.js';
 import type { Logger } from '../logger.js';
 import { redactText } from '../redact.js';
 import type { RefusedAggregates } from '../relay/outage.js';
@@ -5,7 +6,8 @@ import type { Recorder } from '../relay/record.js';
 import type { RelaySession } from '../relay/session.js';
 import type { RelayCounters } from '../relay/stats.js';
 import { type Failure, MAX_ERROR_CHARS, type Verdict } from '../relay/verdicts.js';
-import type { Fence, Handover, HandoverRow, ProgressRow } from './handover.js';
+import type { Handover } from './handover.js';
+import type { HandoverRow, ProgressRow } from './handover-rows.js';
 import type { OwnTransactions, StreamEvent } from './stream-batch.js';
 import type { RefusalBound, StreamGate } from './stream-gate.js';
 import type { StreamSession } from './stream-session.js';

@@ -1,17 +1,7 @@
-import type { OutboxMessage } from '../publishers/contract.js';
+import type { SourceBatch } from './batch.js';
 import type { Verdict } from './verdicts.js';
 
-/**
- * A batch a source hands the loop: the events to publish, in the source's order, and the
- * leases (the fence) they were read under — every write that settles them is fenced by these.
- */
-export interface SourceBatch {
-  readonly messages: OutboxMessage[];
-  /** Rows or events the source looked at for it, including those it held back. */
-  readonly scanned: number;
-  readonly partitions: number[];
-  readonly epochs: string[];
-}
+export type { SourceBatch } from './batch.js';
 
 /**
  * Where a relay's events come from: the seam between the runtime (the loop and the lifecycle,

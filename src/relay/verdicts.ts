@@ -4,7 +4,7 @@ import type { FailureReason } from '../metrics/relay-metrics.js';
 import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
 import { redactText } from '../redact.js';
 import { type BackoffPolicy, fullJitterDelay } from './backoff.js';
-import type { SourceBatch } from './source.js';
+import type { SourceBatch } from './batch.js';
 
 /** A failed publish, as the outcome statement records it on the event. */
 export interface Failure {
