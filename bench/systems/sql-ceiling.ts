@@ -6,7 +6,7 @@
  * connection while the last one's outcome is recorded (a stricter ceiling).
  */
 import type pg from 'pg';
-import type { ClaimRow } from '../../src/relay/claim/claim.js';
+import type { ClaimRow } from '../../src/relay/claim/claim-row.js';
 import { gateClaim } from '../../src/relay/claim/claim-gate.js';
 import { CLAIM_SQL } from '../../src/relay/claim/claim-sql.js';
 import { maintainHistory } from '../../src/relay/history.js';
