@@ -85,12 +85,7 @@ export class HandoverSource implements RelaySource<Claimed> {
       this.#why = pipeline.recording ? 'recording' : claimed.scanned === 0 ? 'sleep' : 'again';
       return undefined;
     }
-    pipeline.track(claimed);
-    // A full claim: there is likely more, so the next one runs while this batch publishes (as
-    // the polling source does). The claim leaves out this batch's ids and holds back their
-    // aggregates, so the two never overlap on one aggregate.
-    if (!this.#loop.halted && claimed.scanned === o.batchSize) pipeline.prefetch();
-    return claimed;
+    return this.#reader.claimed(claimed, !this.#loop.halted && claimed.scanned === o.batchSize);
   }
 
   async idle(): Promise<void> {
@@ -127,15 +122,8 @@ export class HandoverSource implements RelaySource<Claimed> {
     return delay;
   }
 
-  async stopped(): Promise<void> {
-    const { o } = this.#p;
-    await this.#reader.pipeline.drain().catch((error: unknown) => {
-      o.logger.warn(
-        { err: error, relayId: o.relayId },
-        'last polled outcome not recorded; its events will be republished',
-      );
-    });
-    this.#reader.pipeline.reset();
+  stopped(): Promise<void> {
+    return this.#reader.stopped(this.#p.o.logger, this.#p.o.relayId, 'polled outcome');
   }
 
   /** The relay stops: the loop ended, the gap probe finished, the connections given back. */

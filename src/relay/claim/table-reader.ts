@@ -1,3 +1,4 @@
+import type { Logger } from '../../logger.js';
 import type { PartitionLeases } from '../leases.js';
 import type { ResolvedRelayOptions } from '../options.js';
 import type { RefusedAggregates } from '../outage.js';
@@ -5,7 +6,7 @@ import { outcomeStatement } from '../outcome-sql.js';
 import { Recorder } from '../record.js';
 import { RelaySession, relaySessionSettings, relayStatement } from '../session.js';
 import type { RelayCounters } from '../stats.js';
-import { Claimer, type ClaimerParts } from './claim.js';
+import { type Claimed, Claimer, type ClaimerParts } from './claim.js';
 import { GapWatch } from './gap-watch.js';
 import { HoldBack } from './hold-back.js';
 import { Pipeline } from './pipeline.js';
@@ -78,6 +79,25 @@ export class TableReader {
       o.history ? [o.publisher.name] : [],
     );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
+  }
+
+  /**
+   * A claim with events: in flight until its outcome is recorded; `prefetch` claims the next
+   * batch while this one publishes (a full claim: there is likely more). The claim leaves out
+   * this batch's ids and holds back their aggregates, so the two never overlap on one aggregate.
+   */
+  claimed(claimed: Claimed, prefetch: boolean): Claimed {
+    this.pipeline.track(claimed);
+    if (prefetch) this.pipeline.prefetch();
+    return claimed;
+  }
+
+  /** The loop ended: the last outcome recorded if it can be (else said: its events come again). */
+  async stopped(logger: Logger, relayId: string, what: string): Promise<void> {
+    await this.pipeline.drain().catch((error: unknown) => {
+      logger.warn({ err: error, relayId }, `last ${what} not recorded; its events will be republished`);
+    });
+    this.pipeline.reset();
   }
 
   /** After a loop error: nothing in flight any more (the pipeline drained first). */

@@ -78,9 +78,10 @@ export class PollingSource implements RuntimeSource<Claimed> {
       return undefined;
     }
     await this.#idle.awake();
-    pipeline.track(claimed);
-    if (!loop.halted && !this.#schedule.due && claimed.scanned === o.batchSize) pipeline.prefetch();
-    return claimed;
+    return this.#reader.claimed(
+      claimed,
+      !loop.halted && !this.#schedule.due && claimed.scanned === o.batchSize,
+    );
   }
 
   async idle(): Promise<void> {
@@ -120,13 +121,8 @@ export class PollingSource implements RuntimeSource<Claimed> {
     return backoffMs;
   }
 
-  async stopped(): Promise<void> {
-    await this.#reader.pipeline.drain().catch((error: unknown) => {
-      this.#c.o.logger.warn(
-        { err: error, relayId: this.#c.o.relayId },
-        'last outcome not recorded; its events will be republished',
-      );
-    });
+  stopped(): Promise<void> {
+    return this.#reader.stopped(this.#c.o.logger, this.#c.o.relayId, 'outcome');
   }
 
   close(timeoutMs: number): Promise<void> {
