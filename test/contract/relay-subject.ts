@@ -12,7 +12,7 @@ import { connect } from '@nats-io/transport-node';
 import { percentDecode } from '../../src/envelope/percent.js';
 import { cdcSlotStatus, createCdcRelay, dropCdcSlot, ensureCdcSlot } from '../../src/index.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import {
   type ChildRelayConfig,
   type ChildReport,
