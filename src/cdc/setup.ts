@@ -10,13 +10,7 @@
 import type { Pool, PoolClient } from 'pg';
 import { OutboxError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
-import {
-  CDC_WAL_LEVEL,
-  type CdcNameOptions,
-  type CdcNames,
-  cdcNames,
-  checkedName,
-} from '../schema/cdc-names.js';
+import { CDC_WAL_LEVEL, type CdcNameOptions, type CdcNames, checkedName } from '../schema/cdc-names.js';
 import { Checkout } from '../schema/checkout.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { sleep } from '../sleep.js';

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { aggregateKeyOf } from '../aggregate-key.js';
 import { type EventRow, toMessage } from '../core/event-row.js';
-import type { WalEvent } from '../producer/wal-message.js';
 import type { OutboxMessage } from '../core/message.js';
+import type { WalEvent } from '../producer/wal-message.js';
 import type { AckTracker, AckUnit } from './acks.js';
 import { formatLsn, type Lsn } from './lsn.js';
 import { parseTimestamptz } from './pgoutput.js';

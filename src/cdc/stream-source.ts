@@ -1,4 +1,5 @@
 import { OutboxError } from '../errors.js';
+import { eventsPrefix, heartbeatPrefix } from '../producer/wal-message.js';
 import type { RelayLoop } from '../relay/loop.js';
 import { outcomeStatement } from '../relay/outcome-sql.js';
 import { Recorder } from '../relay/record.js';
@@ -28,7 +29,6 @@ import { StreamSettler } from './stream-settle.js';
 import { type StreamCounters, StreamInFlight } from './stream-state.js';
 import { lookUp, type TakeParts, take } from './stream-take.js';
 import { loadWalKey, WalReader, WalRefusals } from './wal-auth.js';
-import { eventsPrefix, heartbeatPrefix } from '../producer/wal-message.js';
 
 /** A streamed batch: the events behind the messages. */
 export interface StreamBatch extends SourceBatch {
