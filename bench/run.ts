@@ -79,6 +79,8 @@ interface Profile {
   readonly relays: readonly number[];
   /** Idle CPU: seconds measured (after 2 s of settling). */
   readonly idleSeconds: number;
+  /** W2 and idle CPU: how long a relay settles before the measurement (default 1.5 s and 2 s). */
+  readonly settleSeconds?: number;
   /** W6 (a): producers' offered events/s and seconds per run; (b): drain pairs (not held, held). */
   readonly heldSnapshot: { readonly rate: number; readonly seconds: number; readonly drainPairs: number };
   /** The backlog check: a backlog this large drained by one relay, every event once, in order. */
@@ -152,6 +154,7 @@ const PROFILES: Record<'full' | 'quick' | 'smoke', Profile> = {
     history: 2_000,
     relays: [1, 2],
     idleSeconds: 0.5,
+    settleSeconds: 0.3,
     heldSnapshot: { rate: 200, seconds: 1, drainPairs: 1 },
     backlog: { events: 1_000, aggregates: 100 },
   },
@@ -430,7 +433,14 @@ async function w2(): Promise<Array<LatencyResult & { system: string }>> {
       const runs: LatencyResult[] = [];
       try {
         for (let i = 0; i < profile.latency.runs; i++) {
-          runs.push(await latencyRun(pool, { rate, seconds: profile.latency.seconds, system: make() }));
+          runs.push(
+            await latencyRun(pool, {
+              rate,
+              seconds: profile.latency.seconds,
+              system: make(),
+              ...(profile.settleSeconds === undefined ? {} : { settleMs: profile.settleSeconds * 1000 }),
+            }),
+          );
         }
       } catch (error) {
         const message = failed(`W2 ${name} ${rate} tx/s`, error);
@@ -498,7 +508,13 @@ async function idleCpu(): Promise<Record<string, IdleCpu[]>> {
     const runs: IdleCpu[] = [];
     try {
       for (let i = 0; i < profile.latency.runs; i++) {
-        runs.push(await idleCpuRun(pool, { relay, seconds: profile.idleSeconds }));
+        runs.push(
+          await idleCpuRun(pool, {
+            relay,
+            seconds: profile.idleSeconds,
+            ...(profile.settleSeconds === undefined ? {} : { settleSeconds: profile.settleSeconds }),
+          }),
+        );
       }
     } catch (error) {
       const message = failed(`idle CPU ${name}`, error);
