@@ -14,6 +14,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import type pg from 'pg';
 import { NATS_URL } from './lib.js';
+import type { CpuPer1000 } from './systems/types.js';
 
 const TICK_US = 10_000; // CLK_TCK = 100 on Linux
 
@@ -56,13 +57,6 @@ export function findNatsPid(): number | undefined {
   const onPort = found.find((f) => new RegExp(`(-p|--port)[ =]${port}( |$)`).test(f.cmd));
   natsPid = (onPort ?? (found.length === 1 ? found[0] : undefined))?.pid ?? null;
   return natsPid ?? undefined;
-}
-
-/** CPU ms per 1,000 events by process; undefined where it could not be read. */
-export interface CpuPer1000 {
-  readonly relay?: number;
-  readonly postgres?: number;
-  readonly nats?: number;
 }
 
 export interface CpuMeterOptions {

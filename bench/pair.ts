@@ -6,6 +6,7 @@
  *   npx tsx bench/pair.ts                                  # 100,000 events, 5,000 aggregates, 3 runs
  *   TXO_BASE=/path/to/checkout/bench/relay-process.mjs npx tsx bench/pair.ts
  *   EVENTS=10000 AGGREGATES=1000 RUNS=5 npx tsx bench/pair.ts
+ *   SOURCE=cdc VIA=wal npx tsx bench/pair.ts               # the CDC relay (VIA=table: table mode)
  *
  * The other build must be built (`npm run build` in its checkout). Prints one line per run and the
  * medians: events/s, CPU ms per 1,000 events of the relay process, its PostgreSQL backends and
@@ -22,6 +23,11 @@ const events = Number(process.env['EVENTS'] ?? 100_000);
 const aggregates = Number(process.env['AGGREGATES'] ?? 5_000);
 const runs = Number(process.env['RUNS'] ?? 3);
 const base = process.env['TXO_BASE'];
+const source = process.env['SOURCE'] === 'cdc' ? 'cdc' : 'poll';
+const via = process.env['VIA'] === 'wal' ? 'wal' : 'table';
+/** tx-outbox as configured by SOURCE and VIA (the CDC relay streams while the backlog is written). */
+const txo = () =>
+  source === 'cdc' ? txOutboxSystem({ source, via, backlog: 'while-streaming' }) : txOutboxSystem();
 
 interface Contender {
   readonly name: string;
@@ -31,8 +37,8 @@ interface Contender {
 }
 
 const contenders: Contender[] = [
-  ...(base ? [{ name: `tx-outbox (${base})`, system: () => txOutboxSystem(), script: base }] : []),
-  { name: 'tx-outbox (this build)', system: () => txOutboxSystem() },
+  ...(base ? [{ name: `tx-outbox (${base})`, system: txo, script: base }] : []),
+  { name: 'tx-outbox (this build)', system: txo },
   { name: 'lean relay (no order, no leases, no fencing)', system: () => leanRelaySystem() },
 ];
 

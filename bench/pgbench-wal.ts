@@ -15,10 +15,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { encodeWalBody, eventsPrefix } from '../src/cdc/wal-message.js';
 import { enqueueStatements, wakeChannel } from '../src/producer/enqueue-sql.js';
 import { walStatements } from '../src/producer/enqueue-wal-sql.js';
 import { prepareEvent } from '../src/producer/event.js';
+import { encodeWalBody, eventsPrefix } from '../src/producer/wal-message.js';
 import { migrate } from '../src/schema/migrate.js';
 import { DATABASE_URL } from './lib.js';
 

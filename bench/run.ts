@@ -18,7 +18,6 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import type { CpuPer1000 } from './cpu.js';
 import { benchContext, DATABASE_URL, fmt, fmtMs, machine, type Summary, summarize } from './lib.js';
 import { brokerCeilingSystem } from './systems/broker-ceiling-system.js';
 import { LEAN_RELAY, leanRelayLatencySystem, leanRelaySystem } from './systems/lean-relay.js';
@@ -32,7 +31,7 @@ import {
 } from './systems/peers/pg-transactional-outbox.js';
 import { sqlCeilingSystem } from './systems/sql-ceiling.js';
 import { txOutboxSystem } from './systems/tx-outbox.js';
-import type { BenchContext, DrainSystem } from './systems/types.js';
+import type { BenchContext, CpuPer1000, DrainSystem } from './systems/types.js';
 import { type BacklogCheck, backlogCheck } from './workloads/backlog-check.js';
 import { type DrainRun, drainRun, simulateHistory } from './workloads/drain.js';
 import {

@@ -131,7 +131,7 @@ export function errorMessage(error: unknown): string {
  * the backlog drains.
  */
 export class OutboxBackpressureError extends OutboxError {
-  /** The backlog measured (pending events, an estimate), see `source`. */
+  /** The backlog measured (pending events, an estimate), see `pendingFrom`. */
   readonly pending: number;
   /** The `maxPending` ceiling passed to `enqueue`. */
   readonly ceiling: number;
@@ -139,9 +139,9 @@ export class OutboxBackpressureError extends OutboxError {
    * `relay`: the figure the relays published within their last three intervals; `estimate`: no
    * fresh figure (no relay running), PostgreSQL's live-row count of the events table.
    */
-  readonly source: 'relay' | 'estimate';
+  readonly pendingFrom: 'relay' | 'estimate';
 
-  constructor(schema: string, pending: number, ceiling: number, source: 'relay' | 'estimate') {
+  constructor(schema: string, pending: number, ceiling: number, pendingFrom: 'relay' | 'estimate') {
     super(
       `outbox "${schema}" holds about ${pending} pending events, at or over maxPending (${ceiling}): ` +
         'not enqueued. Retry later, or check that relays run and keep up (tx-outbox status).',
@@ -150,9 +150,23 @@ export class OutboxBackpressureError extends OutboxError {
     this.name = 'OutboxBackpressureError';
     this.pending = pending;
     this.ceiling = ceiling;
-    this.source = source;
+    this.pendingFrom = pendingFrom;
+  }
+
+  /** @deprecated Use `pendingFrom` (`source` is the relay's source, or the CloudEvents attribute). */
+  get source(): 'relay' | 'estimate' {
+    if (!warnedBackpressureSource) {
+      warnedBackpressureSource = true;
+      process.emitWarning(
+        'OutboxBackpressureError: property `source` is deprecated, use `pendingFrom` (the old spelling goes in the next minor version)',
+        { type: 'DeprecationWarning', code: 'TXO_DEPRECATED_OPTION' },
+      );
+    }
+    return this.pendingFrom;
   }
 }
+
+let warnedBackpressureSource = false;
 
 /**
  * A transaction that a failed statement aborted, whose error the caller's code caught and went on:

@@ -39,26 +39,28 @@ export { fromEnvelope, type InboxMessage } from './inbox/message.js';
 export { ORDERING_POLICIES, type OrderingPolicy, type StartSequence } from './inbox/ordering.js';
 export {
   listQuarantine,
+  type PruneInboxOptions,
   pruneInbox,
   type QuarantinedMessage,
   releaseQuarantined,
   showQuarantined,
 } from './inbox/quarantine.js';
 export { type Logger, silentLogger } from './logger.js';
-export { PUBLISHER_KINDS, type PublisherKind } from './metrics/broker.js';
 export { FAILURE_CODES } from './metrics/error-code.js';
 export type { DeadReason, LeaseChange, RetriedReason } from './metrics/relay-metrics.js';
 export {
-  type CounterMetric,
-  type GaugeMetric,
-  type HistogramMetric,
   METER_NAME,
   type MeterLike,
-  type MetricLabels,
   type MetricsOption,
-  type MetricsSink,
   type RegistryLike,
   resolveMetrics,
+} from './metrics/resolve.js';
+export type {
+  CounterMetric,
+  GaugeMetric,
+  HistogramMetric,
+  MetricLabels,
+  MetricsSink,
 } from './metrics/sink.js';
 export {
   type Backlog,
@@ -124,6 +126,7 @@ export {
 export { isPublisherClosed, PUBLISHER_CLOSED, publisherClosed } from './publishers/core/closed.js';
 export { defaultDestination } from './publishers/core/destination.js';
 export { permanent } from './publishers/core/outcomes.js';
+export { PUBLISHER_KINDS, type PublisherKind } from './publishers/kind.js';
 export { type Route, type RouteMatch, type RouterOptions, routerPublisher } from './publishers/router.js';
 export {
   type HistoryMaintenance,
@@ -132,8 +135,8 @@ export {
   maintainHistory,
 } from './relay/history.js';
 export type { RelayOptions } from './relay/options.js';
+export { createRelay, type Relay, type RelayHealth, type RelayStats } from './relay/polling/relay.js';
 export type { RelayPruneOptions } from './relay/pruner.js';
-export { createRelay, type Relay, type RelayHealth, type RelayStats } from './relay/relay.js';
 export {
   DEFAULT_PARTITIONS,
   DEFAULT_SCHEMA,

@@ -6,7 +6,13 @@
  * subjects under `ctx.subjectPrefix` (the stream `ctx.stream` captures them).
  */
 import type pg from 'pg';
-import type { CpuPer1000 } from '../cpu.js';
+
+/** CPU ms per 1,000 events by process; undefined where it could not be read. */
+export interface CpuPer1000 {
+  readonly relay?: number;
+  readonly postgres?: number;
+  readonly nats?: number;
+}
 
 export interface BenchContext {
   readonly databaseUrl: string;

@@ -19,11 +19,11 @@
  */
 import pg from 'pg';
 import { enqueue, migrate } from '../../src/index.js';
-import { CpuMeter, type CpuPer1000 } from '../cpu.js';
+import { CpuMeter } from '../cpu.js';
 import { benchContext } from '../lib.js';
 import { finalStats, hasExited, type RelayChild, stopRelay, whenStarted } from '../systems/child.js';
 import { applicationNameOf, loadOutbox, pendingCount, spawnRelay } from '../systems/tx-outbox.js';
-import type { BenchContext, DrainWorkload } from '../systems/types.js';
+import type { BenchContext, CpuPer1000, DrainWorkload } from '../systems/types.js';
 import { openLoop } from './open-loop.js';
 
 /** The relay's claim statement times, ms (NaN where its build does not report them). */

@@ -15,7 +15,7 @@ import { jetstream } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import type pg from 'pg';
 import { enqueue, ensureCdcSlot, migrate } from '../../src/index.js';
-import { CpuMeter, type CpuPer1000 } from '../cpu.js';
+import { CpuMeter } from '../cpu.js';
 import { benchContext, percentile } from '../lib.js';
 import { dropReplicationObjects } from '../systems/peers/shared.js';
 import {
@@ -28,7 +28,7 @@ import {
   stopRelay,
   whenStarted,
 } from '../systems/tx-outbox.js';
-import type { BenchContext } from '../systems/types.js';
+import type { BenchContext, CpuPer1000 } from '../systems/types.js';
 import { openLoop } from './open-loop.js';
 
 /** One event a W2 producer writes in its business transaction. */

@@ -10,7 +10,7 @@ import type { Pool } from 'pg';
 import { errorMessage } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 
-/** $1: the heartbeat prefix (src/cdc/wal-message.ts); the returned LSN is only for tests. */
+/** $1: the heartbeat prefix (src/producer/wal-message.ts); the returned LSN is only for tests. */
 export const HEARTBEAT_MESSAGE_SQL = `SELECT pg_logical_emit_message(false, $1::text, ''::text)::text AS lsn`;
 
 export interface HeartbeatOptions {

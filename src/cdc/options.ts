@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { OutboxValidationError } from '../errors.js';
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from '../relay/options.js';
-import { cdcNames } from './setup.js';
+import { cdcNames } from '../schema/cdc-names.js';
 
 /** The polling relay's options (`listen` ignored: the stream is the wake-up), and the stream's own. */
 export interface CdcRelayOptions extends RelayOptions {

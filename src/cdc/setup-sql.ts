@@ -4,6 +4,8 @@
  * a superuser (the slot statements need the REPLICATION attribute).
  */
 
+import { defaultSlotSql } from '../schema/cdc-names.js';
+
 /**
  * The two settings the checks read (`max_slot_wal_keep_size` as PostgreSQL prints it: '-1', '10GB'),
  * and whether the role may start a walsender (REPLICATION or superuser).
@@ -29,28 +31,6 @@ WHERE p.pubname = $1`;
 /** `{{publication}}` is the validated, quoted publication name. */
 export const CREATE_PUBLICATION_SQL = `CREATE PUBLICATION {{publication}} FOR TABLE {{schema}}.events WITH (publish = 'insert')`;
 export const DROP_PUBLICATION_SQL = `DROP PUBLICATION IF EXISTS {{publication}}`;
-
-/**
- * The default slot of an outbox schema in this database, as an SQL expression of the schema
- * (`schema`: a text parameter such as `$1::text`). Replication slots are cluster-wide, so the name
- * carries the database: `txo_<database>_<schema>_<hash>` — the database name lowercased with
- * every character other than a-z, 0-9 and _ made `_`, the whole cut to 54 characters, then `_`
- * and the first 8 hex digits of sha256('<database>/<schema>'), so distinct databases and schemas
- * keep distinct names within PostgreSQL's 63 (`txo_shop_outbox_c6fa275c`). A slot `txo_<schema>`
- * of THIS database (the default before 0.1.0) stays the default while it exists. Computed in SQL,
- * so the relay, the CLI and `enqueue(…, { via: 'wal' })` resolve the same name from
- * current_database() whatever the client calls the database (a pooler alias, PGDATABASE).
- */
-export function defaultSlotSql(schema: string): string {
-  return `(CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots
-                          WHERE slot_name = 'txo_' || ${schema} AND database = current_database())
-      THEN 'txo_' || ${schema}
-      ELSE left('txo_' || regexp_replace(translate(current_database(), 'ABCDEFGHIJKLMNOPQRSTUVWXYZ',
-                                                   'abcdefghijklmnopqrstuvwxyz'), '[^a-z0-9_]', '_', 'g')
-                || '_' || ${schema}, 54)
-           || '_' || left(encode(sha256(convert_to(current_database() || '/' || ${schema}, 'UTF8')), 'hex'), 8)
- END)`;
-}
 
 /** The default slot of schema $1 in this database (defaultSlotSql). */
 export const DEFAULT_SLOT_SQL = `SELECT ${defaultSlotSql('$1::text')} AS slot`;

@@ -8,16 +8,16 @@
  */
 
 import type { Pool, PoolClient } from 'pg';
-import { OutboxError, OutboxValidationError } from '../errors.js';
+import { OutboxError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
+import { CDC_WAL_LEVEL, type CdcNameOptions, type CdcNames, checkedName } from '../schema/cdc-names.js';
 import { Checkout } from '../schema/checkout.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
-import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { sleep } from '../sleep.js';
+import { resolveCdcNames } from './names.js';
 import {
   CREATE_PUBLICATION_SQL,
   CREATE_SLOT_SQL,
-  DEFAULT_SLOT_SQL,
   DROP_PUBLICATION_SQL,
   DROP_SLOT_SQL,
   PUBLICATION_SQL,
@@ -30,7 +30,14 @@ import {
   TERMINATE_SLOT_HOLDER_SQL,
 } from './setup-sql.js';
 
-export const CDC_WAL_LEVEL = 'TXO_CDC_WAL_LEVEL';
+export {
+  CDC_WAL_LEVEL,
+  type CdcNameChoice,
+  type CdcNameOptions,
+  type CdcNames,
+  cdcNames,
+} from '../schema/cdc-names.js';
+
 export const CDC_SLOT_LOST = 'TXO_CDC_SLOT_LOST';
 export const CDC_NO_REPLICATION = 'TXO_CDC_NO_REPLICATION';
 export const CDC_SLOT_ACTIVE = 'TXO_CDC_SLOT_ACTIVE';
@@ -40,80 +47,9 @@ export const CDC_SLOT_ACTIVE = 'TXO_CDC_SLOT_ACTIVE';
  */
 export const CDC_SLOT_MISMATCH = 'TXO_CDC_SLOT_MISMATCH';
 
-export interface CdcNameOptions {
-  /** Schema that holds the outbox tables. Default `outbox`. */
-  readonly schema?: string;
-  /**
-   * Replication slot. Default: this database's slot of the schema, `txo_<database>_<schema>_<hash>`
-   * (or `txo_<schema>` while a slot of that name exists in this database; docs/cdc.md).
-   */
-  readonly slot?: string;
-  /** Publication (one database's object). Default `txo_<schema>`. */
-  readonly publication?: string;
-}
-
-/** The validated names as given: `slot` undefined stands for this database's default slot. */
-export interface CdcNameChoice {
-  readonly schema: string;
-  readonly slot: string | undefined;
-  readonly publication: string;
-}
-
-/** The names with the slot resolved (resolveCdcNames). */
-export interface CdcNames {
-  readonly schema: string;
-  readonly slot: string;
-  readonly publication: string;
-}
+export { resolveCdcNames } from './names.js';
 
 type Queryable = Pool | PoolClient;
-
-// Slot names may hold only lowercase letters, digits and underscores (PostgreSQL's own rule),
-// 63 bytes at most; the publication follows the same rule so it needs no case-folding care.
-const NAME = /^[a-z_][a-z0-9_]{0,62}$/;
-
-function checkedName(field: string, name: string): string {
-  if (typeof name !== 'string' || !NAME.test(name)) {
-    throw new OutboxValidationError(
-      field,
-      `${JSON.stringify(name)} is not a valid ${field} name`,
-      'Use 1-63 characters: lowercase letters, digits and underscores, not starting with a digit.',
-    );
-  }
-  return name;
-}
-
-/**
- * The validated names; the publication defaults to `txo_<schema>` (schema names fit: 58 at most),
- * the slot to undefined: this database's default, which only the database can tell
- * (resolveCdcNames). `cdcNames('orders', { slot })` is the same as `cdcNames({ schema: 'orders', slot })`.
- */
-export function cdcNames(
-  schemaOrOptions: string | CdcNameOptions = {},
-  more: Omit<CdcNameOptions, 'schema'> = {},
-): CdcNameChoice {
-  const options =
-    typeof schemaOrOptions === 'string' ? { ...more, schema: schemaOrOptions } : schemaOrOptions;
-  const schema = options.schema ?? DEFAULT_SCHEMA;
-  quoteSchema(schema);
-  return {
-    schema,
-    slot: options.slot === undefined ? undefined : checkedName('slot', options.slot),
-    publication: checkedName('publication', options.publication ?? `txo_${schema}`),
-  };
-}
-
-/**
- * The names with the slot resolved: the one given, else this database's default slot of the
- * schema (DEFAULT_SLOT_SQL: `txo_<database>_<schema>_<hash>`, or `txo_<schema>` while this
- * database has a slot of that name).
- */
-export async function resolveCdcNames(db: Queryable, options: CdcNameOptions = {}): Promise<CdcNames> {
-  const choice = cdcNames(options);
-  if (choice.slot !== undefined) return { ...choice, slot: choice.slot };
-  const { rows } = await db.query<{ slot: string }>(DEFAULT_SLOT_SQL, [choice.schema]);
-  return { ...choice, slot: checkedName('slot', rows[0]!.slot) };
-}
 
 function publicationSql(sql: string, names: CdcNames): string {
   return withSchema(sql, quoteSchema(names.schema)).replaceAll('{{publication}}', `"${names.publication}"`);

@@ -22,8 +22,6 @@ import type { Pool } from 'pg';
 import { OutboxError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { CounterMetric } from '../metrics/sink.js';
-import { withSchema } from '../schema/identifiers.js';
-import { formatLsn, type Lsn, parseLsn } from './lsn.js';
 import {
   decodeWalEvent,
   WAL_FORMAT_UNSIGNED,
@@ -31,7 +29,9 @@ import {
   WAL_MAC_BYTES,
   type WalEvent,
   type WalSchema,
-} from './wal-message.js';
+} from '../producer/wal-message.js';
+import { withSchema } from '../schema/identifiers.js';
+import { formatLsn, type Lsn, parseLsn } from './lsn.js';
 
 /** The key, where the WAL stood when it was made, and the database's encoding (for partitionOf). */
 export const WAL_KEY_SQL = `

@@ -22,7 +22,7 @@ interface DropSlotCliOptions extends DatabaseCommandOptions, CdcNameFlags {
   readonly terminate?: boolean;
 }
 
-/** What `--slot` defaults to, for the help texts (setup-sql.ts, defaultSlotSql). */
+/** What `--slot` defaults to, for the help texts (src/schema/cdc-names.ts, defaultSlotSql). */
 export const DEFAULT_SLOT_HELP = "this database's: txo_<database>_<schema>_<hash>";
 
 /** Adds `--slot` and `--publication` (defaults: this database's slot of the schema, `txo_<schema>`). */

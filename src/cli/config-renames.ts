@@ -1,13 +1,21 @@
 /**
- * The config file speaks the library's vocabulary: `url` for every publisher. A NATS publisher's
- * `servers` and a Kafka publisher's `brokers` are earlier spellings, still read for one minor
- * version (the caller warns, naming the file and the field).
+ * The config file speaks the library's vocabulary: `url` for every publisher, `ceSource` for the
+ * CloudEvents source it stamps. A NATS publisher's `servers`, a Kafka publisher's `brokers` and
+ * any publisher's `source` are earlier spellings, still read for one minor version (the caller
+ * warns, naming the file and the field).
  */
+
+/** Old spelling → new name, for a publisher of every kind. */
+const EVERY_KIND: Readonly<Record<string, string>> = { source: 'ceSource' };
 
 /** Kind → old spelling → new name. */
 export const CONFIG_RENAMES: Readonly<Record<string, Readonly<Record<string, string>>>> = {
-  nats: { servers: 'url' },
-  kafka: { brokers: 'url' },
+  nats: { servers: 'url', ...EVERY_KIND },
+  kafka: { brokers: 'url', ...EVERY_KIND },
+  webhook: EVERY_KIND,
+  rabbitmq: EVERY_KIND,
+  redis: EVERY_KIND,
+  mqtt: EVERY_KIND,
 };
 
 /** An old spelling found under `publishers.<publisher>`; `conflict` when the new name is given too. */

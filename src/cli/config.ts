@@ -14,22 +14,22 @@
  *   }
  *
  * `url` is where every publisher's broker is; a NATS or Kafka publisher takes one or several
- * (a list, or a comma-separated string). The earlier `servers` (NATS) and `brokers` (Kafka) are
- * still read, with a deprecation warning naming the file and the field, until the next minor
- * version.
+ * (a list, or a comma-separated string); `ceSource` is the CloudEvents source it stamps. The
+ * earlier `servers` (NATS), `brokers` (Kafka) and `source` are still read, with a deprecation
+ * warning naming the file and the field, until the next minor version.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, extname, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
-import { sourceOf } from '../envelope/source.js';
+import { ceSourceOf } from '../envelope/ce-source.js';
 import { CliError } from './common.js';
 import { type RenamedField, renamedConfigFields } from './config-renames.js';
 
 const nonEmpty = z.string().min(1);
 const list = z.union([nonEmpty, z.array(nonEmpty).min(1)]);
-/** The CloudEvents `source` the publisher stamps: a URI-reference. */
-const source = nonEmpty
+/** The CloudEvents `source` the publisher stamps (`ceSource`): a URI-reference. */
+const ceSource = nonEmpty
   .refine(isUriReference, {
     message: "must be a URI-reference such as 'https://orders.example.com' or 'urn:example:orders'",
   })
@@ -37,7 +37,7 @@ const source = nonEmpty
 
 function isUriReference(value: string): boolean {
   try {
-    sourceOf(value);
+    ceSourceOf(value);
     return true;
   } catch {
     return false;
@@ -51,7 +51,7 @@ export const publisherSpecSchema = z.discriminatedUnion('kind', [
       url: list,
       stream: nonEmpty.optional(),
       streamSubjects: z.array(nonEmpty).min(1).optional(),
-      source,
+      ceSource,
     })
     .strict(),
   z
@@ -61,17 +61,17 @@ export const publisherSpecSchema = z.discriminatedUnion('kind', [
       secret: nonEmpty.optional(),
       /** A file holding the secret; relative to the config file. */
       secretFile: nonEmpty.optional(),
-      source,
+      ceSource,
     })
     .strict()
     .refine((spec) => spec.secret === undefined || spec.secretFile === undefined, {
       message: 'give "secret" or "secretFile", not both',
       path: ['secretFile'],
     }),
-  z.object({ kind: z.literal('kafka'), url: list, clientId: nonEmpty.optional(), source }).strict(),
-  z.object({ kind: z.literal('rabbitmq'), url: nonEmpty, exchange: nonEmpty.optional(), source }).strict(),
-  z.object({ kind: z.literal('redis'), url: nonEmpty, source }).strict(),
-  z.object({ kind: z.literal('mqtt'), url: nonEmpty, source }).strict(),
+  z.object({ kind: z.literal('kafka'), url: list, clientId: nonEmpty.optional(), ceSource }).strict(),
+  z.object({ kind: z.literal('rabbitmq'), url: nonEmpty, exchange: nonEmpty.optional(), ceSource }).strict(),
+  z.object({ kind: z.literal('redis'), url: nonEmpty, ceSource }).strict(),
+  z.object({ kind: z.literal('mqtt'), url: nonEmpty, ceSource }).strict(),
 ]);
 
 export type PublisherSpec = z.infer<typeof publisherSpecSchema>;

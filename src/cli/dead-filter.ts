@@ -1,7 +1,7 @@
 /** The filter flags of `tx-outbox dead list | replay`: `--aggregate`, `--type`, `--since`. */
 import type { DeadFilter } from '../ops/dead-letter.js';
 import { usageError } from './common.js';
-import { parseDuration } from './inbox.js';
+import { parseDuration, RETENTION } from './duration.js';
 
 /** The flags as commander hands them over. */
 export interface DeadFilterFlags {
@@ -22,7 +22,8 @@ export function parseSince(value: string, now: Date = new Date()): Date {
     if (!Number.isNaN(at.getTime())) return at;
     throw usageError(`--since ${value} is not a valid time`);
   }
-  if (/^\d+(ms|s|m|h|d)$/.test(value)) return new Date(now.getTime() - parseDuration('--since', value));
+  if (/^\d+(ms|s|m|h|d)$/.test(value))
+    return new Date(now.getTime() - parseDuration('--since', value, RETENTION));
   throw usageError(
     `--since needs an ISO time such as 2026-12-01T09:00Z, or a duration back from now such as 2h, 30m or 7d (got ${JSON.stringify(value)})`,
   );

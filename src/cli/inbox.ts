@@ -4,7 +4,6 @@ import type { Command } from 'commander';
 import {
   isQuarantineId,
   listQuarantine,
-  MAX_PRUNE_WINDOW_MS,
   MAX_QUARANTINE_ID,
   pruneInbox,
   type QuarantinedMessage,
@@ -13,6 +12,7 @@ import {
 } from '../inbox/quarantine.js';
 import { type DatabaseCommandOptions, databaseCommand, withPool } from './command.js';
 import { CliError, EXIT_NOT_FOUND, usageError } from './common.js';
+import { parseDuration, RETENTION } from './duration.js';
 
 interface Options extends DatabaseCommandOptions {
   readonly consumer?: string;
@@ -21,19 +21,6 @@ interface Options extends DatabaseCommandOptions {
   readonly actor?: string;
   readonly olderThan?: string;
   readonly replayHorizon?: string;
-}
-
-const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
-
-/** `7d`, `12h`, `30m`, `45s`, `500ms` → milliseconds, from 1 ms to 100 years (what pruning can take). */
-export function parseDuration(flag: string, value: string | undefined): number {
-  const m = /^(\d+)(ms|s|m|h|d)$/.exec(value ?? '');
-  if (!m) throw usageError(`${flag} needs a duration such as 7d, 12h or 30m`);
-  const ms = Number(m[1]) * UNITS[m[2]!]!;
-  if (!(ms >= 1 && ms <= MAX_PRUNE_WINDOW_MS)) {
-    throw usageError(`${flag} ${value} is out of range: give a duration from 1ms to 36500d (100 years)`);
-  }
-  return ms;
 }
 
 /** The quarantine ids given on the command line, each a whole number from 1 to 2^63 − 1 (bigint). */
@@ -112,10 +99,10 @@ export function registerInbox(program: Command): void {
     .option('--older-than <duration>', 'e.g. 30d')
     .option('--replay-horizon <duration>', 'how far back a broker may redeliver, e.g. 7d (required)')
     .action((o: Options) => {
-      const olderThanMs = parseDuration('--older-than', o.olderThan);
-      const replayHorizonMs = parseDuration('--replay-horizon', o.replayHorizon);
+      const dedupRetentionMs = parseDuration('--older-than', o.olderThan, RETENTION);
+      const replayHorizonMs = parseDuration('--replay-horizon', o.replayHorizon, RETENTION);
       return withPool(o, 1, async (pool) => {
-        const n = await pruneInbox(pool, { schema: o.schema, olderThanMs, replayHorizonMs });
+        const n = await pruneInbox(pool, { schema: o.schema, dedupRetentionMs, replayHorizonMs });
         process.stdout.write(`Pruned ${n} dedup record(s).\n`);
       });
     });

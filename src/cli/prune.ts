@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { PRUNED_TABLES, type PruneOptions, type PruneResult, prune } from '../ops/prune.js';
 import { type DatabaseCommandOptions, databaseCommand, withPool } from './command.js';
 import { integerOption } from './common.js';
-import { parseDuration } from './inbox.js';
+import { parseDuration, RETENTION } from './duration.js';
 
 interface Options extends DatabaseCommandOptions {
   readonly dryRun?: boolean;
@@ -22,14 +22,15 @@ interface Options extends DatabaseCommandOptions {
   readonly json?: boolean;
 }
 
-const optionalDuration = (flag: string, value: string | undefined): number | undefined =>
-  value === undefined ? undefined : parseDuration(flag, value);
+/** A retention flag (the unit required), or `--budget` (`bare`: a bare number is ms). */
+const optionalDuration = (flag: string, value: string | undefined, bare = false): number | undefined =>
+  value === undefined ? undefined : parseDuration(flag, value, bare ? {} : RETENTION);
 
 /** The library options the flags say. */
 export function pruneOptionsFromFlags(o: Options): PruneOptions {
   const inbox: PruneOptions['inbox'] = o.inbox
     ? {
-        replayHorizonMs: parseDuration('--replay-horizon', o.replayHorizon),
+        replayHorizonMs: parseDuration('--replay-horizon', o.replayHorizon, RETENTION),
         ...definedOnly({
           dedupRetentionMs: optionalDuration('--inbox-older-than', o.inboxOlderThan),
           positionRetentionMs: optionalDuration('--positions-older-than', o.positionsOlderThan),
@@ -45,7 +46,7 @@ export function pruneOptionsFromFlags(o: Options): PruneOptions {
       relayRetentionMs: optionalDuration('--relays-older-than', o.relaysOlderThan),
       auditRetentionMs: optionalDuration('--audit-older-than', o.auditOlderThan),
       batchSize: o.batchSize,
-      budgetMs: optionalDuration('--budget', o.budget),
+      budgetMs: optionalDuration('--budget', o.budget, true),
     }),
     dryRun: o.dryRun === true,
     inbox,

@@ -41,7 +41,7 @@ export function importNats(): Promise<typeof import('../publishers/nats/index.js
 
 /** One publisher from its spec (a config entry, or what a flag says). */
 export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: string): Promise<Publisher> {
-  const source = spec.source === undefined ? {} : { source: spec.source };
+  const ceSource = spec.ceSource === undefined ? {} : { ceSource: spec.ceSource };
   switch (spec.kind) {
     case 'nats': {
       const { natsPublisher } = await importNats();
@@ -49,7 +49,7 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
         url: list(spec.url),
         stream: spec.stream,
         streamSubjects: spec.streamSubjects,
-        ...source,
+        ...ceSource,
       });
     }
     case 'webhook': {
@@ -64,27 +64,27 @@ export async function publisherFromSpec(spec: PublisherSpec, webhookSecret?: str
             '--webhook-secret-file <path>, or give "secretFile" in the config',
         );
       }
-      return webhookPublisher({ endpoints: spec.url, secret, ...source });
+      return webhookPublisher({ endpoints: spec.url, secret, ...ceSource });
     }
     case 'kafka': {
       const { kafkaPublisher } = await load('kafka', () => import('../publishers/kafka/index.js'));
-      return kafkaPublisher({ url: list(spec.url), clientId: spec.clientId, ...source });
+      return kafkaPublisher({ url: list(spec.url), clientId: spec.clientId, ...ceSource });
     }
     case 'rabbitmq': {
       const { rabbitmqPublisher } = await load('rabbitmq', () => import('../publishers/rabbitmq/index.js'));
       return rabbitmqPublisher({
         url: spec.url,
         ...(spec.exchange === undefined ? {} : { exchange: spec.exchange }),
-        ...source,
+        ...ceSource,
       });
     }
     case 'redis': {
       const { redisPublisher } = await load('redis', () => import('../publishers/redis/index.js'));
-      return redisPublisher({ url: spec.url, ...source });
+      return redisPublisher({ url: spec.url, ...ceSource });
     }
     case 'mqtt': {
       const { mqttPublisher } = await load('mqtt', () => import('../publishers/mqtt/index.js'));
-      return mqttPublisher({ url: spec.url, ...source });
+      return mqttPublisher({ url: spec.url, ...ceSource });
     }
   }
 }

@@ -6,14 +6,14 @@
 
 import type { Command } from 'commander';
 import type { Logger as PinoLogger } from 'pino';
-import { sourceOf } from '../envelope/source.js';
+import { ceSourceOf } from '../envelope/ce-source.js';
 import type { MetricsServer } from '../ops/http.js';
 import type { Publisher } from '../publishers/contract.js';
 import { redactUrl } from '../redact.js';
 import type { HistoryOptions } from '../relay/history.js';
 import type { RelayOptions } from '../relay/options.js';
+import { createRelay, type Relay } from '../relay/polling/relay.js';
 import type { RelayPruneOptions } from '../relay/pruner.js';
-import { createRelay, type Relay } from '../relay/relay.js';
 import { warnSecretsOnCommandLine } from './argv-secrets.js';
 import { DEFAULT_SLOT_HELP } from './cdc.js';
 import { type DatabaseCommandOptions, withDatabaseOptions } from './command.js';
@@ -27,7 +27,7 @@ import {
   usageError,
 } from './common.js';
 import { CONFIG_FILES, findConfig, loadConfig, type PublisherSpec, type RelayConfig } from './config.js';
-import { parseDuration } from './inbox.js';
+import { durationOption, parseDuration, TIMER } from './duration.js';
 import {
   addMetricsOptions,
   type MetricsFlags,
@@ -138,16 +138,20 @@ export function registerRelay(program: Command): void {
     )
     .option('--batch-size <n>', 'events claimed per batch (default 500)', integerOption(1, 10_000))
     .option(
-      '--poll-interval <ms>',
-      'idle poll interval when no wake-up arrives (default 1000)',
-      integerOption(1),
+      '--poll-interval <duration>',
+      'idle poll interval when no wake-up arrives, e.g. 500ms (default 1s; a bare number is ms)',
+      durationOption(TIMER),
     )
-    .option('--lease <ms>', 'partition lease length, renewed every third (default 15000)', integerOption(300))
+    .option(
+      '--lease <duration>',
+      'partition lease length, renewed every third (default 15s, at least 300ms)',
+      durationOption({ ...TIMER, min: 300 }),
+    )
     .option('--max-attempts <n>', 'attempts before an event is dead (default 10)', integerOption(1))
     .option(
-      '--gap-grace <ms>',
-      'how long an aggregate waits behind a missing sequence before the relay publishes across it, if nothing earlier is left (default 10000)',
-      integerOption(1),
+      '--gap-grace <duration>',
+      'how long an aggregate waits behind a missing sequence before the relay publishes across it, if nothing earlier is left (default 10s)',
+      durationOption(TIMER),
     )
     .option(
       '--relay-id <id>',
@@ -173,7 +177,7 @@ export function registerRelay(program: Command): void {
 }
 
 function relayPruneFlag(interval: string | undefined): RelayPruneOptions | true {
-  return interval === undefined ? true : { intervalMs: parseDuration('--prune-interval', interval) };
+  return interval === undefined ? true : { intervalMs: parseDuration('--prune-interval', interval, TIMER) };
 }
 
 function commaList(value: string): string[] {
@@ -253,11 +257,11 @@ export function cdcFlags(options: {
   acceptWalFormat1?: boolean;
 } {
   const heartbeatMs =
-    options.heartbeat === undefined ? undefined : parseDuration('--heartbeat', options.heartbeat);
+    options.heartbeat === undefined ? undefined : parseDuration('--heartbeat', options.heartbeat, TIMER);
   const silenceTimeoutMs =
     options.silenceTimeout === undefined
       ? undefined
-      : parseDuration('--silence-timeout', options.silenceTimeout);
+      : parseDuration('--silence-timeout', options.silenceTimeout, TIMER);
   if ((silenceTimeoutMs ?? 30_000) <= (heartbeatMs ?? 10_000)) {
     throw usageError(
       `--silence-timeout (${silenceTimeoutMs ?? 30_000} ms) must be longer than --heartbeat (${heartbeatMs ?? 10_000} ms): the heartbeat is what breaks the silence`,
@@ -276,7 +280,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   const flags = relaySourceFlags(options);
   checkCdcFlags(options, flags.kind);
   const cdc = flags.kind === 'cdc' ? cdcFlags(options) : undefined;
-  const source = await publisherSource(options, flags);
+  const chosen = await choosePublishers(options, flags);
   if (flags.deprecated) {
     process.emitWarning(
       '--source <uri> for the CloudEvents source is deprecated, use --ce-source <uri> (--source now takes poll or cdc; the old meaning goes in the next minor version)',
@@ -302,7 +306,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
   void signals.first.then(() => stopped.abort());
   const endpoint = metricsEndpoint(
     options,
-    source.kind === 'config' ? { file: source.file, metrics: source.config.metrics } : undefined,
+    chosen.kind === 'config' ? { file: chosen.file, metrics: chosen.config.metrics } : undefined,
   );
   // One connection more for the readiness check of /readyz.
   // One more for the background pruner's run (--prune), one for the CDC relay's heartbeat and
@@ -321,9 +325,9 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
     const status = await waitForDatabase(url, options.schema, redactUrl(url), logger, stopped.signal);
     if (status === undefined) return; // stopped by a signal before the database came up
     publisher =
-      source.kind === 'config'
-        ? await publisherFromConfig(source.config, secret)
-        : await publisherFromSpec(source.spec, secret);
+      chosen.kind === 'config'
+        ? await publisherFromConfig(chosen.config, secret)
+        : await publisherFromSpec(chosen.spec, secret);
     const relayOptions: RelayOptions = {
       pool,
       publisher,
@@ -335,7 +339,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       gapGraceMs: options.gapGrace,
       relayId: options.relayId,
       listen: options.listen,
-      history: historyOption(options, source),
+      history: historyOption(options, chosen),
       ...(options.prune ? { prune: relayPruneFlag(options.pruneInterval) } : {}),
       logger: logger.child({ component: 'relay' }),
       ...(registry === undefined ? {} : { metrics: registry }),
@@ -353,7 +357,7 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
       // The default slot is resolved by the relay's start: its "CDC relay started" line names it.
       ...(cdc?.slot === undefined ? {} : { slot: cdc.slot }),
       publisher:
-        source.kind === 'config' ? { config: source.file, publisher: publisher.name } : describe(source.spec),
+        chosen.kind === 'config' ? { config: chosen.file, publisher: publisher.name } : describe(chosen.spec),
       pending: status.pending,
     });
   } finally {
@@ -367,8 +371,8 @@ async function runRelay(options: RelayCliOptions): Promise<void> {
 }
 
 /** The flags win over the config file's `history`; any history flag turns it on. */
-function historyOption(options: RelayCliOptions, source: Source): HistoryOptions | undefined {
-  const file = source.kind === 'config' ? source.config.history : undefined;
+function historyOption(options: RelayCliOptions, chosen: PublisherChoice): HistoryOptions | undefined {
+  const file = chosen.kind === 'config' ? chosen.config.history : undefined;
   if (!options.history && options.historyDays === undefined && !options.historyPayloads && !file)
     return undefined;
   return {
@@ -378,17 +382,17 @@ function historyOption(options: RelayCliOptions, source: Source): HistoryOptions
   };
 }
 
-type Source =
+type PublisherChoice =
   | { readonly kind: 'spec'; readonly spec: PublisherSpec }
   | { readonly kind: 'config'; readonly file: string; readonly config: RelayConfig };
 
 const PUBLISHER_FLAGS = ['nats', 'webhook', 'kafka', 'rabbitmq', 'redis', 'mqtt'] as const;
 
 /** Exactly one publisher flag, or a config file (given, or found in the working directory). */
-async function publisherSource(
+async function choosePublishers(
   options: RelayCliOptions,
   { ceSource, ceSourceFlag = '--ce-source' }: { ceSource?: string; ceSourceFlag?: string },
-): Promise<Source> {
+): Promise<PublisherChoice> {
   const flags = PUBLISHER_FLAGS.filter((f) => options[f] !== undefined);
   if (flags.length > 1) {
     throw usageError(
@@ -400,7 +404,7 @@ async function publisherSource(
   }
   if (flags.length === 0 && ceSource !== undefined) {
     throw usageError(
-      `${ceSourceFlag} goes with a publisher flag; in a config file, give "source" per publisher`,
+      `${ceSourceFlag} goes with a publisher flag; in a config file, give "ceSource" per publisher`,
     );
   }
   checkPublisherOptions(options);
@@ -422,7 +426,7 @@ function specFromFlags(
   flag = '--ce-source',
 ): PublisherSpec {
   const spec = publisherFlag(options);
-  return ceSource === undefined ? spec : { ...spec, source: sourceOf(ceSource, flag) };
+  return ceSource === undefined ? spec : { ...spec, ceSource: ceSourceOf(ceSource, flag) };
 }
 
 function publisherFlag(options: RelayCliOptions): PublisherSpec {

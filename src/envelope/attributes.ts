@@ -7,7 +7,7 @@
  * only when above 0, is where the aggregate's sequences started (its first event is
  * `sequencebase + 1`): above 0 for an aggregate created after the pruner ran.
  */
-import type { OutboxMessage } from '../publishers/contract.js';
+import type { OutboxMessage } from '../core/message.js';
 
 export const SPEC_VERSION = '1.0';
 

@@ -13,7 +13,7 @@
  *
  * Redis Streams has no official binding: its fields follow the MQTT 5 layout.
  */
-import type { OutboxMessage } from '../publishers/contract.js';
+import type { OutboxMessage } from '../core/message.js';
 import {
   ATTRIBUTE_NAME,
   ATTRIBUTE_NAMES,

@@ -7,7 +7,7 @@ import { pgTransactions } from '../adapters/pg.js';
 import type { TransactionRunner } from '../adapters/transactions.js';
 import { OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
-import type { MetricsOption } from '../metrics/sink.js';
+import type { MetricsOption } from '../metrics/resolve.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { namedStatement, type Statement } from '../schema/statement.js';

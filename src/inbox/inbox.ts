@@ -11,7 +11,7 @@ import type { SqlExecutor, TransactionRunner } from '../adapters/transactions.js
 import { errorMessage } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
 import { type InboxMetrics, NOOP_INBOX_METRICS, SinkInboxMetrics } from '../metrics/inbox-metrics.js';
-import { resolveMetrics } from '../metrics/sink.js';
+import { resolveMetrics } from '../metrics/resolve.js';
 import { redactText } from '../redact.js';
 import type { Statement } from '../schema/statement.js';
 import { SKIPPED_EVENT_TYPE } from '../skip-marker.js';

@@ -4,6 +4,7 @@
  */
 import type { Pool } from 'pg';
 import { OutboxValidationError } from '../errors.js';
+import { renamedOptions } from '../options/renamed.js';
 import { inTransaction } from '../producer/transaction.js';
 import { redactText } from '../redact.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
@@ -190,15 +191,31 @@ export async function releaseQuarantinedReport(
   });
 }
 
+/** Options of {@link pruneInbox}: `dedupRetentionMs`, as `prune({ inbox })` names it (`olderThanMs` before). */
+export type PruneInboxOptions = {
+  readonly schema?: string;
+  readonly replayHorizonMs: number;
+  readonly batch?: number;
+} & (
+  | { readonly dedupRetentionMs: number }
+  | {
+      /** @deprecated Use `dedupRetentionMs`. */
+      readonly olderThanMs: number;
+    }
+);
+
 /**
- * Deletes dedup records older than `olderThanMs`. Refuses a window shorter than the
+ * Deletes dedup records older than `dedupRetentionMs`. Refuses a window shorter than the
  * replay horizon — how far back a broker may still redeliver (stream retention,
  * a consumer group reset …): pruning inside it would let a redelivery apply twice.
  */
-export async function pruneInbox(
-  pool: Pool,
-  options: { schema?: string; olderThanMs: number; replayHorizonMs: number; batch?: number },
-): Promise<number> {
+export async function pruneInbox(pool: Pool, given: PruneInboxOptions): Promise<number> {
+  const options = renamedOptions('pruneInbox', given, { olderThanMs: 'dedupRetentionMs' }) as {
+    readonly schema?: string;
+    readonly dedupRetentionMs: number;
+    readonly replayHorizonMs: number;
+    readonly batch?: number;
+  };
   if (!(options.replayHorizonMs > 0)) {
     throw new OutboxValidationError(
       'replayHorizonMs',
@@ -206,7 +223,7 @@ export async function pruneInbox(
       'Say how far back your broker may redeliver.',
     );
   }
-  for (const field of ['olderThanMs', 'replayHorizonMs'] as const) {
+  for (const field of ['dedupRetentionMs', 'replayHorizonMs'] as const) {
     if (!(options[field] <= MAX_PRUNE_WINDOW_MS)) {
       throw new OutboxValidationError(
         field,
@@ -215,10 +232,10 @@ export async function pruneInbox(
       );
     }
   }
-  if (!(options.olderThanMs >= options.replayHorizonMs)) {
+  if (!(options.dedupRetentionMs >= options.replayHorizonMs)) {
     throw new OutboxValidationError(
-      'olderThanMs',
-      `(${options.olderThanMs} ms) is shorter than the replay horizon (${options.replayHorizonMs} ms)`,
+      'dedupRetentionMs',
+      `(${options.dedupRetentionMs} ms) is shorter than the replay horizon (${options.replayHorizonMs} ms)`,
       'Keep dedup records at least as long as a broker may redeliver, or a redelivery applies twice.',
     );
   }
@@ -234,7 +251,7 @@ export async function pruneInbox(
   const sql = withSchema(PRUNE_SQL, quoteSchema(options.schema ?? DEFAULT_SCHEMA));
   let total = 0;
   for (;;) {
-    const { rowCount } = await pool.query(sql, [options.olderThanMs, batch]);
+    const { rowCount } = await pool.query(sql, [options.dedupRetentionMs, batch]);
     total += rowCount ?? 0;
     if ((rowCount ?? 0) < batch) return total;
   }

@@ -1,6 +1,10 @@
-import type { InboxMessage } from '../inbox/message.js';
 import { HANDLER_SECONDS, LATENCY_SECONDS } from './buckets.js';
 import type { CounterMetric, HistogramMetric, MetricLabels, MetricsSink } from './sink.js';
+
+/** What the lag is read from: a message's headers (its `ce-time`); an `InboxMessage` is one. */
+export interface HeadersOf {
+  readonly headers: Readonly<Record<string, string>>;
+}
 
 /** What the inbox records. The no-op version reads no clock and builds no labels. */
 export interface InboxMetrics {
@@ -8,7 +12,7 @@ export interface InboxMetrics {
   handlerStarted(): number;
   handlerDone(started: number): void;
   /** What `handle` answered (`outcome` label); a processed message's lag from its `ce-time`. */
-  handled(outcome: string, message: InboxMessage): void;
+  handled(outcome: string, message: HeadersOf): void;
 }
 
 const nothing = (): void => {};
@@ -61,7 +65,7 @@ export class SinkInboxMetrics implements InboxMetrics {
     this.handler.observe(undefined, (performance.now() - started) / 1000);
   }
 
-  handled(outcome: string, message: InboxMessage): void {
+  handled(outcome: string, message: HeadersOf): void {
     this.messages.inc(this.labelsOf(outcome));
     if (outcome !== 'processed') return;
     const time = message.headers['ce-time'];

@@ -6,7 +6,8 @@
 
 import type { Pool } from 'pg';
 import { type Logger, silentLogger } from '../logger.js';
-import { type MetricsOption, type MetricsSink, resolveMetrics } from '../metrics/sink.js';
+import { type MetricsOption, resolveMetrics } from '../metrics/resolve.js';
+import type { MetricsSink } from '../metrics/sink.js';
 import { DEFAULT_SCHEMA } from '../schema/migrate.js';
 import { type Backlog, readBacklog } from './backlog.js';
 

@@ -6,10 +6,10 @@
  */
 
 import type { Pool, PoolClient } from 'pg';
+import { LOOP_ERRORS_NOT_READY, type RelayHealth } from '../core/relay-health.js';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { redactText } from '../redact.js';
-import { LOOP_ERRORS_NOT_READY, type RelayHealth } from '../relay/health.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { READINESS_PARTITIONS_SQL, READINESS_PING_SQL } from './readiness-sql.js';
 

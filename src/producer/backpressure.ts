@@ -32,7 +32,7 @@ export interface BackpressureCheck {
 
 interface Measurement {
   readonly pending: number;
-  readonly source: 'relay' | 'estimate';
+  readonly pendingFrom: 'relay' | 'estimate';
 }
 
 interface CacheEntry {
@@ -67,7 +67,7 @@ export class BackpressureGate {
       check.schema,
       measured.pending,
       check.maxPending,
-      measured.source,
+      measured.pendingFrom,
     );
     if (check.mode === 'throw') throw error;
     this.warn(check, error);
@@ -107,7 +107,7 @@ export class BackpressureGate {
       schema: check.schema,
       pending: error.pending,
       maxPending: error.ceiling,
-      source: error.source,
+      pendingFrom: error.pendingFrom,
       code: error.code,
     };
     const message = 'outbox backlog at or over maxPending; enqueueing anyway (onBackpressure: warn)';
@@ -160,8 +160,8 @@ async function read(tx: SqlExecutor, check: BackpressureCheck): Promise<Measurem
   if (row?.fresh && row.pending !== null) {
     const published = Number(row.pending);
     return published >= estimate
-      ? { pending: published, source: 'relay' }
-      : { pending: estimate, source: 'estimate' };
+      ? { pending: published, pendingFrom: 'relay' }
+      : { pending: estimate, pendingFrom: 'estimate' };
   }
-  return { pending: estimate, source: 'estimate' };
+  return { pending: estimate, pendingFrom: 'estimate' };
 }

@@ -4,7 +4,7 @@
  * INSERT, one transactional `pg_logical_emit_message` per event, in the order given. No events
  * row, no NOTIFY (the CDC relay streams; it does not listen). The content is the version byte and
  * fixed header written here from the statement's own values, then the body the client encoded
- * (src/cdc/wal-message.ts), then HMAC-SHA256 of all that with the schema's WAL key, computed
+ * (src/producer/wal-message.ts), then HMAC-SHA256 of all that with the schema's WAL key, computed
  * here from `wal_key` (migration 12): the key never leaves the database, and only a role that may
  * read it — the producer's — writes a message the CDC relay publishes (docs/cdc.md, Who can
  * write events).
@@ -12,8 +12,9 @@
  * Parameters: $1 the body (bytea, or bytea[] for a batch), $2 aggregate_type, $3 aggregate_id
  * (the numbering the shared CTEs use), $4 the caller's version(s) where given.
  */
-import { eventsPrefix, walContentSql } from '../cdc/wal-message.js';
+
 import { KNOWN_SEQUENCE_CTES, MANY_SEQUENCE_CTES, ONE_SEQUENCE_CTES, PART_CTE } from './enqueue-sql.js';
+import { eventsPrefix, walContentSql } from './wal-message.js';
 
 /**
  * The schema's WAL key as HMAC's padded keys: one row always, so that no statement emits fewer

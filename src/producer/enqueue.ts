@@ -1,4 +1,3 @@
-import { encodeWalBody } from '../cdc/wal-message.js';
 import { OutboxError, OutboxValidationError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { quoteSchema } from '../schema/identifiers.js';
@@ -17,6 +16,7 @@ import {
 import { newEventId } from './event-id.js';
 import { assertInTransaction, type SqlExecutor, sendInTransaction } from './executor.js';
 import { activeTraceHeaders, activeTraceHeadersNow } from './trace.js';
+import { encodeWalBody } from './wal-message.js';
 import { walSlotGate, walSlotName } from './wal-slot.js';
 
 export interface EnqueueOptions {

@@ -76,7 +76,7 @@ export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
 /**
  * The most `maxBatchBytes` may be, so the most one event's payload and headers take: the statement
  * carries a batch as text arrays of about twice its size. The CDC relay refuses a WAL-mode event
- * above it (src/cdc/wal-message.ts).
+ * above it (src/producer/wal-message.ts).
  */
 export const MAX_BATCH_BYTES_LIMIT = 128 * 1024 * 1024;
 

@@ -10,9 +10,8 @@
  * The default slot is resolved in the same statement, from current_database(), exactly as the
  * CDC relay resolves it (defaultSlotSql): a producer never checks another database's slot.
  */
-import { CDC_WAL_LEVEL, cdcNames } from '../cdc/setup.js';
-import { defaultSlotSql } from '../cdc/setup-sql.js';
 import { OutboxError } from '../errors.js';
+import { CDC_WAL_LEVEL, cdcNames, defaultSlotSql } from '../schema/cdc-names.js';
 import { namedStatement, type Statement } from '../schema/statement.js';
 import type { SqlExecutor } from './executor.js';
 

@@ -2,6 +2,10 @@ import type { Pool, PoolClient } from 'pg';
 import type { Logger } from '../logger.js';
 import { Checkout } from '../schema/checkout.js';
 import { withSchema } from '../schema/identifiers.js';
+import type { Statement } from '../schema/statement.js';
+
+/** The one statement type (src/schema/statement.ts), re-exported for the relay's files. */
+export type { Statement };
 
 /**
  * One pooled connection the relay keeps for a statement family (claims, or
@@ -53,13 +57,10 @@ export class RelaySession {
   }
 }
 
-/** A named (prepared once per connection) statement of the relay's. */
-export interface Statement {
-  readonly name: string;
-  readonly text: string;
-}
-
-/** `sql` for the outbox schema, named `txo_<family>_<schema>` so each schema has its own. */
+/**
+ * `sql` for the outbox schema, named `txo_<family>_<schema>` (prepared once per connection) so
+ * each schema has its own.
+ */
 export function relayStatement(family: string, sql: string, schema: string, quotedSchema: string): Statement {
   return { name: `txo_${family}_${schema.replace(/[^a-z0-9_]/g, '')}`, text: withSchema(sql, quotedSchema) };
 }

@@ -19,7 +19,7 @@ import { fromEnvelope } from '../inbox/message.js';
 import { enqueue } from '../producer/enqueue.js';
 import { inTransaction } from '../producer/transaction.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../publishers/contract.js';
-import { createRelay } from '../relay/relay.js';
+import { createRelay } from '../relay/polling/relay.js';
 import { migrate } from '../schema/migrate.js';
 import { AWKWARD_IDS } from './envelopes.js';
 import { type Address, TcpProxy } from './tcp-proxy.js';
@@ -58,11 +58,18 @@ export interface PublisherUnderTest {
   readonly features: PublisherFeatures;
   /** The real broker; the suite connects through a proxy in front of it. */
   readonly broker: Address;
-  /** A publisher connected to `address`, for destinations of this `namespace` (unique per test), stamping `source` when given. */
+  /**
+   * A publisher connected to `address`, for destinations of this `namespace` (unique per test),
+   * stamping the CloudEvents source `ceSource` when given.
+   */
   create(
     address: Address,
     namespace: string,
-    options?: { readonly source?: string },
+    options?: {
+      readonly ceSource?: string;
+      /** @deprecated The same value as `ceSource`, for a `create` written before the rename. */
+      readonly source?: string;
+    },
   ): Publisher | Promise<Publisher>;
   /** The `topic` an event must carry to land in this namespace's destination. */
   topic(namespace: string): string;
@@ -141,8 +148,12 @@ export function publisherContract(
       namespaces.push(n);
       return n;
     };
-    const publisher = async (namespace: string, source?: string): Promise<Publisher> => {
-      const p = await subject.create(proxy.address, namespace, source === undefined ? undefined : { source });
+    const publisher = async (namespace: string, ceSource?: string): Promise<Publisher> => {
+      const p = await subject.create(
+        proxy.address,
+        namespace,
+        ceSource === undefined ? undefined : { ceSource, source: ceSource },
+      );
       open.push(p);
       return p;
     };

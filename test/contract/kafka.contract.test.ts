@@ -42,7 +42,7 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
       create: (address, namespace, options) => {
         const created = kafkaPublisher({
           url: [`${address.host}:${address.port}`],
-          ...(options?.source === undefined ? {} : { source: options.source }),
+          ...(options?.ceSource === undefined ? {} : { ceSource: options.ceSource }),
           clientId: `txo-contract-${namespace}`,
           createTopics: { partitions: 3 },
           // Kafka advertises 127.0.0.1:9092 in metadata: dial the suite's proxy instead, so that
@@ -70,7 +70,7 @@ describe.skipIf(!kafkaUp)(`Kafka on ${KAFKA_BROKER}`, () => {
       url: [KAFKA_BROKER],
       clientId: 'txo-contract-pk',
       createTopics: { partitions: 3 },
-      source: 'urn:tx-outbox:contract',
+      ceSource: 'urn:tx-outbox:contract',
     });
     publishers.push(publisher);
     try {

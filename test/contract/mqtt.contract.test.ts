@@ -66,7 +66,7 @@ publisherContract(
         url: `mqtt://${address.host}:${address.port}`,
         timeoutMs: 3000,
         clientOptions: { reconnectPeriod: 200 },
-        ...(options?.source === undefined ? {} : { source: options.source }),
+        ...(options?.ceSource === undefined ? {} : { ceSource: options.ceSource }),
       });
     },
     topic: (ns) => `${PREFIX}/${ns}/events`,

@@ -81,7 +81,7 @@ publisherContract(
         timeoutMs: 3000,
         // Reconnect through the proxy only: do not follow the server's advertised URLs.
         clientOptions: { ignoreClusterUpdates: true, reconnectTimeWait: 100 },
-        ...(options?.source === undefined ? {} : { source: options.source }),
+        ...(options?.ceSource === undefined ? {} : { ceSource: options.ceSource }),
       }),
     topic: (ns) => `${ns}.events`,
     read,

@@ -36,7 +36,7 @@ publisherContract(
         exchange: exchangeOf(ns),
         assertExchange: true,
         timeoutMs: 5_000,
-        ...(options?.source === undefined ? {} : { source: options.source }),
+        ...(options?.ceSource === undefined ? {} : { ceSource: options.ceSource }),
       });
     },
     topic: topicOf,

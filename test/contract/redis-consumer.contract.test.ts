@@ -20,7 +20,7 @@ beforeAll(async () => {
   // No dedup guard: the contract wants a repeated event id appended again.
   publisher = redisPublisher({
     url: REDIS_URL,
-    dedupWindowSeconds: 0,
+    dedupWindowMs: 0,
     destination: (m) => streamOf(m.topic ?? ''),
   });
 });

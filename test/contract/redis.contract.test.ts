@@ -47,7 +47,7 @@ publisherContract(
         url: `redis://${address.host}:${address.port}`,
         keyPrefix: contractKey(ns, 'guard'),
         timeoutMs: 3000,
-        ...(options?.source === undefined ? {} : { source: options.source }),
+        ...(options?.ceSource === undefined ? {} : { ceSource: options.ceSource }),
       });
     },
     topic: (ns) => contractKey(ns, 'events'),

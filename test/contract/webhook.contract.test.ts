@@ -85,7 +85,7 @@ publisherContract(
         endpoints: (m) => `http://${address.host}:${address.port}/${m.topic}`,
         secret: SECRET,
         timeoutMs: 3000,
-        source: options?.source,
+        ceSource: options?.ceSource,
       }),
     topic: (ns) => ns,
     read: async (ns, expected) => {

@@ -136,7 +136,7 @@ const cases: Case[] = [
       const group = 'inventory';
       const redis = createClient({ url: REDIS_URL });
       await redis.connect();
-      const publisher = redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 0, destination: () => stream });
+      const publisher = redisPublisher({ url: REDIS_URL, dedupWindowMs: 0, destination: () => stream });
       /** XPENDING summary: how many entries are pending, and for which consumers. */
       const pending = async () => {
         const [count, , , consumers] = (await redis.sendCommand(['XPENDING', stream, group])) as [

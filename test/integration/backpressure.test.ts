@@ -10,7 +10,7 @@ import { OutboxBackpressureError, OutboxValidationError } from '../../src/errors
 import { backpressureGate } from '../../src/producer/backpressure.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { SqlExecutor } from '../../src/producer/executor.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
@@ -69,7 +69,7 @@ describe('enqueue backpressure', () => {
       const error = await enqueue(tx, event('a'), { schema: db.schema, maxPending: 50 }).catch((e) => e);
       expect(error).toBeInstanceOf(OutboxBackpressureError);
       expect(error).toMatchObject({ code: 'TXO_BACKPRESSURE', retryable: true, pending: 100, ceiling: 50 });
-      expect((error as OutboxBackpressureError).source).toBe('relay');
+      expect((error as OutboxBackpressureError).pendingFrom).toBe('relay');
       // Same transaction: still valid, the next statement runs and the commit commits.
       await enqueue(tx, event('b'), { schema: db.schema });
     });
@@ -99,7 +99,7 @@ describe('enqueue backpressure', () => {
       schema: db.schema,
       pending: 100,
       maxPending: 50,
-      source: 'relay',
+      pendingFrom: 'relay',
     });
   });
 
@@ -137,7 +137,7 @@ describe('enqueue backpressure', () => {
     await inTransaction(db.pool, async (tx) => {
       const error = await enqueue(tx, event('a'), { schema: db.schema, maxPending: 3 }).catch((e) => e);
       expect(error).toBeInstanceOf(OutboxBackpressureError);
-      expect(error).toMatchObject({ pending: 3, source: 'estimate' });
+      expect(error).toMatchObject({ pending: 3, pendingFrom: 'estimate' });
     });
     expect(await count()).toBe(3);
   });
@@ -186,7 +186,7 @@ describe('enqueue backpressure', () => {
     }
     await inTransaction(db.pool, async (tx) => {
       const error = await enqueue(tx, event('e'), { schema: db.schema, maxPending: 4 }).catch((e) => e);
-      expect(error).toMatchObject({ code: 'TXO_BACKPRESSURE', pending: 4, source: 'relay' });
+      expect(error).toMatchObject({ code: 'TXO_BACKPRESSURE', pending: 4, pendingFrom: 'relay' });
     });
   });
 });

@@ -8,15 +8,15 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { partitionOf } from '../../src/cdc/partition-of.js';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
 import { dropCdcSlot, ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup.js';
 import { handoverPrefix } from '../../src/cdc/stream-batch.js';
 import { loadWalKey } from '../../src/cdc/wal-auth.js';
-import { encodeWalBody, eventsPrefix } from '../../src/cdc/wal-message.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { PreparedEvent } from '../../src/producer/event.js';
+import { partitionOf } from '../../src/producer/partition-of.js';
+import { encodeWalBody, eventsPrefix } from '../../src/producer/wal-message.js';
 import { walSlotGate } from '../../src/producer/wal-slot.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { migrate } from '../../src/schema/migrate.js';

@@ -459,7 +459,7 @@ describe('tx-outbox CLI', () => {
   });
 
   it('demo against DATABASE_URL ends with RESULT: OK, applies each committed event once despite the injected duplicates, and drops its schema', async () => {
-    const result = await run(['demo', '--duration', '4', '--rate', '100']);
+    const result = await run(['demo', '--duration', '4s', '--rate', '100']);
     expect(result.stdout).toMatch(/RESULT: OK/);
     expect(result.code).toBe(0);
     expect(result.stderr).not.toMatch(/MaxListenersExceededWarning/);
@@ -487,7 +487,7 @@ describe('tx-outbox CLI', () => {
   });
 
   it('demo with --lost-acks 0 injects nothing and sees no duplicate', async () => {
-    const result = await run(['demo', '--duration', '2', '--rate', '100', '--lost-acks', '0']);
+    const result = await run(['demo', '--duration', '2s', '--rate', '100', '--lost-acks', '0']);
     expect(result.stdout).toMatch(/RESULT: OK/);
     expect(result.stdout).toMatch(/injected {5}nothing/);
     const { committed, verifierDuplicates, inventory } = demoSummary(result.stdout);
@@ -502,7 +502,7 @@ describe('tx-outbox CLI', () => {
   });
 
   it("demo --nats: JetStream drops the re-publishes, the inventory gets the nak'd deliveries again, one effect each", async () => {
-    const result = await run(['demo', '--nats', NATS_URL, '--duration', '3', '--rate', '100']);
+    const result = await run(['demo', '--nats', NATS_URL, '--duration', '3s', '--rate', '100']);
     expect(result.stdout).toMatch(/RESULT: OK/);
     expect(result.code).toBe(0);
     const summary = demoSummary(result.stdout);
@@ -525,7 +525,7 @@ describe('tx-outbox CLI', () => {
   ])(
     "demo --orm %s: the ORM's transactions carry the guarantee, each committed event applied once",
     async (orm, intro) => {
-      const result = await run(['demo', '--orm', orm, '--duration', '2', '--rate', '50']);
+      const result = await run(['demo', '--orm', orm, '--duration', '2s', '--rate', '50']);
       expect(result.stdout).toMatch(intro);
       expect(result.stdout).toMatch(/RESULT: OK/);
       expect(result.code).toBe(0);
@@ -568,12 +568,12 @@ describe('tx-outbox CLI', () => {
       const help = await run(['demo', '--help'], env);
       expect(help.code, help.stderr).toBe(0);
       expect(help.stdout).toMatch(/--orm <name>/);
-      const missing = await run(['demo', '--orm', 'drizzle', '--duration', '1'], env);
+      const missing = await run(['demo', '--orm', 'drizzle', '--duration', '1s'], env);
       expect(missing.code).toBe(1);
       expect(expectOneErrorLine(missing)).toMatch(
         /the demo's --orm drizzle needs drizzle-orm, not installed here/,
       );
-      const noPrisma = await run(['demo', '--orm', 'prisma', '--duration', '1'], env);
+      const noPrisma = await run(['demo', '--orm', 'prisma', '--duration', '1s'], env);
       expect(noPrisma.code).toBe(1);
       expect(expectOneErrorLine(noPrisma)).toMatch(
         /the demo's --orm prisma needs prisma @prisma\/client @prisma\/adapter-pg, not installed here/,

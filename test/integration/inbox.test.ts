@@ -751,7 +751,7 @@ describe('inbox operations', () => {
 
   it('prune refuses a window shorter than the replay horizon, and deletes only old records', async () => {
     await expect(
-      pruneInbox(db.pool, { schema: db.schema, olderThanMs: 1000, replayHorizonMs: 60_000 }),
+      pruneInbox(db.pool, { schema: db.schema, dedupRetentionMs: 1000, replayHorizonMs: 60_000 }),
     ).rejects.toThrow(/shorter than the replay horizon/);
     const ib = inbox();
     const m = message('p', 1);
@@ -762,7 +762,7 @@ describe('inbox operations', () => {
     );
     const pruned = await pruneInbox(db.pool, {
       schema: db.schema,
-      olderThanMs: 86_400_000,
+      dedupRetentionMs: 86_400_000,
       replayHorizonMs: 3_600_000,
     });
     expect(pruned).toBeGreaterThanOrEqual(1);

@@ -171,7 +171,7 @@ describe('consumeMqtt reads what other CloudEvents producers send', () => {
 
   it('structured mode: what mqttPublisher sends over MQTT 3.1.1, and a JSON event with Content Type application/cloudevents+json', async () => {
     const { topic, seen } = await consumer('structured');
-    const v311 = mqttPublisher({ url: MQTT_BROKER_URL, protocolVersion: 4, source: '/orders' });
+    const v311 = mqttPublisher({ url: MQTT_BROKER_URL, protocolVersion: 4, ceSource: '/orders' });
     try {
       const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
       const json = makeMessage({

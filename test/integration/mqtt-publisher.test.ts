@@ -189,7 +189,7 @@ describe('mqttPublisher on Mosquitto', () => {
   it('QoS 1 with user properties intact: envelope, user headers, content type, payload bytes', async () => {
     const ns = namespace();
     await listen(ns);
-    const pub = publisher({ url: URL, source: 'orders-service' });
+    const pub = publisher({ url: URL, ceSource: 'orders-service' });
     const topic = `${PREFIX}/${ns}/props`;
     const headers = {
       traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',

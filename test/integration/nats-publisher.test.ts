@@ -91,7 +91,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
   }
 
   it('publishes a batch with the envelope headers (NATS binding), Nats-Msg-Id and the payload bytes unchanged', async () => {
-    const pub = publisher({ url: NATS_URL, stream: STREAM, source: 'urn:orders:service' });
+    const pub = publisher({ url: NATS_URL, stream: STREAM, ceSource: 'urn:orders:service' });
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const batch = Array.from({ length: 5 }, (_, i) =>
       makeMessage({
@@ -272,7 +272,7 @@ describe.each(MODES)('natsPublisher in %s mode', (mode) => {
       url: NATS_URL,
       stream: AUTO,
       streamSubjects: [`${LOOSE}-auto.>`],
-      duplicateWindowMs: 30_000,
+      dedupWindowMs: 30_000,
     });
     const batch = [makeMessage({ topic: `${LOOSE}-auto.a` }), makeMessage({ topic: `${LOOSE}-auto.b` })];
     expect(await pub.publish(batch, never())).toEqual([{ ok: true }, { ok: true }]);
@@ -629,6 +629,34 @@ describe('natsPublisher pipeline', () => {
       expect(info.state.messages).toBe(events.length + 1);
     } finally {
       await server.destroy();
+    }
+  });
+});
+
+describe('ensureStream', () => {
+  it('takes dedupWindowMs, and the deprecated duplicateWindowMs with a warning', async () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    const names = [`TXO_NATS_ENSURE_NEW_${suffix}`, `TXO_NATS_ENSURE_OLD_${suffix}`];
+    try {
+      const made = await ensureStream(nc, {
+        name: names[0]!,
+        subjects: [`${ROOT}-ensure-new.>`],
+        dedupWindowMs: 45_000,
+      });
+      expect(made.config.duplicate_window).toBe(nanos(45_000));
+      expect(warn).not.toHaveBeenCalled();
+      const old = await ensureStream(NATS_URL, {
+        name: names[1]!,
+        subjects: [`${ROOT}-ensure-old.>`],
+        duplicateWindowMs: 50_000,
+      });
+      expect(old.config.duplicate_window).toBe(nanos(50_000));
+      expect(String(warn.mock.calls[0]![0])).toMatch(
+        /^ensureStream: option `duplicateWindowMs` is deprecated, use `dedupWindowMs`/,
+      );
+    } finally {
+      warn.mockRestore();
+      for (const name of names) await jsm.streams.delete(name).catch(() => false);
     }
   });
 });

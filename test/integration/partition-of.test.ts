@@ -1,12 +1,12 @@
 /**
- * The CDC relay's partitionOf (src/cdc/partition-of.ts) is PostgreSQL's partition_of
+ * The CDC relay's partitionOf (src/producer/partition-of.ts) is PostgreSQL's partition_of
  * (009_producer.sql) for every key: the relay marks a WAL-mode message dead when the partition it
  * claims differs, so one wrong answer would kill genuine events. Random keys of every length a
  * lookup3 block boundary can cut (0–40 bytes a side), ASCII, accented, CJK, emoji and control
  * characters; the schema's own function and the raw expression for other partition counts.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { partitionOf } from '../../src/cdc/partition-of.js';
+import { partitionOf } from '../../src/producer/partition-of.js';
 import { createTestDb, type TestDb } from '../helpers/db.js';
 
 let db: TestDb;

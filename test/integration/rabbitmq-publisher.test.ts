@@ -137,7 +137,7 @@ describe('rabbitmqPublisher', () => {
   it('publishes persistent messages with message-id, type, content type, timestamp and the envelope', async () => {
     const ns = newNamespace();
     await topology(ns);
-    const p = publisher({ url: RABBITMQ_URL, exchange: exchangeOf(ns), source: 'orders-service' });
+    const p = publisher({ url: RABBITMQ_URL, exchange: exchangeOf(ns), ceSource: 'orders-service' });
     const createdAt = new Date('2025-06-01T12:00:00.123Z');
     const batch = [
       contractMessage(topicOf(ns), 'a', 1, { createdAt, headers: { traceparent: 't', 'x-tenant': 'acme' } }),

@@ -57,7 +57,7 @@ async function setup(): Promise<Setup> {
   const stream = `${ROOT}:s${counter}`;
   const group = `g${counter}`;
   const consumerName = `redis-${ROOT}-${counter}`;
-  const publisher = redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 0, destination: () => stream });
+  const publisher = redisPublisher({ url: REDIS_URL, dedupWindowMs: 0, destination: () => stream });
   publishers.push(publisher);
   const handler = effectsHandler(db, consumerName);
   return {

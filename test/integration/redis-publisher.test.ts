@@ -121,7 +121,7 @@ describe('redisPublisher', () => {
 
   it('appends one entry per message: envelope fields, then the payload bytes untouched', async () => {
     const stream = key('envelope');
-    const pub = publisher({ source: 'orders-service' });
+    const pub = publisher({ ceSource: 'orders-service' });
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const binary = new Uint8Array([0, 255, 1, 254, 10, 13]);
     const batch = [
@@ -237,13 +237,13 @@ describe('redisPublisher', () => {
   it('dedup window: a republish is not appended; after the guard expired it is', async () => {
     const prefix = key('window');
     const stream = `${prefix}:stream`;
-    const pub = publisher({ keyPrefix: prefix, dedupWindowSeconds: 1 });
+    const pub = publisher({ keyPrefix: prefix, dedupWindowMs: 700 });
     const m = makeMessage({ topic: stream });
     const guard = `${prefix}:dedup:${m.eventId}`;
     expect(await pub.publish([m], never())).toEqual([{ ok: true }]);
     const ttl = await redis.pTTL(guard);
     expect(ttl).toBeGreaterThan(0);
-    expect(ttl).toBeLessThanOrEqual(1000);
+    expect(ttl).toBeLessThanOrEqual(700);
     // Republished in the same batch and in a later one: delivered, stored once.
     expect(await pub.publish([m, m], never())).toEqual([{ ok: true }, { ok: true }]);
     expect(await redis.xLen(stream)).toBe(1);
@@ -258,10 +258,10 @@ describe('redisPublisher', () => {
     expect(await redis.get(guard)).toBe(after[1]!.id);
   });
 
-  it('dedupWindowSeconds: 0 sends a plain XADD: no guard, a republish is appended again', async () => {
+  it('dedupWindowMs: 0 sends a plain XADD: no guard, a republish is appended again', async () => {
     const prefix = key('noguard');
     const stream = `${prefix}:stream`;
-    const pub = publisher({ keyPrefix: prefix, dedupWindowSeconds: 0 });
+    const pub = publisher({ keyPrefix: prefix, dedupWindowMs: 0 });
     const m = makeMessage({ topic: stream });
     expect(await pub.publish([m], never())).toEqual([{ ok: true }]);
     expect(await pub.publish([m], never())).toEqual([{ ok: true }]);
@@ -282,11 +282,11 @@ describe('redisPublisher', () => {
     const kept = await entries(redis, exact);
     expect(kept.map((e) => e.fields['id']!.toString())).toEqual(exactBatch.slice(-10).map((m) => m.eventId));
 
-    for (const dedupWindowSeconds of [60, 0]) {
-      const stream = `${approx}:${dedupWindowSeconds}`;
+    for (const dedupWindowMs of [60_000, 0]) {
+      const stream = `${approx}:${dedupWindowMs}`;
       const approxPub = publisher({
         keyPrefix: prefix,
-        dedupWindowSeconds,
+        dedupWindowMs,
         maxLen: { count: 100, approximate: true },
       });
       expect((await approxPub.publish(batch(stream, 1000), never())).every((o) => o.ok)).toBe(true);
@@ -374,8 +374,8 @@ describe('redisPublisher', () => {
     expect(() => redisPublisher({})).toThrow(OutboxValidationError);
     expect(() => redisPublisher({ url: REDIS_URL, client })).toThrow(/only one/);
     expect(() => redisPublisher({ client, clientOptions: {} })).toThrow(OutboxValidationError);
-    expect(() => redisPublisher({ url: REDIS_URL, dedupWindowSeconds: -1 })).toThrow(/dedupWindowSeconds/);
-    expect(() => redisPublisher({ url: REDIS_URL, dedupWindowSeconds: 1.5 })).toThrow(/dedupWindowSeconds/);
+    expect(() => redisPublisher({ url: REDIS_URL, dedupWindowMs: -1 })).toThrow(/dedupWindowMs/);
+    expect(() => redisPublisher({ url: REDIS_URL, dedupWindowMs: 1.5 })).toThrow(/dedupWindowMs/);
     expect(() => redisPublisher({ url: REDIS_URL, maxLen: { count: 0 } })).toThrow(/maxLen/);
     expect(() => redisPublisher({ url: REDIS_URL, timeoutMs: 0 })).toThrow(/timeoutMs/);
     expect(() => redisPublisher({ url: REDIS_URL, keyPrefix: '' })).toThrow(/keyPrefix/);

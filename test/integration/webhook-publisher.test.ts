@@ -109,7 +109,7 @@ const statusFromPath: Handler = (req, res) => {
 describe('webhookPublisher — single mode', () => {
   it('POSTs the payload unchanged with CloudEvents and Standard Webhooks headers that verify', async () => {
     const server = await startServer();
-    const target = publisher({ endpoints: `${server.url}/hooks`, source: 'orders-service' });
+    const target = publisher({ endpoints: `${server.url}/hooks`, ceSource: 'orders-service' });
     const message = makeMessage({
       json: { total: 42 },
       sequence: 3,
@@ -527,7 +527,7 @@ describe('webhookPublisher — option validation', () => {
     ['maxInFlight', { maxInFlight: 0 }],
     ['batch.maxSize', { batch: { maxSize: 0 } }],
     ['headers.x-bad', { headers: { 'x-bad': 'line\nbreak' } }],
-    ['source', { source: '' }],
+    ['ceSource', { ceSource: '' }],
   ];
 
   it.each(cases)('names %s in the error', (field, override) => {

@@ -49,20 +49,36 @@ describe('BackpressureGate', () => {
     expect(db.calls).toHaveLength(3);
   });
 
-  it('throws at the ceiling with the figure and its source', async () => {
+  it('throws at the ceiling with the figure and where it comes from (pendingFrom)', async () => {
     const { gate, check } = setup();
     const fresh = executor({ pending: '100', fresh: true, live: '7' });
     await expect(gate.check(fresh.tx, check)).rejects.toMatchObject({
       code: 'TXO_BACKPRESSURE',
       pending: 100,
       ceiling: 100,
-      source: 'relay',
+      pendingFrom: 'relay',
     });
     const stale = setup();
     const none = executor({ pending: null, dead: '3', fresh: false, live: '150' });
     const error = await stale.gate.check(none.tx, stale.check).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OutboxBackpressureError);
-    expect(error).toMatchObject({ pending: 147, source: 'estimate' });
+    expect(error).toMatchObject({ pending: 147, pendingFrom: 'estimate' });
+  });
+
+  it('still answers the deprecated `source` as `pendingFrom`, warning once', () => {
+    const emit = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const error = new OutboxBackpressureError('outbox', 5, 5, 'relay');
+      expect(error.source).toBe('relay');
+      expect(new OutboxBackpressureError('outbox', 5, 5, 'estimate').source).toBe('estimate');
+      expect(emit).toHaveBeenCalledTimes(1);
+      expect(String(emit.mock.calls[0]![0])).toMatch(
+        /^OutboxBackpressureError: property `source` is deprecated, use `pendingFrom`/,
+      );
+      expect(emit.mock.calls[0]![1]).toMatchObject({ type: 'DeprecationWarning' });
+    } finally {
+      emit.mockRestore();
+    }
   });
 
   it('a fresh relay figure below the live-row count does not hide the backlog (a relay that just died)', async () => {
@@ -72,7 +88,7 @@ describe('BackpressureGate', () => {
     await expect(gate.check(db.tx, check)).rejects.toMatchObject({
       code: 'TXO_BACKPRESSURE',
       pending: 1000,
-      source: 'estimate',
+      pendingFrom: 'estimate',
     });
   });
 

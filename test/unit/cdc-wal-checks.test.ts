@@ -8,14 +8,14 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { AckTracker } from '../../src/cdc/acks.js';
 import { dataErrorText, isDataError, sanitisedName } from '../../src/cdc/handover-data-errors.js';
-import { partitionOf } from '../../src/cdc/partition-of.js';
 import type { StreamChange } from '../../src/cdc/replication.js';
 import { isOwnMarker, OwnTransactions, StreamBatcher, UNDECODABLE_TYPE } from '../../src/cdc/stream-batch.js';
 import { WalKey, WalReader, WalRefusals } from '../../src/cdc/wal-auth.js';
-import { decodeWalEvent, encodeWalBody, WAL_HEADER_BYTES } from '../../src/cdc/wal-message.js';
 import { silentLogger } from '../../src/logger.js';
 import type { PreparedEvent } from '../../src/producer/event.js';
 import type { SqlExecutor } from '../../src/producer/executor.js';
+import { partitionOf } from '../../src/producer/partition-of.js';
+import { decodeWalEvent, encodeWalBody, WAL_HEADER_BYTES } from '../../src/producer/wal-message.js';
 import { databaseOf, WalSlotGate } from '../../src/producer/wal-slot.js';
 
 const KEY = new WalKey(randomBytes(64), 0n);

@@ -95,27 +95,58 @@ describe('CLI config: the CloudEvents source', () => {
   it('takes a URI-reference per publisher, of every kind', async () => {
     const file = configFile({
       publishers: {
-        n: { kind: 'nats', url: 'nats://a', source: 'https://orders.example.com' },
-        k: { kind: 'kafka', url: 'h:1', source: 'urn:example:orders' },
-        r: { kind: 'rabbitmq', url: 'amqp://h', source: '/orders' },
-        s: { kind: 'redis', url: 'redis://h', source: 'orders' },
-        m: { kind: 'mqtt', url: 'mqtt://h', source: 'orders' },
-        w: { kind: 'webhook', url: 'https://h/x', secret: 's', source: 'orders' },
+        n: { kind: 'nats', url: 'nats://a', ceSource: 'https://orders.example.com' },
+        k: { kind: 'kafka', url: 'h:1', ceSource: 'urn:example:orders' },
+        r: { kind: 'rabbitmq', url: 'amqp://h', ceSource: '/orders' },
+        s: { kind: 'redis', url: 'redis://h', ceSource: 'orders' },
+        m: { kind: 'mqtt', url: 'mqtt://h', ceSource: 'orders' },
+        w: { kind: 'webhook', url: 'https://h/x', secret: 's', ceSource: 'orders' },
       },
       routes: [{ match: { aggregateType: 'order' }, to: 'n' }],
       default: 'k',
     });
     const config = await loadConfig(file);
-    expect(config.publishers['n']).toMatchObject({ source: 'https://orders.example.com' });
-    expect(config.publishers['w']).toMatchObject({ source: 'orders' });
+    expect(config.publishers['n']).toMatchObject({ ceSource: 'https://orders.example.com' });
+    expect(config.publishers['w']).toMatchObject({ ceSource: 'orders' });
+    expect(warn).not.toHaveBeenCalled();
+  });
+
+  it('still reads the earlier `source` of every kind as `ceSource`, warning per field, refusing both', async () => {
+    const kinds = {
+      n: { kind: 'nats', url: 'nats://a' },
+      k: { kind: 'kafka', url: 'h:1' },
+      r: { kind: 'rabbitmq', url: 'amqp://h' },
+      s: { kind: 'redis', url: 'redis://h' },
+      m: { kind: 'mqtt', url: 'mqtt://h' },
+      w: { kind: 'webhook', url: 'https://h/x', secret: 's' },
+    };
+    const file = configFile({
+      publishers: Object.fromEntries(Object.entries(kinds).map(([k, v]) => [k, { ...v, source: '/orders' }])),
+      default: 'k',
+    });
+    const config = await loadConfig(file);
+    for (const name of Object.keys(kinds)) {
+      expect(config.publishers[name]).toMatchObject({ ceSource: '/orders' });
+      expect(config.publishers[name]).not.toHaveProperty('source');
+    }
+    expect(warn.mock.calls.map((c) => String(c[0]))).toContain(
+      `config file ${file}: publishers.w.source is deprecated, use "ceSource" (the old spelling goes in the next minor version)`,
+    );
+    expect(warn).toHaveBeenCalledTimes(6);
+    const both = configFile({
+      publishers: { e: { kind: 'redis', url: 'redis://h', source: '/a', ceSource: '/b' } },
+    });
+    await expect(loadConfig(both)).rejects.toThrow(
+      `config file ${both}: publishers.e.source: is the deprecated spelling of "ceSource", which is given too`,
+    );
   });
 
   it('refuses one that is not, naming the file and the field', async () => {
     const file = configFile({
-      publishers: { e: { kind: 'redis', url: 'redis://h', source: 'orders service' } },
+      publishers: { e: { kind: 'redis', url: 'redis://h', ceSource: 'orders service' } },
     });
     await expect(loadConfig(file)).rejects.toThrow(
-      `config file ${file}: publishers.e.source: must be a URI-reference`,
+      `config file ${file}: publishers.e.ceSource: must be a URI-reference`,
     );
   });
 });

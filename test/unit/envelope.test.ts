@@ -3,9 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { recordHeaders } from '../../src/consumers/kafka/consumer.js';
 import { ATTRIBUTE_NAMES, envelopeAttributes, paddedSequence } from '../../src/envelope/attributes.js';
 import { type EnvelopeBinding, envelopeHeaders, structuredAttributes } from '../../src/envelope/bindings.js';
+import { ceSourceOf } from '../../src/envelope/ce-source.js';
 import { percentDecode, percentEncode } from '../../src/envelope/percent.js';
 import { readEnvelope } from '../../src/envelope/read.js';
-import { sourceOf } from '../../src/envelope/source.js';
 import { OutboxValidationError } from '../../src/errors.js';
 import { fromEnvelope } from '../../src/inbox/message.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
@@ -394,7 +394,7 @@ describe("a missing id is named as the envelope's own form spells it", () => {
   });
 });
 
-describe('source (a URI-reference)', () => {
+describe('ceSourceOf: the CloudEvents source (a URI-reference)', () => {
   it('accepts URLs, URNs, paths and the default', () => {
     for (const ok of [
       'https://orders.example.com/x?y=1#z',
@@ -406,9 +406,9 @@ describe('source (a URI-reference)', () => {
       'tx-outbox',
       'a%20b',
     ]) {
-      expect(sourceOf(ok)).toBe(ok);
+      expect(ceSourceOf(ok)).toBe(ok);
     }
-    expect(sourceOf(undefined)).toBe('tx-outbox');
+    expect(ceSourceOf(undefined)).toBe('tx-outbox');
   });
 
   it('refuses what is not one, naming the field', () => {
@@ -422,7 +422,7 @@ describe('source (a URI-reference)', () => {
       7,
       `urn:${'x'.repeat(252)}`,
     ]) {
-      expect(() => sourceOf(bad)).toThrow(/^source: /);
+      expect(() => ceSourceOf(bad)).toThrow(/^ceSource: /);
     }
   });
 });

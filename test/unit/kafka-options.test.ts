@@ -80,13 +80,15 @@ describe('resolveKafkaOptions', () => {
       url: ['[::1]:9092', 'kafka-1.internal:19092'],
       clientId: 'relay',
       timeoutMs: 500,
-      source: 'orders',
+      ceSource: 'orders',
       idempotent: false,
       maxMessageBytes: 2_000_000,
       mapBrokerAddress: () => ({ host: 'h', port: 1 }),
     };
+    const { ceSource, ...kept } = given;
     expect(resolveKafkaOptions({ ...given, createTopics: true })).toMatchObject({
-      ...given,
+      ...kept,
+      source: ceSource,
       createTopics: {},
     });
     expect(resolveKafkaOptions({ url: ['h:1'], createTopics: { partitions: 3 } }).createTopics).toEqual({
@@ -124,14 +126,34 @@ describe('resolveKafkaOptions', () => {
     ).toBe('createTopics.replicationFactor');
   });
 
-  it('takes a URI-reference as source and refuses one a CloudEvents SDK would not read', () => {
-    for (const source of ['urn:example:orders', 'https://orders.example.com/a%20b', '/orders']) {
-      expect(resolveKafkaOptions({ url: ['h:1'], source }).source).toBe(source);
+  it('takes a URI-reference as ceSource and refuses one a CloudEvents SDK would not read', () => {
+    for (const ceSource of ['urn:example:orders', 'https://orders.example.com/a%20b', '/orders']) {
+      expect(resolveKafkaOptions({ url: ['h:1'], ceSource }).source).toBe(ceSource);
     }
-    const spaced = problem(() => resolveKafkaOptions({ url: ['h:1'], source: 'order service' }));
-    expect(spaced.field).toBe('source');
-    expect(spaced.message).toMatch(/^source: has " " at index 5/);
-    expect(problem(() => resolveKafkaOptions({ url: ['h:1'], source: '' })).field).toBe('source');
-    expect(problem(() => kafkaPublisher({ url: ['h:1'], source: 'café' })).field).toBe('source');
+    const spaced = problem(() => resolveKafkaOptions({ url: ['h:1'], ceSource: 'order service' }));
+    expect(spaced.field).toBe('ceSource');
+    expect(spaced.message).toMatch(/^ceSource: has " " at index 5/);
+    expect(problem(() => resolveKafkaOptions({ url: ['h:1'], ceSource: '' })).field).toBe('ceSource');
+    expect(problem(() => kafkaPublisher({ url: ['h:1'], ceSource: 'café' })).field).toBe('ceSource');
+  });
+
+  it('reads the deprecated `source` as `ceSource`, warning once, naming it as spelled, and refuses both', () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      expect(resolveKafkaOptions({ url: ['h:1'], source: 'urn:example:orders' }).source).toBe(
+        'urn:example:orders',
+      );
+      expect(problem(() => resolveKafkaOptions({ url: ['h:1'], source: 'order service' })).field).toBe(
+        'source',
+      );
+      expect(warn.mock.calls.map(([text]) => String(text).split(' (')[0])).toEqual([
+        'kafkaPublisher: option `source` is deprecated, use `ceSource`',
+      ]);
+      expect(
+        problem(() => resolveKafkaOptions({ url: ['h:1'], source: '/a', ceSource: '/b' })).message,
+      ).toMatch(/^source: is the deprecated spelling of `ceSource`, which is given too/);
+    } finally {
+      warn.mockRestore();
+    }
   });
 });

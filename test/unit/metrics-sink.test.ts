@@ -20,7 +20,7 @@ import {
   RELAY_METRICS,
   SinkRelayMetrics,
 } from '../../src/metrics/relay-metrics.js';
-import { resolveMetrics } from '../../src/metrics/sink.js';
+import { resolveMetrics } from '../../src/metrics/resolve.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { resolveRelayOptions } from '../../src/relay/options.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';

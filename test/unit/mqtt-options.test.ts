@@ -56,11 +56,15 @@ describe('MQTT publisher options', () => {
       destination: (m) => `x/${m.aggregateId}`,
       qos: 2,
       protocolVersion: 4,
-      source: 'urn:example:orders/a%20b?x=1',
       timeoutMs: 500,
       maxInFlight: 65_535,
     };
-    expect(resolveMqttOptions({ url: URL, ...given })).toEqual({ url: URL, client: undefined, ...given });
+    expect(resolveMqttOptions({ url: URL, ...given, ceSource: 'urn:example:orders/a%20b?x=1' })).toEqual({
+      url: URL,
+      client: undefined,
+      ...given,
+      source: 'urn:example:orders/a%20b?x=1',
+    });
   });
 
   it("takes a given client's protocol version: 5 stays 5, anything else is 3.1.1", () => {
@@ -84,11 +88,11 @@ describe('MQTT publisher options', () => {
       [{ url: URL, protocolVersion: 3 as 4 }, 'protocolVersion'],
       [{ client, protocolVersion: 4 }, 'protocolVersion'],
       [{ url: URL, destination: 'orders' as unknown as () => string }, 'destination'],
-      [{ url: URL, source: '' }, 'source'],
-      [{ url: URL, source: 'orders service' }, 'source'],
-      [{ url: URL, source: 'ördérs' }, 'source'],
-      [{ url: URL, source: '1x:orders' }, 'source'],
-      [{ url: URL, source: 7 as unknown as string }, 'source'],
+      [{ url: URL, ceSource: '' }, 'ceSource'],
+      [{ url: URL, ceSource: 'orders service' }, 'ceSource'],
+      [{ url: URL, ceSource: 'ördérs' }, 'ceSource'],
+      [{ url: URL, ceSource: '1x:orders' }, 'ceSource'],
+      [{ url: URL, ceSource: 7 as unknown as string }, 'ceSource'],
       [{ url: URL, timeoutMs: 1.5 }, 'timeoutMs'],
       [{ url: URL, timeoutMs: 0 }, 'timeoutMs'],
       [{ url: URL, maxInFlight: 0 }, 'maxInFlight'],
@@ -105,7 +109,7 @@ describe('MQTT publisher options', () => {
       /must be at most 65535 \(MQTT packet identifiers\), got 70000/,
     );
     expect(() => resolveMqttOptions({ url: URL, qos: 0 as 1 })).toThrow(/QoS 0 has no acknowledgement/);
-    expect(() => resolveMqttOptions({ url: URL, source: 'orders service' })).toThrow(
+    expect(() => resolveMqttOptions({ url: URL, ceSource: 'orders service' })).toThrow(
       /the CloudEvents source is a URI-reference.*'urn:example:orders'/,
     );
   });
@@ -122,5 +126,19 @@ describe('MQTT publisher options', () => {
     );
     expect(fieldOf({ url: URL, topic: 'orders' as unknown as () => string })).toBe('topic');
     expect(fieldOf({ url: URL, topic, destination: topic })).toBe('topic');
+    warn.mockRestore();
+  });
+
+  it('still takes the old spelling `source` as `ceSource`, warning once, named as spelled', () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      expect(resolveMqttOptions({ url: URL, source: '/orders' }).source).toBe('/orders');
+      expect(String(warn.mock.calls[0]?.[0])).toMatch(
+        /mqttPublisher: option `source` is deprecated, use `ceSource`/,
+      );
+      expect(fieldOf({ url: URL, source: 'orders service' })).toBe('source');
+    } finally {
+      warn.mockRestore();
+    }
   });
 });

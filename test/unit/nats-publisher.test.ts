@@ -56,7 +56,7 @@ describe('resolveNatsOptions', () => {
     expect(resolved).toMatchObject({
       timeoutMs: 10_000,
       maxInFlight: 1024,
-      duplicateWindowMs: 120_000,
+      dedupWindowMs: 120_000,
       source: 'tx-outbox',
       pipelined: true,
       stream: undefined,
@@ -68,7 +68,7 @@ describe('resolveNatsOptions', () => {
       'order.paid',
     );
     const client = {} as never;
-    expect(resolveNatsOptions({ url: URL, source: 'https://orders.example.com' }).source).toBe(
+    expect(resolveNatsOptions({ url: URL, ceSource: 'https://orders.example.com' }).source).toBe(
       'https://orders.example.com',
     );
     expect(resolveNatsOptions({ client, mode: 'client' })).toMatchObject({
@@ -90,10 +90,10 @@ describe('resolveNatsOptions', () => {
       [{ url: URL, stream: 'S', streamSubjects: [] }, /^streamSubjects: is empty/],
       [{ url: URL, timeoutMs: -1 }, /^timeoutMs: must be a positive integer, got -1/],
       [{ url: URL, maxInFlight: 0 }, /^maxInFlight: must be a positive integer, got 0/],
-      [{ url: URL, duplicateWindowMs: 1.5 }, /^duplicateWindowMs: /],
+      [{ url: URL, dedupWindowMs: 1.5 }, /^dedupWindowMs: /],
       [{ url: URL, mode: 'fast' as never }, /^mode: must be 'pipeline' or 'client', got fast/],
-      [{ url: URL, source: 'orders service' }, /^source: has " " at index 6, which a URI cannot hold/],
-      [{ url: URL, source: '' }, /^source: is empty/],
+      [{ url: URL, ceSource: 'orders service' }, /^ceSource: has " " at index 6, which a URI cannot hold/],
+      [{ url: URL, ceSource: '' }, /^ceSource: is empty/],
     ];
     for (const [options, message] of cases) {
       expect(() => resolveNatsOptions(options)).toThrow(OutboxValidationError);
@@ -113,12 +113,21 @@ describe('resolveNatsOptions', () => {
       const client = {} as never;
       expect(resolveNatsOptions({ connection: client }).client).toBe(client);
       resolveNatsOptions({ servers: URL, subject: route });
+      const old = resolveNatsOptions({ url: URL, duplicateWindowMs: 30_000, source: 'urn:example:orders' });
+      expect(old).toMatchObject({ dedupWindowMs: 30_000, source: 'urn:example:orders' });
+      expect(resolveNatsOptions({ url: URL, dedupWindowMs: 30_000 }).dedupWindowMs).toBe(30_000);
       expect(warn.mock.calls.map(([text]) => String(text).split(' (')[0])).toEqual([
         'natsPublisher: option `servers` is deprecated, use `url`',
         'natsPublisher: option `connectionOptions` is deprecated, use `clientOptions`',
         'natsPublisher: option `subject` is deprecated, use `destination`',
         'natsPublisher: option `connection` is deprecated, use `client`',
+        'natsPublisher: option `duplicateWindowMs` is deprecated, use `dedupWindowMs`',
+        'natsPublisher: option `source` is deprecated, use `ceSource`',
       ]);
+      expect(() => resolveNatsOptions({ url: URL, duplicateWindowMs: 1, dedupWindowMs: 1 })).toThrow(
+        /^duplicateWindowMs: is the deprecated spelling of `dedupWindowMs`, which is given too/,
+      );
+      expect(() => resolveNatsOptions({ url: URL, source: '' })).toThrow(/^source: is empty/);
       expect(() => resolveNatsOptions({ servers: URL, url: URL })).toThrow(
         /^servers: is the deprecated spelling of `url`, which is given too/,
       );

@@ -4,10 +4,10 @@
  * OutboxValidationError naming the field, before any statement runs (the pool never connects).
  */
 import pg from 'pg';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
 import { pruneInbox, releaseQuarantined, showQuarantined } from '../../src/inbox/quarantine.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 
 // Nothing listens here: a call that got past its checks would fail to connect, not pass.
@@ -24,14 +24,31 @@ describe('operator input beyond what the database takes', () => {
     }
   });
 
+  it('pruneInbox still takes the deprecated `olderThanMs` as `dedupRetentionMs`, warning once', async () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      await expect(pruneInbox(pool, { olderThanMs: 1e20, replayHorizonMs: 86_400_000 })).rejects.toThrow(
+        /^dedupRetentionMs: is 100000000000000000000\./,
+      );
+      expect(String(warn.mock.calls[0]![0])).toMatch(
+        /^pruneInbox: option `olderThanMs` is deprecated, use `dedupRetentionMs`/,
+      );
+      await expect(
+        pruneInbox(pool, { olderThanMs: 1, dedupRetentionMs: 1, replayHorizonMs: 1 } as never),
+      ).rejects.toThrow(/^olderThanMs: is the deprecated spelling of `dedupRetentionMs`/);
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
   it('a prune window beyond 100 years names its field', async () => {
-    await expect(pruneInbox(pool, { olderThanMs: 1e20, replayHorizonMs: 86_400_000 })).rejects.toThrow(
-      /^olderThanMs: is 100000000000000000000\. .*up to 3153600000000/,
+    await expect(pruneInbox(pool, { dedupRetentionMs: 1e20, replayHorizonMs: 86_400_000 })).rejects.toThrow(
+      /^dedupRetentionMs: is 100000000000000000000\. .*up to 3153600000000/,
     );
-    await expect(pruneInbox(pool, { olderThanMs: Infinity, replayHorizonMs: 1e19 })).rejects.toThrow(
-      /^olderThanMs: is Infinity/,
+    await expect(pruneInbox(pool, { dedupRetentionMs: Infinity, replayHorizonMs: 1e19 })).rejects.toThrow(
+      /^dedupRetentionMs: is Infinity/,
     );
-    await expect(pruneInbox(pool, { olderThanMs: 1000, replayHorizonMs: 1e19 })).rejects.toThrow(
+    await expect(pruneInbox(pool, { dedupRetentionMs: 1000, replayHorizonMs: 1e19 })).rejects.toThrow(
       /^replayHorizonMs: is 10000000000000000000\./,
     );
   });

@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
 import { unreachableCode } from '../../src/network-errors.js';
-import { renamedOptions } from '../../src/options/renamed.js';
+import { renamedOptions, secondsToMs } from '../../src/options/renamed.js';
 import { CallAbort } from '../../src/publishers/core/call-abort.js';
 import { closeWithin, PublisherLifecycle } from '../../src/publishers/core/lifecycle.js';
 import { acquireSlot, Slots } from '../../src/publishers/core/slots.js';
@@ -117,6 +117,25 @@ describe('renamedOptions', () => {
       );
       const same = { url: 'a' };
       expect(renamedOptions('x', same, { servers: 'url' })).toBe(same);
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
+  it('converts an old spelling of another unit, saying so in the warning', () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const renames = { windowSeconds: secondsToMs('windowMs') };
+      expect(renamedOptions('c (test)', { windowSeconds: 2 }, renames)).toEqual({ windowMs: 2000 });
+      expect(renamedOptions('c (test)', { windowSeconds: 'x' }, renames)).toEqual({ windowMs: 'x' });
+      expect(renamedOptions('c (test)', { windowMs: 5 }, renames)).toEqual({ windowMs: 5 });
+      expect(warn).toHaveBeenCalledTimes(1);
+      expect(String(warn.mock.calls[0]![0])).toMatch(
+        /^c \(test\): option `windowSeconds` is deprecated, use `windowMs` \(in milliseconds: the seconds × 1000\)/,
+      );
+      expect(() => renamedOptions('c (test)', { windowSeconds: 1, windowMs: 1 }, renames)).toThrow(
+        /^windowSeconds: is the deprecated spelling of `windowMs`/,
+      );
     } finally {
       warn.mockRestore();
     }

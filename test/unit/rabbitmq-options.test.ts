@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
+import type { AmqpConnection } from '../../src/publishers/rabbitmq/link.js';
 import {
-  type AmqpConnection,
   type RabbitMqPublisherOptions,
   resolveRabbitMqOptions,
 } from '../../src/publishers/rabbitmq/options.js';
@@ -51,13 +51,12 @@ describe('resolveRabbitMqOptions', () => {
       exchange,
       destination,
       assertExchange: true,
-      source: 'orders',
       timeoutMs: 500,
       maxInFlight: 8,
       maxMessageBytes: 1_000,
     };
-    const o = resolveRabbitMqOptions(given);
-    expect(o).toEqual({ url: undefined, ...given });
+    const o = resolveRabbitMqOptions({ ...given, ceSource: 'orders' });
+    expect(o).toEqual({ url: undefined, ...given, source: 'orders' });
     expect(o).not.toBe(given);
   });
 
@@ -83,13 +82,13 @@ describe('resolveRabbitMqOptions', () => {
       '/orders',
       `urn:${'s'.repeat(251)}`,
     ]) {
-      expect(resolveRabbitMqOptions({ url: URL, source: ok }).source).toBe(ok);
+      expect(resolveRabbitMqOptions({ url: URL, ceSource: ok }).source).toBe(ok);
     }
     for (const bad of ['', 'has space', 'café', '1bad:scheme', 7 as unknown as string]) {
-      expect(refusal({ url: URL, source: bad }).field).toBe('source');
+      expect(refusal({ url: URL, ceSource: bad }).field).toBe('ceSource');
     }
-    const long = refusal({ url: URL, source: `urn:${'s'.repeat(252)}` });
-    expect(long.field).toBe('source');
+    const long = refusal({ url: URL, ceSource: `urn:${'s'.repeat(252)}` });
+    expect(long.field).toBe('ceSource');
     expect(long.message).toContain('256 characters long');
     expect(long.message).toContain('AMQP 1.0 consumers as binary');
   });
@@ -106,14 +105,16 @@ describe('resolveRabbitMqOptions', () => {
   it('reads the old spellings as the new names, warning once per spelling', () => {
     const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
     const routingKey = (): string => 'rk';
-    const old = { connection: fakeClient, socketOptions: { noDelay: true }, routingKey };
+    const old = { connection: fakeClient, socketOptions: { noDelay: true }, routingKey, source: '/orders' };
     const o = resolveRabbitMqOptions(old);
     resolveRabbitMqOptions(old);
     expect(o.client).toBe(fakeClient);
     expect(o.clientOptions).toEqual({ noDelay: true });
     expect(o.destination).toBe(routingKey);
+    expect(o.source).toBe('/orders');
     const messages = warn.mock.calls.map(([message]) => String(message));
-    expect(messages).toHaveLength(3);
+    expect(messages).toHaveLength(4);
+    expect(messages.filter((m) => m.includes('`source` is deprecated, use `ceSource`'))).toHaveLength(1);
     expect(messages.filter((m) => m.includes('`connection`') && m.includes('`client`'))).toHaveLength(1);
     expect(messages.filter((m) => m.includes('`socketOptions`'))).toHaveLength(1);
     expect(messages.filter((m) => m.includes('`routingKey`'))).toHaveLength(1);

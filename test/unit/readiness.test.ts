@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import type { RelayHealth } from '../../src/core/relay-health.js';
 import { readinessBody } from '../../src/ops/http.js';
 import { judge } from '../../src/ops/readiness.js';
-import type { RelayHealth } from '../../src/relay/health.js';
 
 const healthy: RelayHealth = {
   relayId: 'r1',

@@ -43,7 +43,7 @@ describe('resolveRedisOptions', () => {
     expect(resolved.client).toBeUndefined();
     expect(resolved.timeoutMs).toBe(10_000);
     expect(resolved.append).toEqual({
-      window: '86400',
+      window: '86400000',
       guardPrefix: 'tx-outbox:dedup:',
       trimCount: '',
       trimMode: '~',
@@ -62,8 +62,8 @@ describe('resolveRedisOptions', () => {
       [{ url: URL, client }, /^client: was given together with `url`\. Give only one of them$/],
       [{ client, clientOptions: {} }, /^clientOptions: only apply to a client made from `url`/],
       [{ url: URL, timeoutMs: 0 }, /^timeoutMs: must be a positive integer, got 0/],
-      [{ url: URL, dedupWindowSeconds: -1 }, /^dedupWindowSeconds: must be a whole number of seconds >= 0/],
-      [{ url: URL, dedupWindowSeconds: 1.5 }, /^dedupWindowSeconds: /],
+      [{ url: URL, dedupWindowMs: -1 }, /^dedupWindowMs: must be a whole number of milliseconds >= 0/],
+      [{ url: URL, dedupWindowMs: 1.5 }, /^dedupWindowMs: /],
       [{ url: URL, maxLen: { count: 0 } }, /^maxLen\.count: must be a positive integer, got 0/],
       [{ url: URL, keyPrefix: '' }, /^keyPrefix: is empty\. Omit it for the default `tx-outbox`$/],
     ];
@@ -71,15 +71,36 @@ describe('resolveRedisOptions', () => {
       expect(() => resolveRedisOptions(options)).toThrow(OutboxValidationError);
       expect(() => resolveRedisOptions(options)).toThrow(message);
     }
-    expect(() => resolveRedisOptions({ url: URL, source: 'orders service' })).toThrow(
-      /^source: has " " at index 6, which a URI cannot hold unencoded/,
+    expect(() => resolveRedisOptions({ url: URL, ceSource: 'orders service' })).toThrow(
+      /^ceSource: has " " at index 6, which a URI cannot hold unencoded/,
     );
-    expect(() => resolveRedisOptions({ url: URL, source: '' })).toThrow(/^source: is empty/);
-    expect(resolveRedisOptions({ url: URL, source: 'urn:example:orders' }).append.source).toBe(
+    expect(() => resolveRedisOptions({ url: URL, ceSource: '' })).toThrow(/^ceSource: is empty/);
+    expect(resolveRedisOptions({ url: URL, ceSource: 'urn:example:orders' }).append.source).toBe(
       'urn:example:orders',
     );
     expect(resolveRedisOptions({ client }).url).toBeUndefined();
-    expect(resolveRedisOptions({ url: URL, dedupWindowSeconds: 0 }).append.window).toBeUndefined();
+    expect(resolveRedisOptions({ url: URL, dedupWindowMs: 0 }).append.window).toBeUndefined();
+  });
+
+  it('reads the deprecated `dedupWindowSeconds` as `dedupWindowMs` (× 1000) and `source` as `ceSource`', () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const old = resolveRedisOptions({ url: URL, dedupWindowSeconds: 60, source: 'urn:example:orders' });
+      expect(old.append).toMatchObject({ window: '60000', source: 'urn:example:orders' });
+      expect(resolveRedisOptions({ url: URL, dedupWindowSeconds: 0 }).append.window).toBeUndefined();
+      expect(resolveRedisOptions({ url: URL, dedupWindowMs: 60_000 }).append.window).toBe('60000');
+      expect(warn.mock.calls.map(([text]) => String(text).split(' (the old')[0])).toEqual([
+        'redisPublisher: option `dedupWindowSeconds` is deprecated, use `dedupWindowMs` (in milliseconds: the seconds × 1000)',
+        'redisPublisher: option `source` is deprecated, use `ceSource`',
+      ]);
+      expect(() => resolveRedisOptions({ url: URL, dedupWindowSeconds: 1, dedupWindowMs: 1000 })).toThrow(
+        /^dedupWindowSeconds: is the deprecated spelling of `dedupWindowMs`, which is given too/,
+      );
+      expect(() => resolveRedisOptions({ url: URL, source: 'orders service' })).toThrow(/^source: has " "/);
+      expect(() => resolveRedisOptions({ url: URL, dedupWindowSeconds: -1 })).toThrow(/^dedupWindowMs: /);
+    } finally {
+      warn.mockRestore();
+    }
   });
 
   it('reads the deprecated `stream` as `destination`, warning once, and refuses both', () => {
@@ -105,7 +126,7 @@ describe('appendCommand', () => {
   const route = (m: { topic: string | null }): string => m.topic ?? '';
 
   it('with the guard: EVALSHA of the script, stream and guard keys, window, trim, then the fields', () => {
-    const rule = appendRule({ keyPrefix: 'p', maxLen: { count: 5, approximate: false }, source: 'src' });
+    const rule = appendRule({ keyPrefix: 'p', maxLen: { count: 5, approximate: false }, ceSource: 'src' });
     const message = makeMessage({
       topic: 's1',
       headers: { traceparent: 't', [PAYLOAD_FIELD]: 'dropped' },
@@ -119,7 +140,7 @@ describe('appendCommand', () => {
       '2',
       's1',
       `p:dedup:${message.eventId}`,
-      '86400',
+      '86400000',
       '5',
       '=',
     ]);
@@ -135,9 +156,9 @@ describe('appendCommand', () => {
 
   it('without the guard: a plain XADD, with MAXLEN ~ when capped', () => {
     const message = makeMessage({ topic: 's2' });
-    const plain = command(appendCommand(message, 0, route, appendRule({ dedupWindowSeconds: 0 })));
+    const plain = command(appendCommand(message, 0, route, appendRule({ dedupWindowMs: 0 })));
     expect(plain.args.slice(0, 4)).toEqual(['XADD', 's2', '*', 'specversion']);
-    const capped = appendRule({ dedupWindowSeconds: 0, maxLen: { count: 100 } });
+    const capped = appendRule({ dedupWindowMs: 0, maxLen: { count: 100 } });
     expect(command(appendCommand(message, 0, route, capped)).args.slice(0, 7)).toEqual([
       'XADD',
       's2',
@@ -159,7 +180,7 @@ describe('appendCommand', () => {
       headers: { traceparent: 't', 'x-note': 'a %41 b' },
       createdAt: new Date(Date.UTC(2026, 0, 2, 3, 4, 5, 6)),
     });
-    const rule = appendRule({ dedupWindowSeconds: 0, source: 'urn:orders' });
+    const rule = appendRule({ dedupWindowMs: 0, ceSource: 'urn:orders' });
     const fields = command(appendCommand(message, 0, route, rule)).args.slice(3);
     expect(fields.slice(0, -2)).toEqual(
       Object.entries(envelopeHeaders(message, 'urn:orders', 'redis')).flat(),
@@ -182,9 +203,7 @@ describe('appendCommand', () => {
       // 0.1 accepted `aggregatesequence` as a header name; the others only an unchecked row holds.
       headers: { AggregateSequence: 'x', Payload: 'y', dataschema: 'z', type: 'mine', 'x-ok': 'kept' },
     });
-    const fields = command(
-      appendCommand(message, 0, route, appendRule({ dedupWindowSeconds: 0 })),
-    ).args.slice(3);
+    const fields = command(appendCommand(message, 0, route, appendRule({ dedupWindowMs: 0 }))).args.slice(3);
     const names = fields.filter((_, i) => i % 2 === 0);
     expect(names).not.toContain('AggregateSequence');
     expect(names).not.toContain('Payload');

@@ -7,10 +7,10 @@
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { partitionOf } from '../../src/cdc/partition-of.js';
 import { WalKey, WalReader, type WalReading, WalRefusals } from '../../src/cdc/wal-auth.js';
-import { encodeWalBody, WAL_HEADER_BYTES } from '../../src/cdc/wal-message.js';
 import type { PreparedEvent } from '../../src/producer/event.js';
+import { partitionOf } from '../../src/producer/partition-of.js';
+import { encodeWalBody, WAL_HEADER_BYTES } from '../../src/producer/wal-message.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 
 const IPAD = randomBytes(64);

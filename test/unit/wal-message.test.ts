@@ -5,6 +5,8 @@
  * a message cut short are refused with TXO_CDC_BAD_MESSAGE.
  */
 import { describe, expect, it } from 'vitest';
+import { OutboxError } from '../../src/errors.js';
+import { type OutboxEvent, prepareEvent } from '../../src/producer/event.js';
 import {
   decodeWalEvent,
   encodeWalBody,
@@ -14,9 +16,7 @@ import {
   WAL_HEADER_BYTES,
   WAL_MAC_BYTES,
   walContentSql,
-} from '../../src/cdc/wal-message.js';
-import { OutboxError } from '../../src/errors.js';
-import { type OutboxEvent, prepareEvent } from '../../src/producer/event.js';
+} from '../../src/producer/wal-message.js';
 
 const ID = '0190f6a2-7b3c-7def-8123-456789abcdef';
 

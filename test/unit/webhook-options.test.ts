@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { DEFAULT_SOURCE } from '../../src/envelope/source.js';
+import { DEFAULT_CE_SOURCE } from '../../src/envelope/ce-source.js';
 import { OutboxValidationError, PublishError } from '../../src/errors.js';
 import {
   DEFAULT_MAX_IN_FLIGHT,
@@ -34,9 +34,9 @@ describe('resolveWebhookOptions', () => {
       maxInFlight: DEFAULT_MAX_IN_FLIGHT,
       batchSize: undefined,
       headers: {},
-      source: DEFAULT_SOURCE,
+      source: DEFAULT_CE_SOURCE,
     });
-    expect([DEFAULT_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT, DEFAULT_SOURCE]).toEqual([10_000, 64, 'tx-outbox']);
+    expect([DEFAULT_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT, DEFAULT_CE_SOURCE]).toEqual([10_000, 64, 'tx-outbox']);
     expect(Object.isFrozen(resolved)).toBe(true);
     expect(Object.isFrozen(resolved.headers)).toBe(true);
     expect(resolved.key.equals(Buffer.from('a-32-byte-secret-for-the-tests!!'))).toBe(true);
@@ -49,7 +49,7 @@ describe('resolveWebhookOptions', () => {
       maxInFlight: 3,
       batch: { maxSize: 7 },
       headers: { 'x-api-key': 'k' },
-      source: 'orders',
+      ceSource: 'orders',
     });
     expect(resolved).toMatchObject({
       timeoutMs: 1.5,
@@ -84,9 +84,9 @@ describe('resolveWebhookOptions', () => {
     ['batch.maxSize', { batch: { maxSize: 0 } }, /Pass an integer >= 1/],
     ['headers', { headers: 'x' }, /must be an object/],
     ['headers.x-n', { headers: { 'x-n': 1 } }, /must be a string, got number/],
-    ['source', { source: '' }, /is empty/],
-    ['source', { source: 'orders service' }, /" " at index 6.*URI-reference/],
-    ['source', { source: 42 }, /is a number/],
+    ['ceSource', { ceSource: '' }, /is empty/],
+    ['ceSource', { ceSource: 'orders service' }, /" " at index 6.*URI-reference/],
+    ['ceSource', { ceSource: 42 }, /is a number/],
   ])('refuses a bad %s, naming it and the fix', (field, override, message) => {
     const error = thrown(override === null ? null : { ...valid, ...override });
     expect(error.field).toBe(field);
@@ -105,5 +105,20 @@ describe('the old spelling `concurrency`', () => {
     expect(warn.mock.calls[0]?.[1]).toMatchObject({ code: 'TXO_DEPRECATED_OPTION' });
     expect(thrown({ ...old, maxInFlight: 5 }).field).toBe('concurrency');
     expect(thrown({ ...valid, concurrency: 0 }).field).toBe('maxInFlight');
+    warn.mockRestore();
+  });
+});
+
+describe('the old spelling `source`', () => {
+  it('is read as ceSource, with one DeprecationWarning, named as spelled, and refused together with it', () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      expect(resolveWebhookOptions({ ...valid, source: 'urn:a' }).source).toBe('urn:a');
+      expect(String(warn.mock.calls[0]?.[0])).toContain('`source` is deprecated, use `ceSource`');
+      expect(thrown({ ...valid, source: 'a b' }).field).toBe('source');
+      expect(thrown({ ...valid, source: 'urn:a', ceSource: 'urn:b' }).field).toBe('source');
+    } finally {
+      warn.mockRestore();
+    }
   });
 });

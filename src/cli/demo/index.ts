@@ -21,6 +21,7 @@ import {
   EXIT_INTERRUPTED,
   integerOption,
 } from '../common.js';
+import { durationOption } from '../duration.js';
 import { Cleanup, watchInterrupts } from './lifecycle.js';
 import { ORM_NAMES } from './orm/index.js';
 import { type DemoCliOptions, demo } from './scenario.js';
@@ -36,7 +37,12 @@ export function registerDemo(program: Command): void {
         'committed event has exactly one inventory effect despite duplicates',
     )
     .option('--nats <url>', 'publish through NATS JetStream at this URL instead of a local webhook')
-    .option('--duration <s>', 'seconds of writing', integerOption(1, 3600), 20)
+    .option(
+      '--duration <duration>',
+      'how long to write, e.g. 20s or 2m (a bare number is seconds, deprecated)',
+      demoDuration,
+      20,
+    )
     .option('--rate <tx/s>', 'order transactions per second', integerOption(1, 10_000), 200)
     .option(
       '--lost-acks <percent>',
@@ -85,4 +91,21 @@ async function runDemo(options: DemoCliOptions): Promise<number> {
     if (controller.signal.aborted)
       process.stderr.write('tx-outbox: demo interrupted; everything cleaned up\n');
   }
+}
+
+const DEMO_DURATION = durationOption({ min: 1000, max: 3_600_000 });
+
+/**
+ * `--duration` in seconds: a `<duration>` like every other, from 1s to 1h. It took seconds
+ * before, so a bare number still means seconds here (not ms), with a deprecation warning.
+ */
+export function demoDuration(value: string): number {
+  if (/^\s*\d+\s*$/.test(value)) {
+    process.emitWarning(
+      `demo --duration ${value.trim()}: a bare number of seconds is deprecated, write ${value.trim()}s (the old form goes in the next minor version)`,
+      { type: 'DeprecationWarning', code: 'TXO_DEPRECATED_OPTION' },
+    );
+    return DEMO_DURATION(`${value.trim()}s`) / 1000;
+  }
+  return DEMO_DURATION(value) / 1000;
 }

@@ -4,7 +4,7 @@
  * (each error names the option and the fix), then defaults filled in.
  */
 import type { Producer, ProducerOptions } from '@platformatic/kafka';
-import { sourceOf } from '../../envelope/source.js';
+import { ceSourceOption } from '../../envelope/ce-source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
@@ -70,6 +70,8 @@ export interface KafkaPublisherOptions {
    * CloudEvents `source` attribute: a URI-reference such as `https://orders.example.com`,
    * `urn:example:orders` or `/orders`. Default `tx-outbox`.
    */
+  readonly ceSource?: string;
+  /** @deprecated Use `ceSource`. */
   readonly source?: string;
   /**
    * Creates a missing topic at first use (`true`: the broker's default partitions and
@@ -116,7 +118,7 @@ export const DEFAULT_TIMEOUT_MS = 10_000;
 export const DEFAULT_MAX_MESSAGE_BYTES = 1_048_576;
 
 /** Old spelling → new name (see src/options/renamed.ts). */
-const RENAMES = { brokers: 'url', producer: 'client', topic: 'destination' } as const;
+const RENAMES = { brokers: 'url', producer: 'client', topic: 'destination', source: 'ceSource' } as const;
 
 const HOST_PORT = /^[^\s:]+:\d{1,5}$|^\[[0-9a-fA-F:.]+\]:\d{1,5}$/;
 
@@ -134,7 +136,7 @@ export function resolveKafkaOptions(given: KafkaPublisherOptions): KafkaSettings
     clientOptions: options.clientOptions,
     timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     destination: destinationOption(given, 'topic', options.destination, defaultTopic),
-    source: sourceOf(options.source),
+    source: ceSourceOption(given, options.ceSource),
     createTopics:
       createTopics === undefined || createTopics === false
         ? false

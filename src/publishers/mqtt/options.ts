@@ -1,6 +1,6 @@
 /** The MQTT publisher's options: the public shape, and their resolution (renames, checks, defaults) into one frozen object. */
 import type { IClientOptions, MqttClient } from 'mqtt';
-import { sourceOf } from '../../envelope/source.js';
+import { ceSourceOption } from '../../envelope/ce-source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
@@ -41,6 +41,8 @@ export interface MqttPublisherOptions {
    * CloudEvents `source` attribute: a URI-reference (`https://orders.example.com`,
    * `urn:example:orders`, `/orders`). Default `tx-outbox`.
    */
+  readonly ceSource?: string;
+  /** @deprecated Use `ceSource`. */
   readonly source?: string;
   /** Deadline for connecting and for each PUBACK, in ms. Default 10 000. */
   readonly timeoutMs?: number;
@@ -71,7 +73,7 @@ export const DEFAULT_MAX_IN_FLIGHT = 1024;
 export const MAX_PACKET_IDS = 65_535;
 
 /** Old spellings of the MQTT publisher's options (see src/options/renamed.ts). */
-const RENAMES = { topic: 'destination' } as const;
+const RENAMES = { topic: 'destination', source: 'ceSource' } as const;
 
 /**
  * Resolves `given` once: old spellings moved to their new names (one DeprecationWarning each),
@@ -85,7 +87,7 @@ export function resolveMqttOptions(given: MqttPublisherOptions): MqttResolved {
   checkWire(options);
   // Named as given: an invalid `topic` (old spelling) is reported as `topic`.
   const destination = destinationOption(given, 'topic', options.destination, defaultTopic);
-  const source = sourceOf(options.source);
+  const source = ceSourceOption(given, options.ceSource);
   const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs, DEFAULT_TIMEOUT_MS);
   const maxInFlight = positiveInteger('maxInFlight', options.maxInFlight, DEFAULT_MAX_IN_FLIGHT);
   if (maxInFlight > MAX_PACKET_IDS) {

@@ -1,6 +1,6 @@
 /** The options of the NATS JetStream publisher, resolved once into a frozen object. */
 import type { NatsConnection, NodeConnectionOptions } from '@nats-io/transport-node';
-import { sourceOf } from '../../envelope/source.js';
+import { ceSourceOption } from '../../envelope/ce-source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
@@ -32,7 +32,12 @@ export interface NatsPublisherOptions {
   readonly stream?: string;
   /** With `stream`: the stream is created at first use if missing (file storage) with these subjects. */
   readonly streamSubjects?: readonly string[];
-  /** Duplicate window of a stream this publisher creates. Default 2 minutes. */
+  /**
+   * How long, in ms, the stream recognises a republished event id (`Nats-Msg-Id`) and keeps one
+   * copy: the duplicate window of a stream this publisher creates. Default 2 minutes.
+   */
+  readonly dedupWindowMs?: number;
+  /** @deprecated Use `dedupWindowMs`. */
   readonly duplicateWindowMs?: number;
   /** Subject of a message. Default: `message.topic`, else `${aggregateType}.${type}`. */
   readonly destination?: (message: OutboxMessage) => string;
@@ -42,6 +47,8 @@ export interface NatsPublisherOptions {
    * CloudEvents `source` attribute of every event: a URI-reference such as
    * `https://orders.example.com`, `urn:example:orders` or `/orders`. Default `tx-outbox`.
    */
+  readonly ceSource?: string;
+  /** @deprecated Use `ceSource`. */
   readonly source?: string;
   /** Deadline for connecting and for each PubAck, in ms. Default 10 000. */
   readonly timeoutMs?: number;
@@ -64,7 +71,7 @@ export interface ResolvedNatsOptions {
   readonly clientOptions: Omit<NodeConnectionOptions, 'servers'> | undefined;
   readonly stream: string | undefined;
   readonly streamSubjects: readonly string[] | undefined;
-  readonly duplicateWindowMs: number;
+  readonly dedupWindowMs: number;
   readonly destination: (message: OutboxMessage) => string;
   readonly source: string;
   readonly timeoutMs: number;
@@ -76,7 +83,7 @@ export interface ResolvedNatsOptions {
 }
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
-export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000;
+export const DEFAULT_DEDUP_WINDOW_MS = 120_000;
 const DEFAULT_MAX_IN_FLIGHT = 1024;
 
 /** Old spellings of the options (accepted with a DeprecationWarning). */
@@ -85,6 +92,8 @@ const RENAMED = {
   connection: 'client',
   connectionOptions: 'clientOptions',
   subject: 'destination',
+  duplicateWindowMs: 'dedupWindowMs',
+  source: 'ceSource',
 } as const;
 
 /** Checks `options` (errors name the option and the fix) and applies the defaults. */
@@ -98,9 +107,9 @@ export function resolveNatsOptions(given: NatsPublisherOptions): ResolvedNatsOpt
     clientOptions: options.clientOptions,
     stream: options.stream,
     streamSubjects: options.streamSubjects,
-    duplicateWindowMs: options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
+    dedupWindowMs: options.dedupWindowMs ?? DEFAULT_DEDUP_WINDOW_MS,
     destination: destinationOption(given, 'subject', options.destination, defaultDestination),
-    source: sourceOf(options.source),
+    source: ceSourceOption(given, options.ceSource),
     timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     maxInFlight: options.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT,
     pipelined: (options.mode ?? 'pipeline') === 'pipeline',
@@ -119,7 +128,7 @@ function validate(options: NatsPublisherOptions): void {
   }
   checkPositiveInteger('timeoutMs', options.timeoutMs);
   checkPositiveInteger('maxInFlight', options.maxInFlight);
-  checkPositiveInteger('duplicateWindowMs', options.duplicateWindowMs);
+  checkPositiveInteger('dedupWindowMs', options.dedupWindowMs);
   if (options.mode !== undefined && options.mode !== 'pipeline' && options.mode !== 'client') {
     throw new OutboxValidationError(
       'mode',

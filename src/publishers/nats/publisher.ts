@@ -143,12 +143,12 @@ class NatsPublisher implements Publisher {
       }
     }
     if (!this.#streamReady) {
-      const { stream, streamSubjects, duplicateWindowMs, timeoutMs } = options;
+      const { stream, streamSubjects, dedupWindowMs, timeoutMs } = options;
       if (stream !== undefined && streamSubjects !== undefined) {
         await ensureStream(session.nc, {
           name: stream,
           subjects: streamSubjects,
-          duplicateWindowMs,
+          dedupWindowMs,
           timeoutMs,
         });
       }

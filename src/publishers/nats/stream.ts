@@ -1,14 +1,17 @@
 /** The JetStream stream a NATS publisher lands in: made at first use when it is missing. */
 import { jetstreamManager, StorageType, type StreamInfo } from '@nats-io/jetstream';
 import { connect, type NatsConnection, nanos } from '@nats-io/transport-node';
+import { renamedOptions } from '../../options/renamed.js';
 import { apiErrorCode } from './classify.js';
-import { DEFAULT_DUPLICATE_WINDOW_MS, DEFAULT_TIMEOUT_MS } from './options.js';
+import { DEFAULT_DEDUP_WINDOW_MS, DEFAULT_TIMEOUT_MS } from './options.js';
 
 /** Options of {@link ensureStream}. */
 export interface EnsureStreamOptions {
   readonly name: string;
   readonly subjects: readonly string[];
   /** Duplicate window (dedup by `Nats-Msg-Id`) in ms. Default 2 minutes. */
+  readonly dedupWindowMs?: number;
+  /** @deprecated Use `dedupWindowMs`. */
   readonly duplicateWindowMs?: number;
   /** Deadline of each JetStream API request, in ms. Default 10 000. */
   readonly timeoutMs?: number;
@@ -24,8 +27,9 @@ const STREAM_NAME_IN_USE = 10058;
  */
 export async function ensureStream(
   target: NatsConnection | string | string[],
-  options: EnsureStreamOptions,
+  given: EnsureStreamOptions,
 ): Promise<StreamInfo> {
+  const options = renamedOptions('ensureStream', given, { duplicateWindowMs: 'dedupWindowMs' });
   if (typeof target === 'string' || Array.isArray(target)) {
     const nc = await connect({ servers: target, timeout: options.timeoutMs ?? DEFAULT_TIMEOUT_MS });
     try {
@@ -44,7 +48,7 @@ export async function ensureStream(
     name: options.name,
     subjects: [...options.subjects],
     storage: StorageType.File,
-    duplicate_window: nanos(options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS),
+    duplicate_window: nanos(options.dedupWindowMs ?? DEFAULT_DEDUP_WINDOW_MS),
   };
   try {
     return await jsm.streams.add(config);

@@ -8,13 +8,19 @@ import { BROKER_UNAVAILABLE, errorMessage, PublishError } from '../../errors.js'
 import { failed, type PublishOutcome } from '../contract.js';
 import type { AbortCause } from '../core/call-abort.js';
 import { permanent } from '../core/outcomes.js';
-import type { Item } from './wire.js';
 
 /** The message amqplib gives the confirm callback of a nacked message. */
 export const NACKED = 'message nacked';
 const SIZE_REFUSAL = /message size (\d+) is larger than configured max size (\d+)/;
 const NO_EXCHANGE = /no exchange '(.*)' in vhost/;
 const EXCHANGE_REFUSED = /access to exchange '(.*)' in vhost '.*' refused/;
+
+/** What a verdict names of a message: its event and where it was sent (a wire `Item` is one). */
+export interface Addressed {
+  readonly eventId: string;
+  readonly exchange: string;
+  readonly routingKey: string;
+}
 
 /** A channel-closing error from the broker: its AMQP reply code (404, 403, 406 …) and text. */
 export type ChannelError = Error & { code?: unknown };
@@ -27,7 +33,7 @@ export function tooLarge(eventId: string, bytes: number, max: number): PublishOu
 }
 
 /** The broker returned the (mandatory) message: no queue is bound for its routing key. */
-export function unroutable(item: Item, fields: Message['fields']): PublishOutcome {
+export function unroutable(item: Addressed, fields: Message['fields']): PublishOutcome {
   const code = (fields as { replyCode?: unknown }).replyCode;
   const text = (fields as { replyText?: unknown }).replyText;
   return permanent(
@@ -41,7 +47,7 @@ export function unroutable(item: Item, fields: Message['fields']): PublishOutcom
  * The outcome of a confirm callback's error: a nack (retryable: the broker could not take it),
  * or undefined for any other error (the channel closed under the message).
  */
-export function nacked(item: Item, err: unknown): PublishOutcome | undefined {
+export function nacked(item: Addressed, err: unknown): PublishOutcome | undefined {
   if (!(err instanceof Error) || err.message !== NACKED) return undefined;
   return failed(
     new PublishError(
@@ -87,7 +93,7 @@ export function refusedExchange(error: ChannelError | undefined): string | undef
 }
 
 /** The channel closed before the message's confirm: the broker's fault, not the event's. */
-export function channelLost(item: Item, reason: string | undefined, cause: unknown): PublishOutcome {
+export function channelLost(item: Addressed, reason: string | undefined, cause: unknown): PublishOutcome {
   return failed(
     new PublishError(
       `The RabbitMQ channel closed before event ${item.eventId} was confirmed` +
@@ -146,7 +152,7 @@ export function stalled(blocked: string | undefined, timeoutMs: number): Publish
   );
 }
 
-export function cancelledBeforeSend(item: Item): PublishError {
+export function cancelledBeforeSend(item: Addressed): PublishError {
   return new PublishError(`Publish of event ${item.eventId} was cancelled before sending`, {
     retryable: true,
   });
@@ -166,7 +172,7 @@ export function abortedCall(cause: AbortCause, reason: unknown): PublishError {
 }
 
 /** amqplib refused the message synchronously for something other than a closed channel. */
-export function cannotCarry(item: Item, error: unknown): PublishOutcome {
+export function cannotCarry(item: Addressed, error: unknown): PublishOutcome {
   return permanent(`RabbitMQ cannot carry event ${item.eventId}: ${errorMessage(error)}`, error);
 }
 

@@ -11,7 +11,8 @@ import type { Publisher } from '../contract.js';
 import { type RabbitMqPublisherOptions, resolveRabbitMqOptions } from './options.js';
 import { RabbitMqPublisher } from './publisher.js';
 
-export type { AmqpConnection, RabbitMqPublisherOptions } from './options.js';
+export type { AmqpConnection } from './link.js';
+export type { RabbitMqPublisherOptions } from './options.js';
 export { defaultRoutingKey } from './wire.js';
 
 /**

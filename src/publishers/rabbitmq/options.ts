@@ -1,15 +1,12 @@
-import type { ChannelModel, Options, RecoveringChannelModel, SocketOptions } from 'amqplib';
-import { sourceOf } from '../../envelope/source.js';
+import type { Options, SocketOptions } from 'amqplib';
+import { ceSourceOption } from '../../envelope/ce-source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkUrlOrClient, positiveInteger } from '../../options/checks.js';
 import { renamedOptions } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
 import { destinationOption } from '../core/destination.js';
-import { describeUrl } from './link.js';
+import { type AmqpConnection, describeUrl } from './link.js';
 import { defaultRoutingKey, SHORTSTR_MAX } from './wire.js';
-
-/** An amqplib connection: a plain one, or one made with `recovery` (it reconnects on its own). */
-export type AmqpConnection = ChannelModel | RecoveringChannelModel;
 
 /** Options of {@link rabbitmqPublisher}. Give `url` or an existing `client`. */
 export interface RabbitMqPublisherOptions {
@@ -48,9 +45,11 @@ export interface RabbitMqPublisherOptions {
    */
   readonly assertExchange?: boolean;
   /**
-   * CloudEvents `source` attribute: a URI-reference of at most 255 characters (`sourceOf`:
+   * CloudEvents `source` attribute: a URI-reference of at most 255 characters (`ceSourceOf`:
    * RabbitMQ would hand a longer one to AMQP 1.0 consumers as binary). Default `tx-outbox`.
    */
+  readonly ceSource?: string;
+  /** @deprecated Use `ceSource`. */
   readonly source?: string;
   /** Deadline for connecting and for each publisher confirm, in ms. Default 10 000. */
   readonly timeoutMs?: number;
@@ -85,7 +84,12 @@ export const DEFAULT_TIMEOUT_MS = 10_000;
 export const DEFAULT_MAX_IN_FLIGHT = 1024;
 
 /** The old spellings of this publisher's options (see src/options/renamed.ts). */
-const RENAMES = { connection: 'client', socketOptions: 'clientOptions', routingKey: 'destination' } as const;
+const RENAMES = {
+  connection: 'client',
+  socketOptions: 'clientOptions',
+  routingKey: 'destination',
+  source: 'ceSource',
+} as const;
 
 /** Old spellings → new names, then validation (each error names the field and the fix), then defaults. */
 export function resolveRabbitMqOptions(given: RabbitMqPublisherOptions): ResolvedRabbitMqOptions {
@@ -116,7 +120,7 @@ export function resolveRabbitMqOptions(given: RabbitMqPublisherOptions): Resolve
       'Name an exchange or leave assertExchange off',
     );
   }
-  const source = sourceOf(options.source);
+  const source = ceSourceOption(given, options.ceSource);
   return Object.freeze({
     url,
     clientOptions: options.clientOptions,

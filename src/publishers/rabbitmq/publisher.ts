@@ -25,7 +25,8 @@ import {
   tooLarge,
   unroutable,
 } from './classify.js';
-import { Connector, describeUrl } from './link.js';
+import { Connector } from './connector.js';
+import { describeUrl } from './link.js';
 import type { ResolvedRabbitMqOptions } from './options.js';
 import { type Entry, Run, type Session } from './session.js';
 import { type Item, overFrame, prepare } from './wire.js';

@@ -10,8 +10,7 @@ import type { CallAbort } from '../core/call-abort.js';
 import { closeWithin } from '../core/lifecycle.js';
 import { LinkActivity } from '../core/link-activity.js';
 import { type ChannelError, exchangeRefused, isExchangeRefusal } from './classify.js';
-import type { Link } from './link.js';
-import type { AmqpConnection } from './options.js';
+import type { AmqpConnection, Link } from './link.js';
 import { frameMaxOf, type Item } from './wire.js';
 
 /** One `publish()` call: its outcomes (settled one by one) and what it handed to the channel. */

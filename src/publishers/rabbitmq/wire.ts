@@ -23,7 +23,7 @@ import type { OutboxMessage, PublishOutcome } from '../contract.js';
 import { asBuffer } from '../core/bytes.js';
 import { defaultDestination } from '../core/destination.js';
 import { permanent } from '../core/outcomes.js';
-import { tooLarge } from './classify.js';
+import { type Addressed, tooLarge } from './classify.js';
 
 /** AMQP short strings (exchange, routing key, message id) are at most 255 bytes. */
 export const SHORTSTR_MAX = 255;
@@ -39,10 +39,7 @@ export const PROPERTIES_BUFFER = 65_536;
 export const defaultRoutingKey: (message: OutboxMessage) => string = defaultDestination;
 
 /** A message ready to publish. */
-export interface Item {
-  readonly eventId: string;
-  readonly exchange: string;
-  readonly routingKey: string;
+export interface Item extends Addressed {
   readonly content: Buffer;
   readonly options: Options.Publish;
   /** Rough encoded size of the properties (headers included), for the frame-size check. */

@@ -1,8 +1,9 @@
 /** The options of the Redis Streams publisher, resolved once into a frozen object. */
 import type { RedisArgument, RedisClientOptions } from 'redis';
+import { ceSourceOption } from '../../envelope/ce-source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { checkPositiveInteger, checkUrlOrClient } from '../../options/checks.js';
-import { renamedOptions } from '../../options/renamed.js';
+import { renamedOptions, secondsToMs } from '../../options/renamed.js';
 import type { OutboxMessage } from '../contract.js';
 import { defaultDestination, destinationOption } from '../core/destination.js';
 import { type AppendRule, appendRule } from './wire.js';
@@ -46,9 +47,11 @@ export interface RedisPublisherOptions {
   /** Caps every stream this publisher appends to. Default: no trimming. */
   readonly maxLen?: RedisMaxLen;
   /**
-   * How long, in seconds, a republished event id is recognised and not appended again.
-   * Default 86 400 (one day); 0 disables the guard (a plain `XADD`, no script, no guard keys).
+   * How long, in ms, a republished event id is recognised and not appended again.
+   * Default 86 400 000 (one day); 0 disables the guard (a plain `XADD`, no script, no guard keys).
    */
+  readonly dedupWindowMs?: number;
+  /** @deprecated Use `dedupWindowMs` (in ms: the seconds × 1000). */
   readonly dedupWindowSeconds?: number;
   /** Prefix of the guard keys: `<keyPrefix>:dedup:<eventId>`. Default `tx-outbox`. */
   readonly keyPrefix?: string;
@@ -56,6 +59,8 @@ export interface RedisPublisherOptions {
    * CloudEvents `source` attribute of every event: a URI-reference (`https://orders.example.com`,
    * `urn:example:orders`, `/orders`), checked when the publisher is created. Default `tx-outbox`.
    */
+  readonly ceSource?: string;
+  /** @deprecated Use `ceSource`. */
   readonly source?: string;
   /** Deadline for connecting and for the replies of a batch, in ms. Default 10 000. */
   readonly timeoutMs?: number;
@@ -76,7 +81,11 @@ export interface ResolvedRedisOptions {
 export const DEFAULT_TIMEOUT_MS = 10_000;
 
 /** Old spellings of the options (accepted with a DeprecationWarning). */
-const RENAMED = { stream: 'destination' } as const;
+const RENAMED = {
+  stream: 'destination',
+  dedupWindowSeconds: secondsToMs('dedupWindowMs'),
+  source: 'ceSource',
+} as const;
 
 /** Checks `options` (errors name the option and the fix) and applies the defaults. */
 export function resolveRedisOptions(given: RedisPublisherOptions): ResolvedRedisOptions {
@@ -89,7 +98,8 @@ export function resolveRedisOptions(given: RedisPublisherOptions): ResolvedRedis
     clientOptions: options.clientOptions,
     destination: destinationOption(given, 'stream', options.destination, defaultDestination),
     timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
-    append: appendRule(options),
+    // The source checked first, so that an error names it as the caller spelled it.
+    append: appendRule({ ...options, ceSource: ceSourceOption(given, options.ceSource) }),
   });
 }
 
@@ -102,11 +112,11 @@ function validate(options: RedisPublisherOptions): void {
     urlExample: 'redis://host:port',
   });
   checkPositiveInteger('timeoutMs', options.timeoutMs);
-  const window = options.dedupWindowSeconds;
+  const window = options.dedupWindowMs;
   if (window !== undefined && !(Number.isInteger(window) && window >= 0)) {
     throw new OutboxValidationError(
-      'dedupWindowSeconds',
-      `must be a whole number of seconds >= 0, got ${window}`,
+      'dedupWindowMs',
+      `must be a whole number of milliseconds >= 0, got ${window}`,
       'Use 0 to disable the guard',
     );
   }

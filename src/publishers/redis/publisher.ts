@@ -39,7 +39,7 @@ import { appendCommand, type Command, scriptLoad } from './wire.js';
  * 1. the message's own headers (`traceparent`, `tracestate`, `x-…`), names and values as they are;
  * 2. the CloudEvents attributes, each under its own name, values raw UTF-8 (a field is
  *    binary-safe: nothing is encoded, every string arrives byte for byte): `specversion` (`1.0`),
- *    `id` (the event id), `source` (the `source` option), `type`, `time` (RFC 3339, UTC, ms),
+ *    `id` (the event id), `source` (the `ceSource` option), `type`, `time` (RFC 3339, UTC, ms),
  *    `subject` (= the aggregate id), `datacontenttype`, `aggregatetype`, `aggregateid`,
  *    `sequence` (the Sequence extension: zero-padded to 19 digits, so it orders as a string),
  *    `aggregatesequence` (the same number, plain), `schemaversion`;
@@ -50,13 +50,13 @@ import { appendCommand, type Command, scriptLoad } from './wire.js';
  * All commands of a batch are written in one pipeline (one round trip, no MULTI/EXEC); one
  * connection keeps them in order, so per-aggregate order holds across batches.
  *
- * **Idempotency guard** (`dedupWindowSeconds`, default one day). Each message is appended by
+ * **Idempotency guard** (`dedupWindowMs`, default one day). Each message is appended by
  * a small Lua script (EVALSHA; loaded once per publisher in the first pipeline, reloaded
  * after a `NOSCRIPT`), which Redis runs atomically: if the guard key
  * `<keyPrefix>:dedup:<eventId>` exists, nothing is written and the entry id it holds is
  * returned — the republish counts as delivered; otherwise the script `XADD`s the entry, then
  * `SET`s the guard to the new entry id with an expiry of the window (same effect as
- * `SET … NX EX window` then `XADD`, but with the XADD first: a failing XADD — WRONGTYPE, OOM —
+ * `SET … NX PX window` then `XADD`, but with the XADD first: a failing XADD — WRONGTYPE, OOM —
  * stops the script before anything was written, so no guard can exist without its entry).
  * Entry and guard are therefore written both or neither, and reach the AOF and the replicas
  * together (one MULTI/EXEC under effects replication). Exactly what this guarantees:
@@ -79,7 +79,7 @@ import { appendCommand, type Command, scriptLoad } from './wire.js';
  *   possible); use `noeviction` for streams you rely on.
  * - Script and guard touch two keys that Redis Cluster would place in different slots:
  *   Redis Cluster is not supported.
- * With `dedupWindowSeconds: 0` a plain `XADD` is sent: no script, no guard, a republished
+ * With `dedupWindowMs: 0` a plain `XADD` is sent: no script, no guard, a republished
  * event is appended again.
  *
  * **Outcomes.** An error reply about the message — WRONGTYPE (the key holds another type), any

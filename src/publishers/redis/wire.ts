@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto';
 import type { RedisArgument } from 'redis';
 import { envelopeHeaders } from '../../envelope/bindings.js';
-import { sourceOf } from '../../envelope/source.js';
+import { ceSourceOf } from '../../envelope/ce-source.js';
 import { errorMessage } from '../../errors.js';
 import type { OutboxMessage, PublishOutcome } from '../contract.js';
 import { asBuffer } from '../core/bytes.js';
@@ -20,11 +20,11 @@ import { permanent } from '../core/outcomes.js';
 /** Name of the stream-entry field that carries the payload bytes (the other fields are the envelope). */
 export const PAYLOAD_FIELD = 'payload';
 
-const DEFAULT_DEDUP_WINDOW_SECONDS = 86_400;
+const DEFAULT_DEDUP_WINDOW_MS = 86_400_000;
 const DEFAULT_KEY_PREFIX = 'tx-outbox';
 
 /**
- * KEYS[1] stream, KEYS[2] guard; ARGV[1] window (s), ARGV[2] MAXLEN count or '', ARGV[3] '~'
+ * KEYS[1] stream, KEYS[2] guard; ARGV[1] window (ms), ARGV[2] MAXLEN count or '', ARGV[3] '~'
  * or '=', ARGV[4..] field/value pairs. The XADD is the script's first write: if it fails
  * (WRONGTYPE, OOM …) the script stops before anything was written, so the entry and its
  * guard are written both or neither (Redis scripts do not roll back earlier writes).
@@ -37,14 +37,14 @@ if ARGV[2] == '' then
 else
   id = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[3], ARGV[2], '*', unpack(ARGV, 4))
 end
-redis.call('SET', KEYS[2], id, 'EX', ARGV[1])
+redis.call('SET', KEYS[2], id, 'PX', ARGV[1])
 return {1, id}`;
 
 export const APPEND_SHA = createHash('sha1').update(APPEND_SCRIPT).digest('hex');
 
 /** How every message of a publisher is appended, as command arguments. */
 export interface AppendRule {
-  /** The guard's expiry in seconds; undefined: no guard (a plain `XADD`). */
+  /** The guard's expiry in ms; undefined: no guard (a plain `XADD`). */
   readonly window: string | undefined;
   /** `<keyPrefix>:dedup:`, followed by the event id. */
   readonly guardPrefix: string;
@@ -56,20 +56,20 @@ export interface AppendRule {
   readonly source: string;
 }
 
-/** The append rule of the options, with their defaults; throws naming `source` when it is not a URI-reference. */
+/** The append rule of the options, with their defaults; throws naming `ceSource` when it is not a URI-reference. */
 export function appendRule(options: {
-  readonly dedupWindowSeconds?: number | undefined;
+  readonly dedupWindowMs?: number | undefined;
   readonly keyPrefix?: string | undefined;
   readonly maxLen?: { readonly count: number; readonly approximate?: boolean | undefined } | undefined;
-  readonly source?: string | undefined;
+  readonly ceSource?: string | undefined;
 }): AppendRule {
-  const window = options.dedupWindowSeconds ?? DEFAULT_DEDUP_WINDOW_SECONDS;
+  const window = options.dedupWindowMs ?? DEFAULT_DEDUP_WINDOW_MS;
   return Object.freeze({
     window: window > 0 ? String(window) : undefined,
     guardPrefix: `${options.keyPrefix ?? DEFAULT_KEY_PREFIX}:dedup:`,
     trimCount: options.maxLen === undefined ? '' : String(options.maxLen.count),
     trimMode: options.maxLen?.approximate === false ? '=' : '~',
-    source: sourceOf(options.source),
+    source: ceSourceOf(options.ceSource),
   });
 }
 

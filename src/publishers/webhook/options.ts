@@ -4,7 +4,7 @@
  * option checked (errors name the field and the fix), then the defaults filled in.
  */
 
-import { sourceOf } from '../../envelope/source.js';
+import { ceSourceOption } from '../../envelope/ce-source.js';
 import { OutboxValidationError } from '../../errors.js';
 import { renamedOptions } from '../../options/renamed.js';
 import { type EndpointResolver, endpointResolver, type WebhookEndpoints } from './endpoints.js';
@@ -36,6 +36,8 @@ export interface WebhookPublisherOptions {
    * CloudEvents `source` attribute: a URI-reference such as `https://orders.example.com`,
    * `urn:example:orders` or `/orders`. Default `'tx-outbox'`.
    */
+  readonly ceSource?: string;
+  /** @deprecated Use `ceSource`. */
   readonly source?: string;
 }
 
@@ -57,12 +59,15 @@ export const DEFAULT_MAX_IN_FLIGHT = 64;
 /** The component name in deprecation warnings. */
 const COMPONENT = 'webhookPublisher';
 
+/** Old spellings of the options (see src/options/renamed.ts). */
+const RENAMES = { concurrency: 'maxInFlight', source: 'ceSource' } as const;
+
 /** @throws OutboxValidationError when an option is invalid (names the option and the fix). */
 export function resolveWebhookOptions(given: WebhookPublisherOptions): ResolvedWebhookOptions {
   if (typeof given !== 'object' || given === null) {
     throw new OutboxValidationError('options', 'is missing', 'Call webhookPublisher({ endpoints, secret })');
   }
-  const options = renamedOptions(COMPONENT, given, { concurrency: 'maxInFlight' });
+  const options = renamedOptions(COMPONENT, given, RENAMES);
   const headers = staticHeaders(options.headers);
   return Object.freeze({
     resolve: endpointResolver(options.endpoints, headers),
@@ -71,7 +76,7 @@ export function resolveWebhookOptions(given: WebhookPublisherOptions): ResolvedW
     maxInFlight: positiveInteger('maxInFlight', options.maxInFlight, DEFAULT_MAX_IN_FLIGHT),
     batchSize: batchSize(options.batch),
     headers,
-    source: sourceOf(options.source),
+    source: ceSourceOption(given, options.ceSource),
   });
 }
 

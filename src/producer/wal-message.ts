@@ -24,13 +24,13 @@
  */
 import { isUtf8 } from 'node:buffer';
 import { OutboxError } from '../errors.js';
-import type { PreparedEvent } from '../producer/event.js';
-import { MAX_BATCH_BYTES_LIMIT } from '../producer/event.js';
-import { headersJsonOf, MAX_HEADERS_BYTES } from '../producer/headers.js';
-import { aggregateIdOf, checkDefaultTopic, identifierOf, topicOf } from '../producer/names.js';
-import { jsonTextProblem } from '../producer/payload.js';
 import { RESERVED_TYPE_PREFIX } from '../skip-marker.js';
+import type { PreparedEvent } from './event.js';
+import { MAX_BATCH_BYTES_LIMIT } from './event.js';
+import { headersJsonOf, MAX_HEADERS_BYTES } from './headers.js';
+import { aggregateIdOf, checkDefaultTopic, identifierOf, topicOf } from './names.js';
 import { partitionOf } from './partition-of.js';
+import { jsonTextProblem } from './payload.js';
 
 /** The format this version writes (authenticated), and reads. */
 export const WAL_FORMAT_VERSION = 2;

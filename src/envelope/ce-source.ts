@@ -1,28 +1,41 @@
 /**
- * The CloudEvents `source` a publisher stamps on every event: a URI-reference (RFC 3986), e.g.
+ * The CloudEvents `source` attribute a publisher stamps on every event (its `ceSource` option,
+ * `--ce-source` on the command line): a URI-reference (RFC 3986), e.g.
  * `https://orders.example.com`, `urn:example:orders` or `/orders`. Checked once, when the
  * publisher is created, so no event goes out with a source a CloudEvents SDK refuses.
  */
 import { isIPv6 } from 'node:net';
 import { OutboxValidationError } from '../errors.js';
 
-export const DEFAULT_SOURCE = 'tx-outbox';
+export const DEFAULT_CE_SOURCE = 'tx-outbox';
 
 /**
  * Longest source, in characters (all ASCII): it travels in every message, and RabbitMQ hands a
  * header value of 256 bytes or more to AMQP 1.0 consumers as binary instead of a string.
  */
-export const MAX_SOURCE_LENGTH = 255;
+export const MAX_CE_SOURCE_LENGTH = 255;
 
 /** RFC 3986 characters (unreserved, reserved) and `%XX`. */
 const URI_REFERENCE = /^(?:[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})+$/;
 /** A scheme, when the first segment has a colon. */
 const SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*$/;
 
+/**
+ * A publisher's `ceSource` option (the deprecated `source` already moved to it), checked; named in
+ * an error as the caller spelled it in `given`, the options before the renames.
+ */
+export function ceSourceOption(given: object, value: unknown): string {
+  const spelled = given as Readonly<Record<string, unknown>>;
+  return ceSourceOf(
+    value,
+    spelled['ceSource'] === undefined && spelled['source'] !== undefined ? 'source' : 'ceSource',
+  );
+}
+
 /** `source`, or the default when it is undefined; throws naming `field` when it is not a URI-reference. */
-export function sourceOf(source: unknown, field = 'source'): string {
-  if (source === undefined) return DEFAULT_SOURCE;
-  const fix = `Pass a URI-reference such as 'https://orders.example.com', 'urn:example:orders' or '/orders', or omit it (default '${DEFAULT_SOURCE}').`;
+export function ceSourceOf(source: unknown, field = 'ceSource'): string {
+  if (source === undefined) return DEFAULT_CE_SOURCE;
+  const fix = `Pass a URI-reference such as 'https://orders.example.com', 'urn:example:orders' or '/orders', or omit it (default '${DEFAULT_CE_SOURCE}').`;
   if (typeof source !== 'string' || source.length === 0) {
     throw new OutboxValidationError(
       field,
@@ -30,11 +43,11 @@ export function sourceOf(source: unknown, field = 'source'): string {
       fix,
     );
   }
-  if (source.length > MAX_SOURCE_LENGTH) {
+  if (source.length > MAX_CE_SOURCE_LENGTH) {
     throw new OutboxValidationError(
       field,
       `is ${source.length} characters long (it travels in every message, and RabbitMQ hands a longer one to AMQP 1.0 consumers as binary)`,
-      `Keep it to ${MAX_SOURCE_LENGTH}.`,
+      `Keep it to ${MAX_CE_SOURCE_LENGTH}.`,
     );
   }
   if (!URI_REFERENCE.test(source)) {
