@@ -112,11 +112,16 @@ export async function streamCount(stream: string, servers = NATS_URL): Promise<n
   }
 }
 
-const TOTAL = 100_000;
-const AGGREGATES = 5_000;
+/**
+ * The stream test's size: 20,000 events over 1,000 aggregates in CI (many batches, many slot
+ * confirmations, each aggregate 20 deep); TXO_CDC_STREAM_EVENTS=100000 runs it at the size issue
+ * 14 first measured (5,000 aggregates), as the benchmark's W1 CDC rows stream 50,000 and more.
+ */
+const TOTAL = Number(process.env['TXO_CDC_STREAM_EVENTS'] ?? 20_000);
+const AGGREGATES = Math.max(1, Math.round(TOTAL / 20));
 
 /**
- * Test 1: 100,000 events over 5,000 aggregates, committed while the relay streams: every event
+ * Test 1: TOTAL events over AGGREGATES aggregates, committed while the relay streams: every event
  * delivered, first deliveries in per-aggregate order, nothing left in the table.
  */
 export async function streamsEverything(
