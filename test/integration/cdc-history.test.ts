@@ -12,8 +12,11 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { FencedError } from '../../src/cdc/handover-rows.js';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
 import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
+import type { StreamEvent } from '../../src/cdc/stream-batch.js';
+import { WalHistory } from '../../src/cdc/stream-history.js';
 import { findEvent } from '../../src/ops/find-event.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
@@ -244,5 +247,37 @@ describe('the delivery history of WAL-mode events (CDC relay)', () => {
     await relay.stop({ timeout: 5000 });
     expect(await deliveries(ids)).toEqual([]);
     expect((await findEvent(admin, ids[0]!, { schema })).state).toBe('unknown');
+  });
+
+  it('a relay whose partitions were taken over writes no history row (fenced)', async () => {
+    const history = new WalHistory(schema, `"${schema}"`, true, 'recording');
+    const eventId = '01900000-0000-7000-8000-00000000f00d';
+    const wal = {
+      eventId,
+      aggregateType: 'order',
+      aggregateId: 'fenced',
+      sequence: 1,
+      sequenceBase: 0,
+      callerVersion: false,
+      partition: partitionOf('order', 'fenced', PARTITIONS)!,
+      type: 't',
+      schemaVersion: 1,
+      topic: null,
+      payload: Buffer.from('{}'),
+      contentType: 'application/json',
+      headers: {},
+      createdAt: new Date(),
+    } as const;
+    const event = { via: 'wal', wal } as unknown as StreamEvent;
+    const { rows } = await admin.query<{ partition: number; epoch: string }>(
+      `SELECT partition, epoch::text FROM "${schema}".partitions ORDER BY partition`,
+    );
+    const fence = {
+      relayId: 'cdc-hist-stale',
+      partitions: rows.map((r) => r.partition),
+      epochs: rows.map((r) => r.epoch),
+    };
+    await expect(history.record(admin, fence, [event])).rejects.toBeInstanceOf(FencedError);
+    expect(await deliveries([eventId])).toEqual([]);
   });
 });
