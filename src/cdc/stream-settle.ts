@@ -10,6 +10,7 @@ import type { Handover } from './handover.js';
 import type { HandoverRow, ProgressRow } from './handover-rows.js';
 import type { OwnTransactions, StreamEvent } from './stream-batch.js';
 import type { RefusalBound, StreamGate } from './stream-gate.js';
+import type { WalHistory } from './stream-history.js';
 import type { StreamSession } from './stream-session.js';
 import type { StreamCounters, StreamInFlight } from './stream-state.js';
 
@@ -26,6 +27,8 @@ export interface StreamSettlerParts {
   readonly inFlight: StreamInFlight;
   readonly own: OwnTransactions;
   readonly recorder: Recorder;
+  /** The history of delivered WAL-mode events (`history` on; absent: nothing written for them). */
+  readonly history?: WalHistory | undefined;
   readonly recordSession: RelaySession;
   /** Handovers commit with synchronous_commit on: the slot moves past them once they commit. */
   readonly handoverSession: RelaySession;
@@ -147,9 +150,10 @@ export class StreamSettler {
 
   /**
    * The outcome of a published batch: table-mode events through the outcome statement (delivered
-   * rows deleted, failed ones rescheduled or dead, progress; fenced); WAL-mode failures into the
-   * table (handover); WAL-mode deliveries write nothing. Then the batch's delivered and failed
-   * events are settled.
+   * rows deleted, failed ones rescheduled or dead, progress, their history; fenced); WAL-mode
+   * failures into the table (handover); WAL-mode deliveries write their history rows (history on)
+   * and caller versions' progress, nothing else. Then the batch's delivered and failed events are
+   * settled (the slot may be confirmed past them).
    */
   async record(
     session: StreamSession,
@@ -164,7 +168,7 @@ export class StreamSettler {
     const rows: HandoverRow[] = [];
     const progress: ProgressRow[] = [];
     const settled: StreamEvent[] = [];
-    let walDelivered = 0;
+    const walDelivered: StreamEvent[] = [];
     const walFailures: Failure[] = [];
     const walCaller: StreamEvent[] = [];
     for (const id of verdict.delivered) {
@@ -173,7 +177,7 @@ export class StreamSettler {
       settled.push(e);
       if (e.via === 'table') tableDelivered.push(id);
       else {
-        walDelivered += 1;
+        walDelivered.push(e);
         if (e.wal?.callerVersion) walCaller.push(e);
       }
     }
@@ -201,11 +205,14 @@ export class StreamSettler {
         await p.recorder.record({ ...verdict, delivered: tableDelivered, failures: tableFailures });
       }
       if (walCaller.length > 0) await p.gate.recordWal(await p.recordSession.get(), fence, walCaller);
+      if (p.history && walDelivered.length > 0)
+        await p.history.record(await p.recordSession.get(), fence, walDelivered);
       const failedIds = new Set(verdict.failures.map((f) => f.id));
       const failed = settled.filter((e) => failedIds.has(e.message.id));
       await this.write(fence, rows, progress, failed);
       for (const e of failed) p.handover.claimableUpTo(e.key, e.message.sequence);
-      if (walDelivered > 0 || walFailures.length > 0) p.counters.recorded(walDelivered, walFailures);
+      if (walDelivered.length > 0 || walFailures.length > 0)
+        p.counters.recorded(walDelivered.length, walFailures);
       if (verdict.failures.length > 0) p.wakeHandover();
     } finally {
       p.inFlight.track(settled, -1);

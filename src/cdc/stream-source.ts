@@ -23,6 +23,7 @@ import { RepeatedErrorLog, StreamTrouble } from './standby.js';
 import { CdcMetrics, type CdcStats } from './stats.js';
 import { handoverPrefix, OwnTransactions, StreamBatcher, type StreamEvent } from './stream-batch.js';
 import { RefusalBound, StreamGate } from './stream-gate.js';
+import { WalHistory } from './stream-history.js';
 import { LeasesLost, StreamRecovery } from './stream-recovery.js';
 import { StreamSession } from './stream-session.js';
 import { StreamSettler } from './stream-settle.js';
@@ -129,6 +130,7 @@ export class StreamSource implements RuntimeSource<StreamBatch> {
         c.counters,
         b.history ? [b.publisher.name] : [],
       ),
+      history: b.history && new WalHistory(b.schema, b.quotedSchema, b.history.payloads, b.publisher.name),
       recordSession: this.#recordSession,
       handoverSession: this.#handoverSession,
       wakeHandover: () => this.#handoverSource.wake(),

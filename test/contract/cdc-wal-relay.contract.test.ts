@@ -18,10 +18,6 @@ relayContract(
     'cdc (wal mode)',
     {
       via: 'wal',
-      cannot: {
-        history:
-          'a WAL-mode event never enters the events table, and the history is written from the rows the outcome statement deletes: a streamed WAL-mode event gets no history row (findEvent answers unknown); only those handed over to the polling path (failed, parked, replayed) are recorded',
-      },
       fence:
         'one streamer holds every partition; a standby takes them over with raised epochs and ends the old walsender, so the paused one’s deletes and hand-overs are fenced',
     },
