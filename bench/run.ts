@@ -3,13 +3,17 @@
  * this machine's ceilings, in one run.
  *
  *   npm run bench                 # full profile
- *   npm run bench -- --quick      # about 6 minutes (CI)
- *   npm run bench -- --only W1,W3 # some workloads (default W1–W6)
+ *   npm run bench -- --quick      # about 6 minutes
+ *   npm run bench -- --smoke      # under a minute (CI): every workload at a tiny size, figures meaningless
+ *   npm run bench -- --only W1,W3 # some workloads (default W1–W6 and the backlog check)
+ *   npm run bench -- --only backlog  # the backlog check alone (100,000 events in the full profile)
  *
- * Every configuration runs at least 3 times; the report gives median and
+ * Every configuration runs at least 3 times (the smoke profile: once); the report gives median and
  * min-max, ratios against peers measured in the same run, and the machine.
  * Writes bench/results/<timestamp>.json and .md. Speed is judged here, never
- * in the test suite: nothing is asserted, targets are reported as met/missed.
+ * in the test suite: no figure is asserted, targets are reported as met/missed. Two things make
+ * the exit status 1: a workload (or one system in it) that failed to run, and the backlog check
+ * (every event of a backlog delivered exactly once, in per-aggregate order) failing.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -28,6 +32,7 @@ import {
 import { sqlCeilingSystem } from './systems/sql-ceiling.js';
 import { txOutboxSystem } from './systems/tx-outbox.js';
 import type { BenchContext, CpuPer1000, DrainSystem } from './systems/types.js';
+import { type BacklogCheck, backlogCheck } from './workloads/backlog-check.js';
 import { type DrainRun, drainRun, simulateHistory } from './workloads/drain.js';
 import {
   type ClaimTiming,
@@ -49,6 +54,7 @@ import { ORM_PRODUCER_VARIANTS, ormProducerRuns } from './workloads/producer-orm
 const { values: args } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
+    smoke: { type: 'boolean', default: false },
     only: { type: 'string' },
     runs: { type: 'string' },
   },
@@ -72,11 +78,15 @@ interface Profile {
   readonly relays: readonly number[];
   /** Idle CPU: seconds measured (after 2 s of settling). */
   readonly idleSeconds: number;
+  /** W2 and idle CPU: how long a relay settles before the measurement (default 1.5 s and 2 s). */
+  readonly settleSeconds?: number;
   /** W6 (a): producers' offered events/s and seconds per run; (b): drain pairs (not held, held). */
   readonly heldSnapshot: { readonly rate: number; readonly seconds: number; readonly drainPairs: number };
+  /** The backlog check: a backlog this large drained by one relay, every event once, in order. */
+  readonly backlog: { readonly events: number; readonly aggregates: number };
 }
 
-const PROFILES: Record<'full' | 'quick', Profile> = {
+const PROFILES: Record<'full' | 'quick' | 'smoke', Profile> = {
   full: {
     runs: 3,
     events: 100_000,
@@ -101,6 +111,8 @@ const PROFILES: Record<'full' | 'quick', Profile> = {
     relays: [1, 2, 4],
     idleSeconds: 10,
     heldSnapshot: { rate: 1000, seconds: 600, drainPairs: 3 },
+    // The shape of the suite's former 100,000-event backlog test (test/failure/backlog.test.ts).
+    backlog: { events: 100_000, aggregates: 5_000 },
   },
   quick: {
     runs: 3,
@@ -119,14 +131,47 @@ const PROFILES: Record<'full' | 'quick', Profile> = {
     history: 300_000,
     relays: [1, 2],
     idleSeconds: 5,
-    // CI runs the quick profile: W6 kept short (the held-snapshot effect shows within seconds).
+    // W6 kept short (the held-snapshot effect shows within seconds).
     heldSnapshot: { rate: 1000, seconds: 10, drainPairs: 1 },
+    backlog: { events: 10_000, aggregates: 1_000 },
+  },
+  // CI: every workload and every system once, at a size that only proves it still runs.
+  smoke: {
+    runs: 1,
+    events: 500,
+    aggregates: 50,
+    peerEvents: {
+      naive: 50,
+      graphile: 200,
+      graphileOrdered: 50,
+      pgboss: 200,
+      ptoReplication: 50,
+      ptoPolling: 5,
+    },
+    latency: { rates: [200], cdcRates: [200], peerRates: [200], seconds: 1, runs: 1 },
+    producer: { seconds: 0.5, rounds: 1 },
+    history: 2_000,
+    relays: [1, 2],
+    idleSeconds: 0.5,
+    settleSeconds: 0.3,
+    heldSnapshot: { rate: 200, seconds: 1, drainPairs: 1 },
+    backlog: { events: 1_000, aggregates: 100 },
   },
 };
 
-const profileName = args.quick ? 'quick' : 'full';
+if (args.quick && args.smoke) throw new Error('--quick and --smoke: choose one profile');
+const profileName = args.smoke ? 'smoke' : args.quick ? 'quick' : 'full';
 const profile: Profile = { ...PROFILES[profileName], ...(args.runs ? { runs: Number(args.runs) } : {}) };
-const only = new Set((args.only ?? 'W1,W2,W3,W4,W5,W6').split(',').map((w) => w.trim().toUpperCase()));
+const only = new Set(
+  (args.only ?? 'W1,W2,W3,W4,W5,W6,backlog').split(',').map((w) => w.trim().toUpperCase()),
+);
+/** What failed to run, or failed the backlog check: any of it makes the exit status 1. */
+const failures: string[] = [];
+const failed = (what: string, error: unknown): string => {
+  const message = error instanceof Error ? error.message : String(error);
+  failures.push(`${what}: ${message.split('\n')[0]}`);
+  return message;
+};
 const PAYLOAD_BYTES = 300;
 
 const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 12 });
@@ -242,7 +287,7 @@ async function w1(): Promise<Record<string, unknown>> {
       runs = await repeat(system, events);
     } catch (error) {
       // One system failing (e.g. a relay that is not built yet) must not lose the others' figures.
-      const message = error instanceof Error ? error.message : String(error);
+      const message = failed(`W1 ${name}`, error);
       rates[name] = `failed: ${message.split('\n')[0]}`;
       console.error(`  W1 ${name}: ${rates[name]}`);
       continue;
@@ -387,10 +432,17 @@ async function w2(): Promise<Array<LatencyResult & { system: string }>> {
       const runs: LatencyResult[] = [];
       try {
         for (let i = 0; i < profile.latency.runs; i++) {
-          runs.push(await latencyRun(pool, { rate, seconds: profile.latency.seconds, system: make() }));
+          runs.push(
+            await latencyRun(pool, {
+              rate,
+              seconds: profile.latency.seconds,
+              system: make(),
+              ...(profile.settleSeconds === undefined ? {} : { settleMs: profile.settleSeconds * 1000 }),
+            }),
+          );
         }
       } catch (error) {
-        const message = error instanceof Error ? error.message : String(error);
+        const message = failed(`W2 ${name} ${rate} tx/s`, error);
         out(`| ${name} | ${rate} | failed: ${message.split('\n')[0]} | | | | | | | |`);
         console.error(`  W2 ${name} ${rate} tx/s: failed: ${message}`);
         continue;
@@ -455,10 +507,16 @@ async function idleCpu(): Promise<Record<string, IdleCpu[]>> {
     const runs: IdleCpu[] = [];
     try {
       for (let i = 0; i < profile.latency.runs; i++) {
-        runs.push(await idleCpuRun(pool, { relay, seconds: profile.idleSeconds }));
+        runs.push(
+          await idleCpuRun(pool, {
+            relay,
+            seconds: profile.idleSeconds,
+            ...(profile.settleSeconds === undefined ? {} : { settleSeconds: profile.settleSeconds }),
+          }),
+        );
       }
     } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
+      const message = failed(`idle CPU ${name}`, error);
       out(`| ${name} | failed: ${message.split('\n')[0]} | | | | |`);
       continue;
     }
@@ -622,7 +680,7 @@ async function w6(): Promise<{ steady: HeldSteadyRun[]; drain: HeldDrainRun[] }>
       console.error(`  W6 steady ${label(held)}: claim p99 ${fmtMs(steady.at(-1)!.claim.p99)} ms`);
     }
   } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
+    const message = failed('W6 steady', error);
     out(`(a) steady: failed: ${message.split('\n')[0]}`);
     console.error(`  W6 steady: failed: ${message}`);
   }
@@ -660,7 +718,7 @@ async function w6(): Promise<{ steady: HeldSteadyRun[]; drain: HeldDrainRun[] }>
       }
     }
   } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
+    const message = failed('W6 drain', error);
     out(`(b) drain: failed: ${message.split('\n')[0]}`);
     console.error(`  W6 drain: failed: ${message}`);
   }
@@ -700,6 +758,42 @@ async function w6(): Promise<{ steady: HeldSteadyRun[]; drain: HeldDrainRun[] }>
   return { steady, drain };
 }
 
+/** The backlog check: every event of a backlog delivered exactly once, in per-aggregate order. */
+async function backlog(): Promise<BacklogCheck | string> {
+  out('## Backlog check — every event once, in per-aggregate order');
+  out();
+  const { events, aggregates } = profile.backlog;
+  let check: BacklogCheck;
+  try {
+    check = await backlogCheck(pool, { events, aggregates, payloadBytes: PAYLOAD_BYTES, timeoutMs: 600_000 });
+  } catch (error) {
+    const message = failed('backlog check', error);
+    out(`A backlog of ${fmt(events)} events: failed: ${message.split('\n')[0]}`);
+    out();
+    return `failed: ${message}`;
+  }
+  out(
+    `A backlog of ${fmt(events)} pending events over ${fmt(aggregates)} aggregates, one relay process: ` +
+      `drained at ${fmt(check.perSecond)} events/s (a figure, not judged); the stream holds ${fmt(check.messages)} ` +
+      `messages, ${check.orderViolations} out of per-aggregate order: ${check.ok ? 'passed' : 'FAILED'}.`,
+  );
+  out();
+  if (!check.ok)
+    failures.push(
+      `backlog check: ${check.messages} messages of ${events}, ${check.orderViolations} violations`,
+    );
+  console.error(`  backlog check: ${check.ok ? 'passed' : 'FAILED'}`);
+  return check;
+}
+
+// The smoke profile runs in CI: a workload that hangs must fail it, not stall it.
+if (profileName === 'smoke') {
+  setTimeout(() => {
+    console.error('bench --smoke: still running after 300 s, a workload hangs');
+    process.exit(1);
+  }, 300_000).unref();
+}
+
 const started = performance.now();
 try {
   report['machine'] = await machine(pool);
@@ -707,23 +801,38 @@ try {
   out();
   out(`Machine: ${JSON.stringify(report['machine'])}`);
   out();
-  if (only.has('W1')) report['W1'] = await w1();
-  if (only.has('W2')) {
-    report['W2'] = await w2();
-    report['idleCpu'] = await idleCpu();
+  const workloads: Array<[string, string, () => Promise<unknown>]> = [
+    ['W1', 'W1', w1],
+    ['W2', 'W2', w2],
+    ['W2', 'idleCpu', idleCpu],
+    ['W3', 'W3', w3],
+    ['W4', 'W4', w4],
+    ['W5', 'W5', w5],
+    ['W6', 'W6', w6],
+    ['BACKLOG', 'backlog', backlog],
+  ];
+  for (const [selector, key, run] of workloads) {
+    if (!only.has(selector)) continue;
+    const t0 = performance.now();
+    report[key] = await run();
+    console.error(`  ${key}: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   }
-  if (only.has('W3')) report['W3'] = await w3();
-  if (only.has('W4')) report['W4'] = await w4();
-  if (only.has('W5')) report['W5'] = await w5();
-  if (only.has('W6')) report['W6'] = await w6();
 } finally {
   await pool.end();
 }
 const seconds = (performance.now() - started) / 1000;
-out(`Total ${seconds.toFixed(0)} s. Command: npm run bench${args.quick ? ' -- --quick' : ''}`);
+const flag = profileName === 'full' ? '' : ` -- --${profileName}`;
+out(`Total ${seconds.toFixed(0)} s. Command: npm run bench${flag}`);
 report['seconds'] = seconds;
+report['failures'] = failures;
 mkdirSync('bench/results', { recursive: true });
 const stamp = new Date().toISOString().replace(/[:.]/g, '-');
 writeFileSync(`bench/results/${profileName}-${stamp}.json`, `${JSON.stringify(report, null, 2)}\n`);
 writeFileSync(`bench/results/${profileName}-${stamp}.md`, `${lines.join('\n')}\n`);
 console.error(`written bench/results/${profileName}-${stamp}.{json,md}`);
+if (failures.length > 0) {
+  console.error(`bench: ${failures.length} failure(s):\n  ${failures.join('\n  ')}`);
+  process.exitCode = 1;
+} else if (profileName === 'smoke') {
+  console.error(`bench --smoke: every workload ran (${seconds.toFixed(0)} s); its figures mean nothing`);
+}

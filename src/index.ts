@@ -135,8 +135,8 @@ export {
   maintainHistory,
 } from './relay/history.js';
 export type { RelayOptions } from './relay/options.js';
+export { createRelay, type Relay, type RelayHealth, type RelayStats } from './relay/polling/relay.js';
 export type { RelayPruneOptions } from './relay/pruner.js';
-export { createRelay, type Relay, type RelayHealth, type RelayStats } from './relay/relay.js';
 export {
   DEFAULT_PARTITIONS,
   DEFAULT_SCHEMA,

@@ -6,9 +6,9 @@
  * connection while the last one's outcome is recorded (a stricter ceiling).
  */
 import type pg from 'pg';
-import type { ClaimRow } from '../../src/relay/claim.js';
-import { gateClaim } from '../../src/relay/claim-gate.js';
-import { CLAIM_SQL } from '../../src/relay/claim-sql.js';
+import { gateClaim } from '../../src/relay/claim/claim-gate.js';
+import type { ClaimRow } from '../../src/relay/claim/claim-row.js';
+import { CLAIM_SQL } from '../../src/relay/claim/claim-sql.js';
 import { maintainHistory } from '../../src/relay/history.js';
 import { RECORD_OUTCOME_HISTORY_SQL, RECORD_OUTCOME_SQL } from '../../src/relay/outcome-sql.js';
 import { loadOutbox } from './tx-outbox.js';

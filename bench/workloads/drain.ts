@@ -6,7 +6,10 @@ import type { BenchContext, DrainResult, DrainSystem, DrainWorkload } from '../s
 
 export interface DrainRun extends DrainResult {
   readonly perSecond: number;
+  /** With checkOrder: order violations in the stream plus |messages in the stream - events|. */
   readonly orderViolations?: number;
+  /** With checkOrder: how many messages the stream holds. */
+  readonly streamMessages?: number;
   readonly skipped?: string;
 }
 
@@ -32,7 +35,12 @@ export async function drainRun(
     return {
       ...result,
       perSecond: result.delivered / result.seconds,
-      ...(order ? { orderViolations: order.violations + Math.abs(order.messages - workload.events) } : {}),
+      ...(order
+        ? {
+            orderViolations: order.violations + Math.abs(order.messages - workload.events),
+            streamMessages: order.messages,
+          }
+        : {}),
     };
   } finally {
     await system.teardown(ctx).catch(() => undefined);

@@ -121,7 +121,14 @@ const now = (): number => performance.timeOrigin + performance.now();
 
 export async function latencyRun(
   pool: pg.Pool,
-  options: { rate: number; seconds: number; connections?: number; system?: LatencySystem },
+  options: {
+    rate: number;
+    seconds: number;
+    connections?: number;
+    system?: LatencySystem;
+    /** Wait before the producers start (the relay takes its partitions); default 1,500 ms. */
+    settleMs?: number;
+  },
 ): Promise<LatencyResult> {
   const connections = options.connections ?? 8;
   const system = options.system ?? txOutboxLatencySystem();
@@ -145,7 +152,7 @@ export async function latencyRun(
       }
     })();
     // Let the relay take its partitions and settle.
-    await new Promise((r) => setTimeout(r, 1500));
+    await new Promise((r) => setTimeout(r, options.settleMs ?? 1500));
 
     const committed = new Map<string, number>();
     const payload = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };

@@ -14,7 +14,7 @@ import type { Logger } from '../logger.js';
 import { uncarriedCharacter } from '../producer/text.js';
 import { redactText } from '../redact.js';
 import { type Failure, MAX_ERROR_CHARS } from '../relay/verdicts.js';
-import type { HandoverRow, ProgressRow } from './handover.js';
+import type { HandoverRow, ProgressRow } from './handover-rows.js';
 import { UNDECODABLE_TYPE } from './stream-batch.js';
 
 /**

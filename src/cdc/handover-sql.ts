@@ -1,4 +1,4 @@
-import { CLAIM_SQL } from '../relay/claim-sql.js';
+import { CLAIM_SQL } from '../relay/claim/claim-sql.js';
 
 /**
  * The fence of every write of the CDC relay: the partition rows it holds under the epochs it

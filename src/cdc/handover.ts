@@ -1,11 +1,11 @@
 import type { Pool, PoolClient } from 'pg';
+import type { Fence } from '../core/fence.js';
 import { OutboxError } from '../errors.js';
 import type { Logger } from '../logger.js';
-import type { Failure } from '../relay/verdicts.js';
 import { withSchema } from '../schema/identifiers.js';
 import { isDataError, writeIsolated } from './handover-data-errors.js';
+import { FencedError, type HandoverRow, type ProgressRow } from './handover-rows.js';
 import { START_SET_SQL, STILL_POLLED_SQL, VISIBLE_SQL } from './handover-sql.js';
-import type { StreamEvent } from './stream-batch.js';
 
 /** A polled aggregate: the polling path owns it until it has nothing left in the table. */
 interface PolledEntry {
@@ -41,39 +41,6 @@ export type Resolution = 'stream' | 'skip' | 'handover';
 export interface StartSet {
   readonly polled: readonly string[];
   readonly unknown: number;
-}
-
-/** A WAL-mode event going into the table: failed (its attempt recorded) or pending behind one. */
-export interface HandoverRow {
-  readonly event: StreamEvent;
-  readonly failure?: Failure;
-  /**
-   * Written after the stream session began (never streamed before, not a replay): the row is
-   * written even at or below the aggregate's progress, and P marks such a repeat dead.
-   */
-  readonly fresh?: boolean;
-}
-
-/** Where an aggregate leaves the stream: delivered up to `delivered`, blocked per `blockMs`. */
-export interface ProgressRow {
-  readonly key: string;
-  readonly delivered: number;
-  /** null: unchanged; -1: for good (dead); else ms from now. */
-  readonly blockMs: number | null;
-}
-
-/** The fence a write is made under: every partition, with the epochs held. */
-export interface Fence {
-  readonly relayId: string;
-  readonly partitions: number[];
-  readonly epochs: string[];
-}
-
-/** Thrown when a write found the epochs raised: another relay took over. */
-export class FencedError extends OutboxError {
-  constructor() {
-    super('the partition leases were taken over: this relay stops streaming', { code: 'TXO_CDC_FENCED' });
-  }
 }
 
 const LRU_SIZE = 100_000;

@@ -10,20 +10,14 @@
 import type { Pool, PoolClient } from 'pg';
 import { OutboxError } from '../errors.js';
 import { type Logger, silentLogger } from '../logger.js';
-import {
-  CDC_WAL_LEVEL,
-  type CdcNameOptions,
-  type CdcNames,
-  cdcNames,
-  checkedName,
-} from '../schema/cdc-names.js';
+import { CDC_WAL_LEVEL, type CdcNameOptions, type CdcNames, checkedName } from '../schema/cdc-names.js';
 import { Checkout } from '../schema/checkout.js';
 import { quoteSchema, withSchema } from '../schema/identifiers.js';
 import { sleep } from '../sleep.js';
+import { resolveCdcNames } from './names.js';
 import {
   CREATE_PUBLICATION_SQL,
   CREATE_SLOT_SQL,
-  DEFAULT_SLOT_SQL,
   DROP_PUBLICATION_SQL,
   DROP_SLOT_SQL,
   PUBLICATION_SQL,
@@ -53,19 +47,9 @@ export const CDC_SLOT_ACTIVE = 'TXO_CDC_SLOT_ACTIVE';
  */
 export const CDC_SLOT_MISMATCH = 'TXO_CDC_SLOT_MISMATCH';
 
-type Queryable = Pool | PoolClient;
+export { resolveCdcNames } from './names.js';
 
-/**
- * The names with the slot resolved: the one given, else this database's default slot of the
- * schema (DEFAULT_SLOT_SQL: `txo_<database>_<schema>_<hash>`, or `txo_<schema>` while this
- * database has a slot of that name).
- */
-export async function resolveCdcNames(db: Queryable, options: CdcNameOptions = {}): Promise<CdcNames> {
-  const choice = cdcNames(options);
-  if (choice.slot !== undefined) return { ...choice, slot: choice.slot };
-  const { rows } = await db.query<{ slot: string }>(DEFAULT_SLOT_SQL, [choice.schema]);
-  return { ...choice, slot: checkedName('slot', rows[0]!.slot) };
-}
+type Queryable = Pool | PoolClient;
 
 function publicationSql(sql: string, names: CdcNames): string {
   return withSchema(sql, quoteSchema(names.schema)).replaceAll('{{publication}}', `"${names.publication}"`);

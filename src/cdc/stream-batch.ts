@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { aggregateKeyOf } from '../aggregate-key.js';
+import { type EventRow, toMessage } from '../core/event-row.js';
+import type { OutboxMessage } from '../core/message.js';
 import type { WalEvent } from '../producer/wal-message.js';
-import type { OutboxMessage } from '../publishers/contract.js';
-import { type ClaimedRow, toMessage } from '../relay/claim.js';
 import type { AckTracker, AckUnit } from './acks.js';
 import { formatLsn, type Lsn } from './lsn.js';
 import { parseTimestamptz } from './pgoutput.js';
@@ -117,19 +117,16 @@ function text(values: ReadonlyMap<string, string | null>, column: string): strin
   return values.get(column) ?? '';
 }
 
-/** A streamed insert into `<schema>.events` as the claim statement's row, so `toMessage` serves both. */
+/** A streamed insert into `<schema>.events`: the row, with what decides whether the stream publishes it. */
 export function insertedRow(
   columns: readonly string[],
   values: readonly (string | null)[],
-): ClaimedRow & { status: string } {
+): EventRow & { partition: number; status: string } {
   const v = new Map<string, string | null>();
   for (let i = 0; i < columns.length; i++) v.set(columns[i]!, values[i] ?? null);
   const bytes = v.get('payload_bytes');
   const deliverAfter = v.get('deliver_after');
   return {
-    gate: 'pass',
-    passed: true,
-    delivered: '0',
     id: text(v, 'id'),
     event_id: text(v, 'event_id'),
     partition: Number(text(v, 'partition')),

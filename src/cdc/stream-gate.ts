@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from 'pg';
+import type { Fence } from '../core/fence.js';
 import { withSchema } from '../schema/identifiers.js';
-import { type Fence, FencedError } from './handover.js';
+import { FencedError } from './handover-rows.js';
 import { type Lsn, parseLsn } from './lsn.js';
 import type { StreamEvent } from './stream-batch.js';
 import { PROGRESS_LOOKUP_SQL, WAL_PROGRESS_SQL } from './stream-gate-sql.js';

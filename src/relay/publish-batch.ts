@@ -11,9 +11,9 @@ import { failed, type OutboxMessage, type Publisher, type PublishOutcome } from 
 import { CallAbort } from '../publishers/core/call-abort.js';
 import { redactText } from '../redact.js';
 import { PublishTracing } from '../tracing/publish-spans.js';
-import type { Claimed } from './claim.js';
 import { waves } from './ordering-gate.js';
 import type { RefusedAggregates } from './outage.js';
+import type { SourceBatch } from './source.js';
 import type { RelayCounters } from './stats.js';
 import { type Failure, type JudgePolicy, judge, PUBLISHER_FAILED, type Verdict } from './verdicts.js';
 
@@ -39,7 +39,7 @@ export class BatchPublisher {
     this.#tracing = new PublishTracing(p.publisher.name);
   }
 
-  async publish(claimed: Claimed): Promise<Verdict> {
+  async publish(claimed: SourceBatch): Promise<Verdict> {
     const p = this.p;
     const loading = this.#tracing.ready();
     if (loading) await loading;

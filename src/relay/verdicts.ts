@@ -4,7 +4,7 @@ import type { FailureReason } from '../metrics/relay-metrics.js';
 import type { OutboxMessage, PublishOutcome } from '../publishers/contract.js';
 import { redactText } from '../redact.js';
 import { type BackoffPolicy, fullJitterDelay } from './backoff.js';
-import type { Claimed } from './claim.js';
+import type { SourceBatch } from './batch.js';
 
 /** A failed publish, as the outcome statement records it on the event. */
 export interface Failure {
@@ -20,7 +20,7 @@ export interface Failure {
 
 /** What became of a claimed batch's events once published; nothing recorded yet. */
 export interface Verdict {
-  readonly claimed: Claimed;
+  readonly claimed: SourceBatch;
   /** Ids of the events the broker acknowledged. */
   readonly delivered: string[];
   readonly failures: Failure[];

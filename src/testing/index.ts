@@ -13,6 +13,23 @@ export {
   type ReceivedMessage,
   type TestApi,
 } from './publisher-contract.js';
+export { printChildReport, readChildReports, relayChildPublisher } from './relay-child.js';
+export {
+  type ChildMode,
+  type ChildRelayConfig,
+  type ChildReport,
+  type CommitMark,
+  type ContractRelay,
+  RELAY_CASES,
+  type RelayBroker,
+  type RelayCase,
+  type RelayChild,
+  type RelayFeatures,
+  type RelayTestApi,
+  type RelayUnderTest,
+  relayContract,
+  type SeenMessage,
+} from './relay-contract.js';
 export {
   type Address,
   type Direction,

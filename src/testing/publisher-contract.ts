@@ -19,7 +19,7 @@ import { fromEnvelope } from '../inbox/message.js';
 import { enqueue } from '../producer/enqueue.js';
 import { inTransaction } from '../producer/transaction.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../publishers/contract.js';
-import { createRelay } from '../relay/relay.js';
+import { createRelay } from '../relay/polling/relay.js';
 import { migrate } from '../schema/migrate.js';
 import { AWKWARD_IDS } from './envelopes.js';
 import { type Address, TcpProxy } from './tcp-proxy.js';

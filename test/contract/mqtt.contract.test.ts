@@ -2,7 +2,7 @@ import { CloudEvent, MQTT } from 'cloudevents';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mqttPublisher } from '../../src/publishers/mqtt/index.js';
 import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
-import { DATABASE_URL } from '../helpers/env.js';
+import { CONTRACT_RELAY_EVENTS, DATABASE_URL } from '../helpers/env.js';
 import {
   MQTT_BROKER,
   MQTT_BROKER_URL,
@@ -89,5 +89,5 @@ publisherContract(
       await tap.unlisten(ns);
     },
   },
-  { relay: { databaseUrl: DATABASE_URL } },
+  { relay: { databaseUrl: DATABASE_URL, events: CONTRACT_RELAY_EVENTS } },
 );

@@ -4,7 +4,7 @@ import { CloudEvent } from 'cloudevents';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
-import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
+import { CONTRACT_RELAY_EVENTS, DATABASE_URL, NATS_URL } from '../helpers/env.js';
 
 const broker = new URL(NATS_URL);
 const streamOf = (ns: string) => `TXO_CONTRACT_${ns}`;
@@ -93,5 +93,5 @@ publisherContract(
       await nc.close();
     },
   },
-  { relay: { databaseUrl: DATABASE_URL } },
+  { relay: { databaseUrl: DATABASE_URL, events: CONTRACT_RELAY_EVENTS } },
 );

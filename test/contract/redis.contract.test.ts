@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisPublisher } from '../../src/publishers/redis/index.js';
 import { publisherContract } from '../../src/testing/index.js';
-import { DATABASE_URL } from '../helpers/env.js';
+import { CONTRACT_RELAY_EVENTS, DATABASE_URL } from '../helpers/env.js';
 import {
   connectRedis,
   deleteKeys,
@@ -63,5 +63,5 @@ publisherContract(
     poison: (ns, m) => ({ ...m, topic: contractKey(ns, 'poison') }),
     cleanup: (ns) => deleteKeys(redis, `${ROOT}:${ns}:*`),
   },
-  { relay: { databaseUrl: DATABASE_URL } },
+  { relay: { databaseUrl: DATABASE_URL, events: CONTRACT_RELAY_EVENTS } },
 );

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { percentDecode } from '../../src/envelope/percent.js';
 import { verifyWebhookEvent, webhookPublisher } from '../../src/publishers/webhook/index.js';
 import { publisherContract, type ReceivedMessage } from '../../src/testing/index.js';
-import { DATABASE_URL } from '../helpers/env.js';
+import { CONTRACT_RELAY_EVENTS, DATABASE_URL } from '../helpers/env.js';
 
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const received = new Map<string, ReceivedMessage[]>();
@@ -97,5 +97,5 @@ publisherContract(
     },
     poison: (ns, m) => ({ ...m, topic: `${ns}-reject` }),
   },
-  { relay: { databaseUrl: DATABASE_URL } },
+  { relay: { databaseUrl: DATABASE_URL, events: CONTRACT_RELAY_EVENTS } },
 );

@@ -1,6 +1,7 @@
 /**
- * The CDC failure scenarios that run in both producer modes (issue 14, test 8: tests 1 and 2
- * again with `via: 'wal'`): cdc-stream*.test.ts and cdc-crash*.test.ts call these with their mode.
+ * The CDC failure scenarios that run in both producer modes (issue 14, test 8: test 1 again with
+ * `via: 'wal'`): cdc-stream*.test.ts call these with their mode. Test 2 (kill -9 mid-stream) is
+ * the relay contract's `kill` case (test/contract/cdc-*-relay.contract.test.ts).
  * Every relay runs in a child process on the built package (test/helpers/cdc-relay-process.ts).
  */
 import { randomBytes } from 'node:crypto';
@@ -9,19 +10,15 @@ import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { expect } from 'vitest';
 import { migrate } from '../../src/schema/migrate.js';
-import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import {
   cdcEvents,
   cdcNames,
   countIds,
   dropCdcObjects,
-  duplicatesBeforeConfirmed,
   eventRows,
   firstDeliveryOrderViolations,
-  lsnValue,
   missingIds,
   produce,
-  slotState,
   type Via,
   waitUntil,
 } from '../helpers/cdc.js';
@@ -30,7 +27,7 @@ import { waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 import { KAFKA_BROKER } from '../helpers/kafka.js';
 import { kafkaReader, readTopic } from '../helpers/kafka-read.js';
-import { deleteStream, readStream, watchSubjects } from '../helpers/nats-stream.js';
+import { deleteStream, readStream } from '../helpers/nats-stream.js';
 
 /** A test file's schema, its slot and publication, its relay children and clean-ups. */
 export class CdcFixture {
@@ -115,11 +112,16 @@ export async function streamCount(stream: string, servers = NATS_URL): Promise<n
   }
 }
 
-const TOTAL = 100_000;
-const AGGREGATES = 5_000;
+/**
+ * The stream test's size: 20,000 events over 1,000 aggregates in CI (many batches, many slot
+ * confirmations, each aggregate 20 deep); TXO_CDC_STREAM_EVENTS=100000 runs it at the size issue
+ * 14 first measured (5,000 aggregates), as the benchmark's W1 CDC rows stream 50,000 and more.
+ */
+const TOTAL = Number(process.env['TXO_CDC_STREAM_EVENTS'] ?? 20_000);
+const AGGREGATES = Math.max(1, Math.round(TOTAL / 20));
 
 /**
- * Test 1: 100,000 events over 5,000 aggregates, committed while the relay streams: every event
+ * Test 1: TOTAL events over AGGREGATES aggregates, committed while the relay streams: every event
  * delivered, first deliveries in per-aggregate order, nothing left in the table.
  */
 export async function streamsEverything(
@@ -200,89 +202,4 @@ export async function streamsEverything(
   expect(s.cdc.reconnects).toBe(0);
   await relay.stop();
   expect(relay.exited?.code, relay.problems()).toBe(0);
-}
-
-/**
- * Test 2: kill -9 of the streaming relay mid-stream, a new relay started: nothing lost, and the
- * only events delivered twice are ones committed after the slot's confirmed LSN as read just
- * before the kill.
- */
-export async function survivesKill9(fixture: CdcFixture, via: Via): Promise<void> {
-  const { stream, prefix, nats } = natsNames(fixture);
-  const watch = await watchSubjects(NATS_URL, `${prefix}.>`);
-  fixture.cleanups.push(() => watch.close());
-  // The first relay publishes through a proxy that adds latency: it reads the stream far ahead of
-  // its publishes, so the kill finds thousands of events read but not acknowledged.
-  const natsUrl = new URL(NATS_URL);
-  const slowLink = await TcpProxy.start({ host: natsUrl.hostname, port: Number(natsUrl.port || 4222) });
-  fixture.cleanups.push(() => slowLink.close());
-  slowLink.delay(30, 120_000);
-  const first = fixture.relay({
-    broker: 'nats',
-    nats: { ...nats!, servers: `nats://127.0.0.1:${slowLink.port}` },
-    relayId: `crash-${via}-first`,
-    batchSize: 200,
-  });
-  await first.streaming(40_000);
-  const atStart = await slotState(fixture.db.pool, fixture.slot);
-
-  // A backlog committed faster than it is published (the relay reads ahead of its publishes),
-  // the kill in the middle of it, then more committed while no relay runs.
-  const total = 30_000;
-  const producing = produce(fixture.db.pool, fixture.schema, cdcEvents(prefix, 20_000, 2_000), {
-    via,
-    perTx: 1000,
-  });
-  await waitFor(() => watch.seen.length >= 3_000, { timeoutMs: 40_000, what: '3,000 events published' });
-  const beforeKill = await slotState(fixture.db.pool, fixture.slot);
-  await first.kill();
-  const seenAtKill = watch.seen.length;
-  const committed = await producing;
-  const committedAtKill = countIds(committed);
-  committed.push(
-    ...(await produce(fixture.db.pool, fixture.schema, cdcEvents(prefix, 10_000, 2_000, 20_000), {
-      via,
-      perTx: 1000,
-    })),
-  );
-
-  expect(
-    beforeKill.confirmed,
-    'the streaming relay confirmed the slot past where it started',
-  ).toBeGreaterThan(atStart.confirmed);
-  expect(seenAtKill, 'the kill landed mid-stream').toBeLessThan(committedAtKill);
-
-  const second = fixture.relay({ broker: 'nats', nats, relayId: `crash-${via}-second`, batchSize: 200 });
-  // Past the last commit, every streamed event was acknowledged by the broker (the contract's
-  // confirmation rule); in table mode the polling path may still be delivering handed-over rows.
-  await second.waitForStats((s) => lsnValue(s.cdc.confirmedLsn) >= committed.at(-1)!.afterLsn, {
-    timeoutMs: 60_000,
-    what: 'the slot confirmed past the last commit',
-  });
-  if (via === 'table')
-    await waitFor(async () => (await eventRows(fixture.db.pool, fixture.schema)) === 0, {
-      timeoutMs: 30_000,
-      what: 'the events table emptied',
-    });
-  // Let the last acknowledgements reach the stream; a shortfall shows as missing ids below.
-  await waitFor(async () => (await streamCount(stream)) >= total, {
-    timeoutMs: 5_000,
-    intervalMs: 250,
-  }).catch(() => undefined);
-
-  const stored = await readStream(NATS_URL, stream);
-  expect(
-    missingIds(
-      committed,
-      stored.map((s) => s.eventId),
-    ),
-  ).toEqual([]);
-  expect(firstDeliveryOrderViolations(stored)).toEqual([]);
-  const { duplicates, violations } = duplicatesBeforeConfirmed(committed, watch.seen, beforeKill.confirmed);
-  console.info(
-    `cdc crash ${via}: killed at ${seenAtKill} published of ${committedAtKill} committed, slot confirmed ${beforeKill.confirmed} before the kill; ${duplicates} events delivered more than once; restarted relay ${JSON.stringify({ published: second.stats()?.published, cdc: second.stats()?.cdc })}`,
-  );
-  expect(violations, 'events confirmed before the kill delivered again').toEqual([]);
-  expect(second.exited, second.problems()).toBeUndefined();
-  expect(second.stats()!.dead).toBe(0);
 }

@@ -12,7 +12,7 @@ import { isBrokerUnavailable } from '../../src/errors.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import { type NatsPublishMode, natsPublisher } from '../../src/publishers/nats/index.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
 import { makeMessage } from '../helpers/messages.js';

@@ -13,7 +13,7 @@ import type { OutboxEvent } from '../../src/producer/event.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { routerPublisher } from '../../src/publishers/router.js';
 import { webhookPublisher } from '../../src/publishers/webhook/index.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
 import { freePort } from '../helpers/processes.js';

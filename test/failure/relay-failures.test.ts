@@ -12,7 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
-import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { createRelay, type Relay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
 import { deleteStream, orderViolations, readStream, watchSubjects } from '../helpers/nats-stream.js';

@@ -1,8 +1,7 @@
 /**
  * What the CDC failure tests share: a producer that remembers where in the WAL each transaction
  * committed (an upper bound), the slot as PostgreSQL reports it, the clean-up of slots and
- * publications, and the delivery checks (no loss, per-aggregate order of first deliveries,
- * duplicates only after the confirmed LSN).
+ * publications, and the delivery checks (no loss, per-aggregate order of first deliveries).
  */
 import type pg from 'pg';
 import { resolveCdcNames } from '../../src/cdc/setup.js';
@@ -186,31 +185,6 @@ export function missingIds(
 
 export function countIds(committed: readonly Committed[]): number {
   return committed.reduce((n, c) => n + c.ids.length, 0);
-}
-
-/**
- * Events delivered more than once whose transaction had committed (its WAL upper bound) at or
- * before `confirmed`: the relay had confirmed them, so they must never come again.
- */
-export function duplicatesBeforeConfirmed(
-  committed: readonly Committed[],
-  seen: readonly string[],
-  confirmed: bigint,
-): { duplicates: number; violations: string[] } {
-  const times = new Map<string, number>();
-  for (const id of seen) times.set(id, (times.get(id) ?? 0) + 1);
-  let duplicates = 0;
-  const violations: string[] = [];
-  for (const c of committed)
-    for (const id of c.ids) {
-      if ((times.get(id) ?? 0) < 2) continue;
-      duplicates++;
-      if (c.afterLsn <= confirmed && violations.length < 20)
-        violations.push(
-          `${id} (committed by ${c.afterLsn}, confirmed ${confirmed}) delivered ${times.get(id)}×`,
-        );
-    }
-  return { duplicates, violations };
 }
 
 /** Rows left in the events table. */

@@ -2,7 +2,7 @@ import { expect } from 'vitest';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { Publisher } from '../../src/publishers/contract.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { inTransaction, type TestDb, waitFor } from './db.js';
 
 /** Enqueues the events, runs a relay with `publisher` until each is published (none dead), stops it. */

@@ -12,7 +12,7 @@ import { skipDead } from '../../src/ops/dead-skip.js';
 import { outboxStatus } from '../../src/ops/status.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { permanent } from '../../src/publishers/core/outcomes.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { migrate, migrationSql } from '../../src/schema/migrate.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';

@@ -10,7 +10,7 @@ import { OutboxBackpressureError, OutboxValidationError } from '../../src/errors
 import { backpressureGate } from '../../src/producer/backpressure.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { SqlExecutor } from '../../src/producer/executor.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';

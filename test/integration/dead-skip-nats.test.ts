@@ -14,7 +14,7 @@ import { skipDead } from '../../src/ops/dead-skip.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { Publisher } from '../../src/publishers/contract.js';
 import { ensureStream, natsPublisher } from '../../src/publishers/nats/index.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
 import { readStream } from '../helpers/nats-stream.js';

@@ -12,7 +12,7 @@ import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
 import { defaultDestination } from '../../src/publishers/core/destination.js';
-import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { createRelay, type Relay } from '../../src/relay/polling/relay.js';
 import { SKIPPED_EVENT_TYPE, skipMarkerOf } from '../../src/skip-marker.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';

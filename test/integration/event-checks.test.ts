@@ -8,7 +8,7 @@ import {
   RESERVED_HEADER_NAMES,
   RESERVED_HEADER_PREFIXES,
 } from '../../src/producer/headers.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { migrate } from '../../src/schema/migrate.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { createLoginRoles, type LoginRoles } from '../helpers/login-roles.js';

@@ -13,7 +13,7 @@ import { findEvent } from '../../src/ops/find-event.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import { maintainHistory } from '../../src/relay/history.js';
-import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { createRelay, type Relay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { type LogLine, logRecorder } from '../helpers/log-recorder.js';

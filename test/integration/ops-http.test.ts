@@ -7,7 +7,7 @@ import { type MetricsServer, serveMetrics } from '../../src/ops/http.js';
 import type { HealthSource } from '../../src/ops/readiness.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
-import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { createRelay, type Relay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';

@@ -8,7 +8,7 @@ import { fromEnvelope, type InboxMessage } from '../../src/inbox/message.js';
 import { prune } from '../../src/ops/prune.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { logRecorder } from '../helpers/log-recorder.js';

@@ -11,7 +11,7 @@ import { silentLogger } from '../../src/logger.js';
 import { ReadinessMonitor, type ReadinessReport } from '../../src/ops/readiness.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { redisPublisher } from '../../src/publishers/redis/index.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 
 let db: TestDb;

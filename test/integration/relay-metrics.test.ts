@@ -11,7 +11,7 @@ import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import type { RelayOptions } from '../../src/relay/options.js';
-import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { createRelay, type Relay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 import { sample } from '../helpers/metrics.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { prune } from '../../src/ops/prune.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { waitFor } from '../helpers/db.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 import { createLoginRoles, type LoginRoles } from '../helpers/login-roles.js';

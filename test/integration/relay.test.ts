@@ -3,7 +3,7 @@ import { brokerUnavailable, PublishError } from '../../src/errors.js';
 import { listDead, replayDead } from '../../src/ops/dead-letter.js';
 import { enqueue } from '../../src/producer/enqueue.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
-import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { createRelay, type Relay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 

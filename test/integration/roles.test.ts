@@ -15,7 +15,7 @@ import { skipDead } from '../../src/ops/dead-skip.js';
 import { findEvent } from '../../src/ops/find-event.js';
 import { outboxStatus } from '../../src/ops/status.js';
 import { enqueue } from '../../src/producer/enqueue.js';
-import { createRelay, type Relay } from '../../src/relay/relay.js';
+import { createRelay, type Relay } from '../../src/relay/polling/relay.js';
 import { migrate, migrationSql } from '../../src/schema/migrate.js';
 import { ROLE_KINDS, type RoleKind, rolesSql } from '../../src/schema/roles.js';
 import { inTransaction, waitFor } from '../helpers/db.js';

@@ -27,7 +27,7 @@ import { enqueue } from '../../src/producer/enqueue.js';
 import type { Publisher } from '../../src/publishers/contract.js';
 import { kafkaPublisher } from '../../src/publishers/kafka/index.js';
 import { ensureStream, natsPublisher } from '../../src/publishers/nats/index.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
 import { KAFKA_BROKER, kafkaAvailable } from '../helpers/kafka.js';

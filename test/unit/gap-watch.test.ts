@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { aggregateKeyOf } from '../../src/aggregate-key.js';
-import { GapWatch, MAX_HEADS_PER_PROBE } from '../../src/relay/gap-watch.js';
-import { repeatReason } from '../../src/relay/sequence-faults.js';
+import { GapWatch, MAX_HEADS_PER_PROBE } from '../../src/relay/claim/gap-watch.js';
+import { repeatReason } from '../../src/relay/claim/sequence-faults.js';
 
 const head = (id: string, partition = 0, rowId = `${id}-row`) => ({
   key: aggregateKeyOf('order', id),

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { aggregateKeyOf } from '../../src/aggregate-key.js';
-import { HoldBack } from '../../src/relay/hold-back.js';
+import { HoldBack } from '../../src/relay/claim/hold-back.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 
 const row = (id: string, type = 'order') => ({ aggregate_type: type, aggregate_id: id });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { GRACE_MS, IdleCadence, SETTLE_MS } from '../../src/relay/idle.js';
-import { LeaseSchedule } from '../../src/relay/lease-schedule.js';
+import { GRACE_MS, IdleCadence, SETTLE_MS } from '../../src/relay/polling/idle.js';
+import { LeaseSchedule } from '../../src/relay/polling/lease-schedule.js';
 
 function setup(listen: boolean, pollIntervalMs = 1000) {
   let now = 5_000;

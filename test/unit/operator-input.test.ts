@@ -7,7 +7,7 @@ import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { OutboxValidationError } from '../../src/errors.js';
 import { pruneInbox, releaseQuarantined, showQuarantined } from '../../src/inbox/quarantine.js';
-import { createRelay } from '../../src/relay/relay.js';
+import { createRelay } from '../../src/relay/polling/relay.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 
 // Nothing listens here: a call that got past its checks would fail to connect, not pass.

@@ -4,8 +4,8 @@
  * for every row of random batches, and the cases named in the rule.
  */
 import { describe, expect, it } from 'vitest';
-import type { ClaimRow, Gate } from '../../src/relay/claim.js';
-import { gateClaim } from '../../src/relay/claim-gate.js';
+import { gateClaim } from '../../src/relay/claim/claim-gate.js';
+import type { ClaimRow, Gate } from '../../src/relay/claim/claim-row.js';
 
 let nextId = 1;
 const row = (aggregateId: string, sequence: number, delivered: number, id = nextId++): ClaimRow => ({

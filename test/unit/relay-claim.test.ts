@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { aggregateKey, aggregateKeyOf } from '../../src/aggregate-key.js';
-import { type ClaimedRow, toMessage } from '../../src/relay/claim.js';
+import { toMessage } from '../../src/core/event-row.js';
+import type { ClaimedRow } from '../../src/relay/claim/claim-row.js';
 
 const row = (extra: Partial<ClaimedRow> = {}): ClaimedRow => ({
   gate: 'pass',

@@ -1,6 +1,6 @@
 /** Where the claim's scan starts (src/relay/scan-floor.ts), on a clock of the test's own. */
 import { describe, expect, it } from 'vitest';
-import { ScanFloor } from '../../src/relay/scan-floor.js';
+import { ScanFloor } from '../../src/relay/polling/scan-floor.js';
 
 function floorAt(fullEveryMs = 1_000, trailMs = 2_000) {
   const clock = { now: 0 };

@@ -44,18 +44,21 @@ afterEach(() => {
 
 describe('webhookPublisher waits and aborts', () => {
   it('times the request only, not the wait for an in-flight slot', async () => {
-    stubFetch(answerAfter(40));
+    // Eight requests of 100 ms one at a time: the last waits 700 ms for its slot, past the 500 ms
+    // timeout, while each request stays 400 ms under it (room for a loaded machine's timers; 40 ms
+    // answers against a 100 ms timeout failed there).
+    stubFetch(answerAfter(100));
     const publisher = webhookPublisher({
       endpoints: 'http://h.test/',
       secret: SECRET,
-      timeoutMs: 100,
+      timeoutMs: 500,
       maxInFlight: 1,
     });
     const outcomes = await publisher.publish(
-      [makeMessage(), makeMessage(), makeMessage(), makeMessage()],
+      Array.from({ length: 8 }, () => makeMessage()),
       new AbortController().signal,
     );
-    expect(outcomes).toEqual([{ ok: true }, { ok: true }, { ok: true }, { ok: true }]);
+    expect(outcomes).toEqual(Array.from({ length: 8 }, () => ({ ok: true })));
     await publisher.close();
   });
 

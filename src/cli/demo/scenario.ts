@@ -5,7 +5,7 @@
  */
 
 import { outboxStatus } from '../../ops/status.js';
-import { createRelay, type Relay } from '../../relay/relay.js';
+import { createRelay, type Relay } from '../../relay/polling/relay.js';
 import { migrate } from '../../schema/migrate.js';
 import { createPool, type LogLevelOptions, sleep } from '../common.js';
 import { type Database, openDatabase } from './database.js';

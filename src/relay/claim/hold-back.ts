@@ -1,5 +1,5 @@
-import { aggregateKeyOf } from '../aggregate-key.js';
-import type { Logger } from '../logger.js';
+import { aggregateKeyOf } from '../../aggregate-key.js';
+import type { Logger } from '../../logger.js';
 
 /** A row the claim statement returned without passing the gate (`passed = false`). */
 export interface HeldRow {

@@ -1,12 +1,13 @@
 import type { PoolClient } from 'pg';
-import { aggregateKeyOf } from '../aggregate-key.js';
-import type { Logger } from '../logger.js';
-import type { ClaimedRow } from './claim.js';
+import { aggregateKeyOf } from '../../aggregate-key.js';
+import type { Fence } from '../../core/fence.js';
+import type { Logger } from '../../logger.js';
+import type { RelaySession, Statement } from '../session.js';
+import type { RelayCounters } from '../stats.js';
+import { MAX_ERROR_CHARS } from '../verdicts.js';
+import type { ClaimedRow } from './claim-row.js';
 import type { GapHead, GapWatch } from './gap-watch.js';
 import type { HoldBack } from './hold-back.js';
-import type { RelaySession, Statement } from './session.js';
-import type { RelayCounters } from './stats.js';
-import { MAX_ERROR_CHARS } from './verdicts.js';
 
 /** An event BRIDGE_GAPS_SQL bridged. */
 interface BridgedRow {
@@ -16,12 +17,6 @@ interface BridgedRow {
   readonly aggregate_id: string;
   readonly sequence: string;
   readonly delivered: string;
-}
-
-/** The leases a claim ran under: every write of the relay's is fenced by them. */
-export interface Fence {
-  readonly partitions: readonly number[];
-  readonly epochs: readonly string[];
 }
 
 export interface SequenceFaultsParts {
@@ -126,7 +121,7 @@ export class SequenceFaults {
     const partitions = [...due.keys()];
     const epochs = partitions.map((partition) => fence.epochs[fence.partitions.indexOf(partition)]!);
     const heads = [...due.values()].flat();
-    this.#probing = this.#bridge(heads, { partitions, epochs }).finally(() => {
+    this.#probing = this.#bridge(heads, { relayId: fence.relayId, partitions, epochs }).finally(() => {
       this.#probing = undefined;
     });
   }

@@ -1,5 +1,5 @@
-import { aggregateKeyOf } from '../aggregate-key.js';
-import type { ClaimedRow, ClaimRow } from './claim.js';
+import { aggregateKeyOf } from '../../aggregate-key.js';
+import type { ClaimedRow, ClaimRow } from './claim-row.js';
 
 /**
  * The ordering gate's claim half, over one claim's rows (id order, each with its aggregate's

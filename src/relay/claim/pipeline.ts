@@ -1,8 +1,8 @@
-import { aggregateKey } from '../aggregate-key.js';
+import { aggregateKey } from '../../aggregate-key.js';
+import type { Recorder } from '../record.js';
+import type { Verdict } from '../verdicts.js';
 import type { Claimed, Claimer } from './claim.js';
 import type { HoldBack } from './hold-back.js';
-import type { Recorder } from './record.js';
-import type { Verdict } from './verdicts.js';
 
 /**
  * The relay loop's three-stage pipeline: while batch k is published, batch k-1's outcome is

@@ -1,78 +1,24 @@
-import { aggregateKeyOf } from '../aggregate-key.js';
-import type { OutboxMessage } from '../publishers/contract.js';
+import { aggregateKeyOf } from '../../aggregate-key.js';
+import { toMessage } from '../../core/event-row.js';
+import type { OutboxMessage } from '../../core/message.js';
+import type { PartitionLeases } from '../leases.js';
+import type { RefusedAggregates } from '../outage.js';
+import type { RelaySession, Statement } from '../session.js';
+import type { SourceBatch } from '../source.js';
+import type { Stopwatch } from '../stats.js';
 import { gateClaim } from './claim-gate.js';
-import type { HeldRow, HoldBack } from './hold-back.js';
-import type { PartitionLeases } from './leases.js';
-import type { RefusedAggregates } from './outage.js';
-import type { ScanFloor } from './scan-floor.js';
+import type { ClaimedRow, ClaimRow } from './claim-row.js';
+import type { HoldBack } from './hold-back.js';
 import type { SequenceFaults } from './sequence-faults.js';
-import type { RelaySession, Statement } from './session.js';
-import type { Stopwatch } from './stats.js';
 
-/** What the ordering gate said of a claimed row (see {@link CLAIM_SQL}). */
-export type Gate = 'pass' | 'hold' | 'gap' | 'repeat';
-
-/** A row of the claim statement ({@link CLAIM_SQL}). */
-export interface ClaimRow extends HeldRow {
-  /** The aggregate's delivered sequence as the claim saw it: greatest(delivered_sequence, sequence_base). */
-  delivered: string;
-  id: string;
-  event_id: string;
-  partition: number;
-  sequence: string;
-  /** Its aggregate has an event in flight: the claim did not send its payload, and it cannot pass. */
-  withheld?: boolean;
-  /** Absent only in rows of tests written before migration 006. */
-  sequence_base?: string;
-  event_type: string;
-  schema_version: number;
-  topic: string | null;
-  payload: string | null;
-  payload_bytes: Buffer | null;
-  headers: string;
-  created_at: Date;
-  deliver_after: Date | null;
-  attempts: number;
-}
-
-/** A claimed row, gated ({@link gateClaim}); payloads are null unless it passed the gate. */
-export interface ClaimedRow extends ClaimRow {
-  gate: Gate;
-  /** `gate = 'pass'`. */
-  passed: boolean;
+/** Where each claim's scan starts (the polling source's scan floor). */
+export interface ClaimFloor<S extends { readonly from: string } = { readonly from: string }> {
+  start(partitions: readonly number[]): S;
+  claimed(start: S, firstId: string | undefined, ms: number): void;
 }
 
 /** A claimed batch: the events that passed the gate, and the leases they were claimed under. */
-export interface Claimed {
-  readonly messages: OutboxMessage[];
-  /** Rows the claim looked at, including those the gate held back. */
-  readonly scanned: number;
-  readonly partitions: number[];
-  readonly epochs: string[];
-}
-
-/** The message a publisher gets for a claimed row. */
-export function toMessage(row: ClaimedRow): OutboxMessage {
-  const bytes = row.payload_bytes;
-  const sequenceBase = Number(row.sequence_base ?? 0);
-  return {
-    id: row.id,
-    eventId: row.event_id,
-    aggregateType: row.aggregate_type,
-    aggregateId: row.aggregate_id,
-    sequence: Number(row.sequence),
-    ...(sequenceBase > 0 ? { sequenceBase } : {}),
-    type: row.event_type,
-    schemaVersion: row.schema_version,
-    topic: row.topic,
-    payload: bytes ?? Buffer.from(row.payload ?? 'null'),
-    contentType: bytes ? 'application/octet-stream' : 'application/json',
-    headers: JSON.parse(row.headers) as Record<string, string>,
-    createdAt: row.created_at,
-    ...(row.deliver_after ? { deliverAfter: row.deliver_after } : {}),
-    attempts: row.attempts,
-  };
-}
+export type Claimed = SourceBatch;
 
 export interface ClaimerParts {
   readonly session: RelaySession;
@@ -85,7 +31,7 @@ export interface ClaimerParts {
   readonly faults: SequenceFaults;
   readonly watch: Stopwatch;
   /** Where each claim's scan starts ({@link ScanFloor}); none: always at the beginning. */
-  readonly floor?: ScanFloor;
+  readonly floor?: ClaimFloor;
   /**
    * Asked at every claim: more ids to leave out and parameters after the eight (the CDC relay's
    * polling path: the ids its stream has in flight, and the polled aggregates, `$9`).
@@ -140,7 +86,7 @@ export class Claimer {
         held.push(row);
       else messages.push(toMessage(row));
     }
-    const fence = { partitions, epochs };
+    const fence = { relayId: p.relayId, partitions, epochs };
     // A repeat holds nothing back: its aggregate's later events passed in this claim already.
     await p.faults.repeated(client, repeats, fence);
     if (held.length > 0) p.holdBack.hold(held);
