@@ -7,6 +7,7 @@
  *   TXO_BASE=/path/to/checkout/bench/relay-process.mjs npx tsx bench/pair.ts
  *   EVENTS=10000 AGGREGATES=1000 RUNS=5 npx tsx bench/pair.ts
  *   SOURCE=cdc VIA=wal npx tsx bench/pair.ts               # the CDC relay (VIA=table: table mode)
+ *   SOURCE=cdc BACKLOG=at-start npx tsx bench/pair.ts      # the backlog written before the relay starts
  *
  * The other build must be built (`npm run build` in its checkout). Prints one line per run and the
  * medians: events/s, CPU ms per 1,000 events of the relay process, its PostgreSQL backends and
@@ -25,9 +26,10 @@ const runs = Number(process.env['RUNS'] ?? 3);
 const base = process.env['TXO_BASE'];
 const source = process.env['SOURCE'] === 'cdc' ? 'cdc' : 'poll';
 const via = process.env['VIA'] === 'wal' ? 'wal' : 'table';
+const backlog = process.env['BACKLOG'] === 'at-start' ? 'at-start' : 'while-streaming';
 /** tx-outbox as configured by SOURCE and VIA (the CDC relay streams while the backlog is written). */
 const txo = () =>
-  source === 'cdc' ? txOutboxSystem({ source, via, backlog: 'while-streaming' }) : txOutboxSystem();
+  source === 'cdc' ? txOutboxSystem({ source, via, backlog }) : txOutboxSystem();
 
 interface Contender {
   readonly name: string;
