@@ -1,20 +1,21 @@
 /**
- * The CDC relay on the real PostgreSQL and real NATS JetStream: an aggregate refused as
- * unavailable while others are delivered is handed over to the polling path; the relay stops
- * before that path delivers it, more events of the aggregate are committed, and a new relay
- * starts. Every handed-over event must still reach the broker, in order, none of them dead
- * (a chaos run on Kafka lost such events: the new relay streamed the aggregate's later events
- * first, and the polling path then judged the parked ones repeats).
+ * The CDC relay on the real PostgreSQL and real NATS JetStream: aggregates refused as unavailable
+ * while others are delivered are handed over to the polling path, and must reach the broker in
+ * order, none dead. A chaos run on Kafka lost such events: a handed-over WAL-mode event's row was
+ * written after its aggregate's later table-mode rows (mixed producers share aggregates), the
+ * polling path's claim (id order, a batch at a time) held those later rows at a "gap", and the
+ * gap probe (earlier events only among lower ids) bridged it: the WAL-mode event went dead as a
+ * repeat. Also: a restart after the hand-over (slot confirmed past it, or not) with later events.
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
 import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
 import { brokerUnavailable } from '../../src/errors.js';
-import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
 import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
+import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { enqueueVia } from '../helpers/cdc-enqueue.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
