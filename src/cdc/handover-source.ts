@@ -5,7 +5,7 @@ import { type LoopParts, RelayLoop } from '../relay/loop.js';
 import type { RelaySource } from '../relay/source.js';
 import type { Verdict } from '../relay/verdicts.js';
 import type { Handover } from './handover.js';
-import { POLLED_CLAIM_SQL } from './handover-sql.js';
+import { POLLED_BRIDGE_GAPS_SQL, POLLED_CLAIM_SQL } from './handover-sql.js';
 
 export interface HandoverSourceParts extends LoopParts {
   readonly leases: { snapshot(): { partitions: number[]; epochs: string[] } };
@@ -46,6 +46,7 @@ export class HandoverSource implements RelaySource<Claimed> {
       leases: p.leases,
       refused: this.#loop.refused,
       claim: ['cdc_claim', POLLED_CLAIM_SQL],
+      bridgeGaps: ['cdc_bridge_gaps', POLLED_BRIDGE_GAPS_SQL],
       sessionPrefix: 'cdc-poll-',
       scope: () => ({ exclude: p.streamInFlight(), values: [p.handover.claimScopeJson()] }),
     });

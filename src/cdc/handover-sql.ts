@@ -1,4 +1,5 @@
 import { CLAIM_SQL } from '../relay/claim/claim-sql.js';
+import { BRIDGE_GAPS_SQL } from '../relay/claim/sequence-faults-sql.js';
 
 /**
  * The fence of every write of the CDC relay: the partition rows it holds under the epochs it
@@ -139,21 +140,49 @@ WHERE (aggregate_type || chr(31) || aggregate_id) = ANY ($1::text[])`;
 /** The scan filter {@link POLLED_CLAIM_SQL} adds after the claim's hold-back filter. */
 const HELD_BACK_FILTER =
   'AND (e.aggregate_type || chr(31) || e.aggregate_id) NOT IN (SELECT unnest($6::text[]))';
+const ID_ORDER = '\nORDER BY e.id\n';
+/** The range of BRIDGE_GAPS_SQL's earlier events: rows below the highest head's id. */
+const EARLIER_BELOW_HEADS = 'WHERE o.id < (SELECT max(h.id) FROM head h)\n    AND ';
 
 function polledVariant(): string {
-  if (!CLAIM_SQL.includes(HELD_BACK_FILTER)) throw new Error('claim statement changed shape');
+  if (!CLAIM_SQL.includes(HELD_BACK_FILTER) || !CLAIM_SQL.includes(ID_ORDER))
+    throw new Error('claim statement changed shape');
   // A jsonb object lookup is a binary search over its sorted keys: O(log n) per row scanned,
   // where a join with unnest() would be planned as a nested loop over every key.
   return CLAIM_SQL.replace(
     HELD_BACK_FILTER,
     `${HELD_BACK_FILTER}
     AND e.sequence <= coalesce(($9::jsonb ->> (e.aggregate_type || chr(31) || e.aggregate_id))::bigint, 0)`,
-  );
+  ).replace(ID_ORDER, '\nORDER BY e.sequence, e.id\n');
 }
 
 /**
  * The polling relay's claim ({@link CLAIM_SQL}) restricted to the polled aggregates: `$9` a JSON
  * object of aggregate key → the sequence the stream has handed over so far (see
  * `Handover.claimableUpTo`); rows of other aggregates, or above it, are not candidates.
+ *
+ * In sequence order, not id order: a polled aggregate's rows are not in the table in sequence
+ * order. A WAL-mode event handed over gets its row (and id) when the stream hands it over, after
+ * the table-mode rows of later sequences of its aggregate that their producers inserted
+ * meanwhile (WAL-mode and table-mode producers of one aggregate; a handover long after the
+ * commit: an aggregate refused as unavailable, a restart streaming again). In id order a claim
+ * of a batch could hold those later rows and not the earlier one, and hold the aggregate at a
+ * "gap" forever; in sequence order a claimed row comes with every earlier claimable row of its
+ * aggregate.
  */
 export const POLLED_CLAIM_SQL = polledVariant();
+
+function polledBridge(): string {
+  if (!BRIDGE_GAPS_SQL.includes(EARLIER_BELOW_HEADS)) throw new Error('gap bridge statement changed shape');
+  return BRIDGE_GAPS_SQL.replace(EARLIER_BELOW_HEADS, 'WHERE ');
+}
+
+/**
+ * The gap bridge ({@link BRIDGE_GAPS_SQL}) of the hand-over source: an earlier event of a held
+ * head's aggregate is looked for among all the table's rows, not only those below the heads'
+ * ids, for the reason given at {@link POLLED_CLAIM_SQL} (a handed-over WAL-mode event's row has
+ * a higher id than its aggregate's later table-mode rows). Bridging past such an event published
+ * its successors first and then marked it dead as a repeat: lost. One scan of the table, at most
+ * once a second and only for heads held past the gap grace.
+ */
+export const POLLED_BRIDGE_GAPS_SQL = polledBridge();

@@ -20,6 +20,8 @@ export interface TableReaderParts {
   readonly refused: RefusedAggregates;
   /** The claim statement's name and text. */
   readonly claim: readonly [name: string, sql: string];
+  /** The gap bridge's name and text; default `bridge_gaps`, BRIDGE_GAPS_SQL (the CDC hand-over source has its own). */
+  readonly bridgeGaps?: readonly [name: string, sql: string];
   /** Prefix of the connections' names (`cdc-poll-` gives `cdc-poll-claim`); none: `claim`. */
   readonly sessionPrefix?: string;
   readonly floor?: ClaimerParts['floor'];
@@ -54,7 +56,11 @@ export class TableReader {
       watch: new GapWatch({ graceMs: o.gapGraceMs, forgetMs: Math.max(60_000, 5 * o.pollIntervalMs) }),
       holdBack,
       repeatDead: relayStatement('repeat_dead', REPEAT_DEAD_SQL, o.schema, o.quotedSchema),
-      bridgeGaps: relayStatement('bridge_gaps', BRIDGE_GAPS_SQL, o.schema, o.quotedSchema),
+      bridgeGaps: relayStatement(
+        ...(p.bridgeGaps ?? ['bridge_gaps', BRIDGE_GAPS_SQL]),
+        o.schema,
+        o.quotedSchema,
+      ),
       probeSession: new RelaySession(o.pool, settings, o.logger, `${prefix}probe`),
     });
     const claimer = new Claimer({
