@@ -27,9 +27,8 @@ const base = process.env['TXO_BASE'];
 const source = process.env['SOURCE'] === 'cdc' ? 'cdc' : 'poll';
 const via = process.env['VIA'] === 'wal' ? 'wal' : 'table';
 const backlog = process.env['BACKLOG'] === 'at-start' ? 'at-start' : 'while-streaming';
-/** tx-outbox as configured by SOURCE and VIA (the CDC relay streams while the backlog is written). */
-const txo = () =>
-  source === 'cdc' ? txOutboxSystem({ source, via, backlog }) : txOutboxSystem();
+/** tx-outbox as configured by SOURCE, VIA and BACKLOG (default: the CDC relay streams while the backlog is written). */
+const txo = () => (source === 'cdc' ? txOutboxSystem({ source, via, backlog }) : txOutboxSystem());
 
 interface Contender {
   readonly name: string;
