@@ -1,5 +1,6 @@
 import { CLAIM_SQL } from '../relay/claim/claim-sql.js';
 import { BRIDGE_GAPS_SQL } from '../relay/claim/sequence-faults-sql.js';
+import { PARTITION_FENCE } from '../relay/fence-sql.js';
 
 /**
  * The fence of every write of the CDC relay: the partition rows it holds under the epochs it
@@ -8,13 +9,7 @@ import { BRIDGE_GAPS_SQL } from '../relay/claim/sequence-faults-sql.js';
  * partition, so `$4` (the count it holds) must all match.
  */
 export const FENCE = `
-fence AS (
-  SELECT p.partition
-  FROM {{schema}}.partitions p
-  JOIN unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
-  WHERE p.owner = $1 AND p.epoch = o.epoch
-  FOR SHARE OF p
-), held AS (
+${PARTITION_FENCE}, held AS (
   SELECT count(*) = $4 AS ok FROM fence
 )`;
 

@@ -1,3 +1,5 @@
+import { PARTITION_FENCE } from './fence-sql.js';
+
 /**
  * Outcome of a whole batch in one statement, fenced by the partition epochs
  * the relay claimed under: delivered events leave the hot table, failed ones
@@ -14,13 +16,7 @@
  * every id once per partition held (16 × the index work; `test/integration/outcome-plan.test.ts`).
  */
 export const RECORD_OUTCOME_SQL = `
-WITH fence AS (
-  SELECT p.partition
-  FROM {{schema}}.partitions p
-  JOIN unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
-  WHERE p.owner = $1 AND p.epoch = o.epoch
-  FOR SHARE OF p
-), delivered AS (
+WITH ${PARTITION_FENCE}, delivered AS (
   DELETE FROM {{schema}}.events e
   WHERE e.id = ANY ($4::bigint[]) AND e.partition = ANY (ARRAY(SELECT partition FROM fence))
   RETURNING e.aggregate_type, e.aggregate_id, e.sequence

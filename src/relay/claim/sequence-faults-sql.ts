@@ -3,6 +3,7 @@
  * a repeated sequence goes dead, a gap with nothing before it is bridged. Both are fenced by
  * the partition epochs, as every statement of the relay's that changes an event.
  */
+import { PARTITION_FENCE } from '../fence-sql.js';
 
 /**
  * Repeats: each event (`$4` ids, `$5` their last_error) whose sequence is at or below its
@@ -12,13 +13,7 @@
  * their epochs as claimed.
  */
 export const REPEAT_DEAD_SQL = `
-WITH fence AS (
-  SELECT p.partition
-  FROM {{schema}}.partitions p
-  JOIN unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
-  WHERE p.owner = $1 AND p.epoch = o.epoch
-  FOR SHARE OF p
-)
+WITH ${PARTITION_FENCE}
 UPDATE {{schema}}.events e
 SET status = 'dead', dead_at = now(), last_error = x.error
 FROM unnest($4::bigint[], $5::text[]) AS x(id, error)
@@ -47,13 +42,7 @@ RETURNING e.id::text AS id`;
  * path, and only for heads held past the grace. Returns the bridged events.
  */
 export const BRIDGE_GAPS_SQL = `
-WITH fence AS (
-  SELECT p.partition
-  FROM {{schema}}.partitions p
-  JOIN unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
-  WHERE p.owner = $1 AND p.epoch = o.epoch
-  FOR SHARE OF p
-), head AS MATERIALIZED (
+WITH ${PARTITION_FENCE}, head AS MATERIALIZED (
   SELECT e.id, e.aggregate_type, e.aggregate_id, e.sequence,
          greatest(coalesce(g.delivered_sequence, 0), e.sequence_base) AS delivered
   FROM {{schema}}.events e
