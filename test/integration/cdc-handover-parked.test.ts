@@ -13,12 +13,13 @@ import { type CdcRelay, createCdcRelay } from '../../src/cdc/relay.js';
 import { dropCdcSlot, ensureCdcSlot } from '../../src/cdc/setup.js';
 import { brokerUnavailable } from '../../src/errors.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
-import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
+import type { Publisher } from '../../src/publishers/contract.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { enqueueVia } from '../helpers/cdc-enqueue.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { DATABASE_URL, NATS_URL } from '../helpers/env.js';
+import { HookedPublisher } from '../helpers/hooked-publisher.js';
 import { deleteStream, orderViolations, readStream } from '../helpers/nats-stream.js';
 
 let db: TestDb;
@@ -39,33 +40,6 @@ afterAll(async () => {
     await db.close();
   }
 });
-
-/** The NATS publisher behind a hook that may refuse a message before it reaches the broker. */
-class HookedPublisher implements Publisher {
-  readonly name = 'nats';
-  readonly acked: OutboxMessage[] = [];
-  fail: (m: OutboxMessage) => PublishOutcome | undefined = () => undefined;
-
-  constructor(private readonly inner: Publisher) {}
-
-  async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
-    const outcomes = batch.map((m) => this.fail(m));
-    const through = batch.filter((_, i) => outcomes[i] === undefined);
-    const results = through.length > 0 ? await this.inner.publish(through, signal) : [];
-    let k = 0;
-    return batch.map((m, i) => {
-      const own = outcomes[i];
-      if (own) return own;
-      const r = results[k++]!;
-      if (r.ok) this.acked.push(m);
-      return r;
-    });
-  }
-
-  close(): Promise<void> {
-    return this.inner.close();
-  }
-}
 
 function relay(publisher: Publisher, extra: Partial<Parameters<typeof createCdcRelay>[0]> = {}): CdcRelay {
   const r = createCdcRelay({

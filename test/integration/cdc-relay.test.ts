@@ -12,11 +12,12 @@ import { loadWalKey } from '../../src/cdc/wal-auth.js';
 import { brokerUnavailable, PublishError } from '../../src/errors.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
-import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
+import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { enqueueVia, type Via } from '../helpers/cdc-enqueue.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
+import { HookedPublisher } from '../helpers/hooked-publisher.js';
 import { deleteStream, orderViolations, readStream } from '../helpers/nats-stream.js';
 
 let db: TestDb;
@@ -38,40 +39,6 @@ afterAll(async () => {
     await db.close();
   }
 });
-
-/**
- * The NATS publisher behind a hook: `fail(m)` may refuse a message (permanently, retryably, or
- * as unavailable) before it reaches the broker; `acked` is every acknowledged message in order.
- */
-class HookedPublisher implements Publisher {
-  readonly name = 'nats';
-  readonly acked: OutboxMessage[] = [];
-  fail: (m: OutboxMessage) => PublishOutcome | undefined = () => undefined;
-  /** ms to wait before publishing a batch that holds this message. */
-  delay: (m: OutboxMessage) => number = () => 0;
-
-  constructor(private readonly inner: Publisher) {}
-
-  async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
-    const wait = Math.max(0, ...batch.map((m) => this.delay(m)));
-    if (wait > 0) await new Promise((res) => setTimeout(res, wait));
-    const outcomes: (PublishOutcome | undefined)[] = batch.map((m) => this.fail(m));
-    const through = batch.filter((_, i) => outcomes[i] === undefined);
-    const results = through.length > 0 ? await this.inner.publish(through, signal) : [];
-    let k = 0;
-    return batch.map((m, i) => {
-      const own = outcomes[i];
-      if (own) return own;
-      const r = results[k++]!;
-      if (r.ok) this.acked.push(m);
-      return r;
-    });
-  }
-
-  close(): Promise<void> {
-    return this.inner.close();
-  }
-}
 
 function broker(tag = randomBytes(4).toString('hex')): {
   publisher: HookedPublisher;

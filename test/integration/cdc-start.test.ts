@@ -11,11 +11,12 @@ import { dropCdcSlot, ensureCdcSlot, resolveCdcNames } from '../../src/cdc/setup
 import { brokerUnavailable, PublishError } from '../../src/errors.js';
 import { replayDead } from '../../src/ops/dead-letter.js';
 import type { OutboxEvent } from '../../src/producer/event.js';
-import type { OutboxMessage, Publisher, PublishOutcome } from '../../src/publishers/contract.js';
+import type { OutboxMessage, Publisher } from '../../src/publishers/contract.js';
 import { natsPublisher } from '../../src/publishers/nats/index.js';
 import { enqueueVia, type Via } from '../helpers/cdc-enqueue.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
 import { NATS_URL } from '../helpers/env.js';
+import { HookedPublisher } from '../helpers/hooked-publisher.js';
 import { deleteStream } from '../helpers/nats-stream.js';
 
 let db: TestDb;
@@ -39,33 +40,6 @@ afterAll(async () => {
 
 async function dropSlot(t: TestDb): Promise<void> {
   await dropCdcSlot(t.pool, { schema: t.schema }).catch(() => undefined);
-}
-
-/** NATS behind a hook that may refuse a message; `acked` is every acknowledged message in order. */
-class HookedPublisher implements Publisher {
-  readonly name = 'nats';
-  readonly acked: OutboxMessage[] = [];
-  fail: (m: OutboxMessage) => PublishOutcome | undefined = () => undefined;
-
-  constructor(private readonly inner: Publisher) {}
-
-  async publish(batch: readonly OutboxMessage[], signal: AbortSignal): Promise<PublishOutcome[]> {
-    const outcomes = batch.map((m) => this.fail(m));
-    const through = batch.filter((_, i) => outcomes[i] === undefined);
-    const results = through.length > 0 ? await this.inner.publish(through, signal) : [];
-    let k = 0;
-    return batch.map((m, i) => {
-      const own = outcomes[i];
-      if (own) return own;
-      const r = results[k++]!;
-      if (r.ok) this.acked.push(m);
-      return r;
-    });
-  }
-
-  close(): Promise<void> {
-    return this.inner.close();
-  }
 }
 
 /** A NATS stream of its own; `another()` is a second publisher into it (for the next relay). */
