@@ -23,6 +23,7 @@ import type { OutboxEvent } from '../../src/producer/event.js';
 import { partitionOf } from '../../src/producer/partition-of.js';
 import { inTransaction } from '../../src/producer/transaction.js';
 import { migrate } from '../../src/schema/migrate.js';
+import { waitFor } from '../helpers/db.js';
 import { DATABASE_URL } from '../helpers/env.js';
 import { RecordingPublisher } from '../helpers/memory-publisher.js';
 
@@ -68,7 +69,7 @@ async function streaming(publisher: RecordingPublisher, relayId: string, extra: 
   } as Parameters<typeof createCdcRelay>[0]);
   relays.push(r);
   await r.start();
-  await waitFor(() => r.stats().cdc.streaming, 'streaming');
+  await waitFor(() => r.stats().cdc.streaming, { what: 'streaming', timeoutMs: 15_000 });
   return r;
 }
 
@@ -81,19 +82,6 @@ async function put(events: OutboxEvent[]): Promise<{ ids: string[]; from: Date; 
 async function dbNow(): Promise<Date> {
   const { rows } = await admin.query<{ now: Date }>('SELECT clock_timestamp() AS now');
   return rows[0]!.now;
-}
-
-async function waitFor(
-  check: () => Promise<boolean> | boolean,
-  what: string,
-  timeoutMs = 15_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`timed out waiting for ${what}`);
 }
 
 interface DeliveryRow {
@@ -123,10 +111,13 @@ async function deliveries(ids: readonly string[]): Promise<DeliveryRow[]> {
 
 async function rowsFor(ids: readonly string[]): Promise<DeliveryRow[]> {
   let found: DeliveryRow[] = [];
-  await waitFor(async () => {
-    found = await deliveries(ids);
-    return found.length >= ids.length;
-  }, `${ids.length} history rows`);
+  await waitFor(
+    async () => {
+      found = await deliveries(ids);
+      return found.length >= ids.length;
+    },
+    { what: `${ids.length} history rows`, timeoutMs: 15_000 },
+  );
   return found;
 }
 
@@ -148,7 +139,7 @@ describe('the delivery history of WAL-mode events (CDC relay)', () => {
       await streaming(publisher, relayId, { history: { payloads } });
       const before = await dbNow();
       const { ids, from, to } = await put(events(agg));
-      await waitFor(() => publisher.received.length === 2, 'delivered');
+      await waitFor(() => publisher.received.length === 2, { what: 'delivered', timeoutMs: 15_000 });
       const rows = await rowsFor(ids);
       const after = await dbNow();
       expect(rows).toHaveLength(2);
@@ -224,7 +215,10 @@ describe('the delivery history of WAL-mode events (CDC relay)', () => {
     };
     const relay = await streaming(publisher, 'cdc-hist-handover', { history: true });
     const { ids } = await put(events(agg));
-    await waitFor(() => publisher.received.filter((m) => m.aggregateId === agg).length === 2, 'delivered');
+    await waitFor(() => publisher.received.filter((m) => m.aggregateId === agg).length === 2, {
+      what: 'delivered',
+      timeoutMs: 15_000,
+    });
     expect(refused).toBeGreaterThan(0);
     const rows = await rowsFor(ids);
     expect(rows.map((r) => [r.event_id, r.sequence, r.relay_id])).toEqual([
@@ -242,7 +236,7 @@ describe('the delivery history of WAL-mode events (CDC relay)', () => {
     const publisher = new RecordingPublisher();
     const relay = await streaming(publisher, 'cdc-hist-off', {});
     const { ids } = await put(events('h-off'));
-    await waitFor(() => publisher.received.length === 2, 'delivered');
+    await waitFor(() => publisher.received.length === 2, { what: 'delivered', timeoutMs: 15_000 });
     // Stopping waits for the batch's settle: whatever it would write is written by then.
     await relay.stop({ timeout: 5000 });
     expect(await deliveries(ids)).toEqual([]);
