@@ -30,22 +30,30 @@ SELECT {{key}} FROM {{schema}}.{{table}} WHERE {{after}}
 ORDER BY {{key}} OFFSET $1 - 1 LIMIT 1`;
 
 /**
- * The idle, fully delivered aggregates of one window, locked: last written before the retention
- * ($1 ms), everything handed out delivered (`delivered_sequence` ≥ `last_sequence`: nothing
- * pending or dead is left in events, whose rows leave from the front of an aggregate), and
- * neither row locked by anyone (a producer writing, a relay recording). Cursor $2.., window end
- * after it. An aggregate without a progress row has undelivered events: never picked.
+ * Everything an aggregate's sequence row handed out is delivered: the last event of its chain
+ * (015_previous_id.sql) has left the table — the gate passes no event before its previous one
+ * has, so every earlier one has too — or, where the chain is not whole (events gated by
+ * sequence), the relay recorded the last sequence delivered. Not blocked (a dead or backing-off
+ * head). `s` the sequence row, `g` its progress row (left-joined).
+ */
+const FULLY_DELIVERED = `
+  AND ((s.last_id_sequence = s.last_sequence AND NOT EXISTS (SELECT 1 FROM {{schema}}.events e WHERE e.id = s.last_id))
+       OR g.delivered_sequence >= s.last_sequence)
+  AND (g.blocked_until IS NULL OR g.blocked_until <= now())`;
+
+/**
+ * The idle, fully delivered aggregates of one window ({@link FULLY_DELIVERED}), locked: last
+ * written before the retention ($1 ms), and the sequence row locked by nobody (a producer
+ * writing). Cursor $2.., window end after it. An aggregate whose last event is still in the
+ * table, or without a whole chain and a progress row, has undelivered events: never picked.
  */
 export const IDLE_AGGREGATES_SQL = `
 SELECT s.aggregate_type, s.aggregate_id, s.last_sequence::text AS last_sequence
 FROM {{schema}}.aggregate_sequences s
-JOIN {{schema}}.aggregate_progress g ON g.aggregate_type = s.aggregate_type AND g.aggregate_id = s.aggregate_id
+LEFT JOIN {{schema}}.aggregate_progress g ON g.aggregate_type = s.aggregate_type AND g.aggregate_id = s.aggregate_id
 WHERE {{after}} AND {{upto}}
-  AND s.written_at < now() - $1 * interval '1 millisecond'
-  AND g.delivered_sequence >= s.last_sequence
-  AND (g.blocked_until IS NULL OR g.blocked_until <= now())
-FOR UPDATE OF s, g SKIP LOCKED`;
-
+  AND s.written_at < now() - $1 * interval '1 millisecond'${FULLY_DELIVERED}
+FOR UPDATE OF s SKIP LOCKED`;
 /** Deletes the picked aggregates' rows (both tables), after the floor was raised above them. */
 export const DELETE_AGGREGATES_SQL = `
 WITH picked AS (
@@ -61,14 +69,15 @@ WITH picked AS (
 )
 SELECT (SELECT count(*) FROM sequences)::int AS sequences, (SELECT count(*) FROM progress)::int AS progress`;
 
-/** What a dry run would prune of the aggregates (a full count: an operator's question, not the hot path). */
+/**
+ * What a dry run would prune of the aggregates (a full count: an operator's question, not the hot
+ * path): sequence rows `n`, and the progress rows among them.
+ */
 export const COUNT_IDLE_AGGREGATES_SQL = `
-SELECT count(*)::int AS n
+SELECT count(*)::int AS n, count(g.aggregate_type)::int AS progress
 FROM {{schema}}.aggregate_sequences s
-JOIN {{schema}}.aggregate_progress g ON g.aggregate_type = s.aggregate_type AND g.aggregate_id = s.aggregate_id
-WHERE s.written_at < now() - $1 * interval '1 millisecond'
-  AND g.delivered_sequence >= s.last_sequence AND (g.blocked_until IS NULL OR g.blocked_until <= now())`;
-
+LEFT JOIN {{schema}}.aggregate_progress g ON g.aggregate_type = s.aggregate_type AND g.aggregate_id = s.aggregate_id
+WHERE s.written_at < now() - $1 * interval '1 millisecond'${FULLY_DELIVERED}`;
 /**
  * Progress rows of aggregates on caller versions (no `aggregate_sequences` row: the producer
  * writes the event row only) of one window, locked: the relay last recorded an outcome of the

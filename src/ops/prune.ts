@@ -306,9 +306,12 @@ class PruneRun {
     const n = async (sql: string, ms: number) =>
       (await this.client.query<{ n: number }>(this.#sql(sql), [ms])).rows[0]?.n ?? 0;
     if (o.aggregateMs !== false) {
-      const idle = await n(COUNT_IDLE_AGGREGATES_SQL, o.aggregateMs);
-      this.removed.aggregate_sequences = idle;
-      this.removed.aggregate_progress = idle + (await n(COUNT_IDLE_PROGRESS_SQL, o.aggregateMs));
+      const { rows } = await this.client.query<{ n: number; progress: number }>(
+        this.#sql(COUNT_IDLE_AGGREGATES_SQL),
+        [o.aggregateMs],
+      );
+      this.removed.aggregate_sequences = rows[0]?.n ?? 0;
+      this.removed.aggregate_progress = (rows[0]?.progress ?? 0) + (await n(COUNT_IDLE_PROGRESS_SQL, o.aggregateMs));
     }
     if (o.relayMs !== false) this.removed.relays = await n(countAgedSql(RELAYS), o.relayMs);
     if (o.auditMs !== false) this.removed.audit = await n(countAgedSql(AUDIT), o.auditMs);

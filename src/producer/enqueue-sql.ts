@@ -42,15 +42,61 @@ WITH part AS (
   SELECT last_sequence, sequence_base FROM bumped UNION ALL SELECT last_sequence, sequence_base FROM created
 )`;
 
-/** One event with the next gap-free sequence of its aggregate, for any aggregate. */
-const INSERT_ONE = `${ONE_SEQUENCE_CTES}{{wake}}
-INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
+/**
+ * The events' id sequence (the identity of `events.id`). Table-mode statements draw an event's id
+ * from it in the UPDATE that hands out its sequence, under the sequence row's lock, so that the
+ * row can record it as the aggregate's last event and the next event can carry it as its
+ * `previous_id` (015_previous_id.sql). The literal is resolved once, when the statement is planned.
+ */
+const NEXT_ID = `nextval('{{schema}}.events_id_seq'::regclass)`;
+
+/**
+ * What an aggregate's next event names as its previous one: the row's `last_id` while it is the
+ * event at `last_sequence` (the chain is whole), else NULL (not known: a WAL-mode event or a
+ * producer from before version 15 moved the sequence without it; the event is gated by sequence).
+ */
+const CHAIN_END = 'CASE WHEN s.last_id_sequence = s.last_sequence THEN s.last_id END';
+
+/**
+ * Table mode's sequence CTEs of one event, for any aggregate: `part` and `seq` as in
+ * {@link ONE_SEQUENCE_CTES}, `seq` also with the event's row id (`last_id`) and its previous
+ * event's (`prior_id`: 0 for an aggregate's first event, NULL when not known).
+ */
+const ONE_CHAIN_CTES = `
+WITH part AS (
+  SELECT {{schema}}.partition_of($2::text, $3::text) AS p
+), bumped AS (
+  UPDATE {{schema}}.aggregate_sequences s
+  SET last_sequence = s.last_sequence + 1, written_at = now(),
+      prior_id = ${CHAIN_END}, last_id = ${NEXT_ID}, last_id_sequence = s.last_sequence + 1
+  WHERE s.aggregate_type = $2::text AND s.aggregate_id = $3::text
+  RETURNING s.last_sequence, s.sequence_base, s.last_id, s.prior_id
+), created AS (
+  INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base,
+                                                   last_id, last_id_sequence, prior_id)
+  SELECT $2::text, $3::text, f.floor + 1, f.floor, ${NEXT_ID}, f.floor + 1, 0
+  FROM (SELECT (SELECT last_value FROM {{schema}}.sequence_floor) AS floor WHERE NOT EXISTS (SELECT 1 FROM bumped) OFFSET 0) f
+  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
+  SET last_sequence = s.last_sequence + 1, written_at = now(),
+      prior_id = ${CHAIN_END}, last_id = excluded.last_id, last_id_sequence = s.last_sequence + 1
+  RETURNING s.last_sequence, s.sequence_base, s.last_id, s.prior_id
+), seq AS (
+  SELECT last_sequence, sequence_base, last_id, prior_id FROM bumped
+  UNION ALL SELECT last_sequence, sequence_base, last_id, prior_id FROM created
+)`;
+
+/** The event row of the one-event table-mode statements, after `seq` and `part`. */
+const INSERT_CHAINED_ONE = `
+INSERT INTO {{schema}}.events (id, previous_id, event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
-SELECT $1::uuid, part.p,
-       $2, $3, seq.last_sequence, seq.sequence_base, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz,
-       greatest(now(), coalesce($10::timestamptz, now()))
+OVERRIDING SYSTEM VALUE
+SELECT seq.last_id, seq.prior_id, $1::uuid, part.p, $2, $3, seq.last_sequence, seq.sequence_base, $4::text, $5::int, $6::text,
+       $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz, greatest(now(), coalesce($10::timestamptz, now()))
 FROM seq CROSS JOIN part{{join}}
 RETURNING sequence::text AS sequence`;
+
+/** One event with the next gap-free sequence of its aggregate, for any aggregate. */
+const INSERT_ONE = `${ONE_CHAIN_CTES}{{wake}}${INSERT_CHAINED_ONE}`;
 
 /** The CTEs of INSERT_ONE_KNOWN: `seq` from the UPDATE alone (no row: no row), and `part`. */
 export const KNOWN_SEQUENCE_CTES = `
@@ -62,19 +108,25 @@ WITH seq AS (
   SELECT {{schema}}.partition_of($2::text, $3::text) AS p
 )`;
 
+/** {@link ONE_CHAIN_CTES} of an aggregate this process has seen a sequence row of: the UPDATE alone. */
+const KNOWN_CHAIN_CTES = `
+WITH seq AS (
+  UPDATE {{schema}}.aggregate_sequences s
+  SET last_sequence = s.last_sequence + 1, written_at = now(),
+      prior_id = ${CHAIN_END}, last_id = ${NEXT_ID}, last_id_sequence = s.last_sequence + 1
+  WHERE s.aggregate_type = $2::text AND s.aggregate_id = $3::text
+  RETURNING s.last_sequence, s.sequence_base, s.last_id, s.prior_id
+), part AS (
+  SELECT {{schema}}.partition_of($2::text, $3::text) AS p
+)`;
+
 /**
  * One event of an aggregate this process has seen a sequence row of: the UPDATE and the insert in
  * one statement, without the sequence row's insert (whose setup the statement would pay for on
  * every event). No row (the aggregate was pruned since): no event either — `enqueue` then runs
  * INSERT_ONE, whose UPDATE finds nothing after the same wait and inserts the row above the floor.
  */
-const INSERT_ONE_KNOWN = `${KNOWN_SEQUENCE_CTES}{{wake}}
-INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
-  event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
-SELECT $1::uuid, part.p, $2, $3, seq.last_sequence, seq.sequence_base, $4::text, $5::int, $6::text, $7::jsonb,
-       $8::bytea, $9::jsonb, $10::timestamptz, greatest(now(), coalesce($10::timestamptz, now()))
-FROM seq CROSS JOIN part{{join}}
-RETURNING sequence::text AS sequence`;
+const INSERT_ONE_KNOWN = `${KNOWN_CHAIN_CTES}{{wake}}${INSERT_CHAINED_ONE}`;
 
 /** The partition of one event's aggregate ($2, $3), for the caller-version statements. */
 export const PART_CTE = `
@@ -147,25 +199,84 @@ export const MANY_SEQUENCE_CTES = `, parted AS (
   UNION ALL SELECT aggregate_type, aggregate_id, last_sequence, sequence_base FROM created
 )`;
 
-/** A batch: arrays in, per-aggregate counts reserved in one update and one insert (in key order, against deadlocks). */
+/**
+ * Table mode's sequence CTEs of a batch, after its `input` CTE: `parted`, `counts` and `locked` as
+ * in {@link MANY_SEQUENCE_CTES}; `numbered`, the input with each event's row id, drawn in input
+ * order once every existing sequence row of the batch is locked (the InitPlan on `locked`);
+ * `bumped`, `created` and `seq` per aggregate with its new `last_id` and `prior_id` (the previous
+ * event of its first event in the batch: 0 for a new aggregate, NULL when not known).
+ */
+const MANY_CHAIN_CTES = `, parted AS (
+  SELECT i.*, {{schema}}.partition_of(i.aggregate_type, i.aggregate_id) AS p
+  FROM input i
+), counts AS (
+  SELECT aggregate_type, aggregate_id, count(*)::bigint AS n FROM input GROUP BY aggregate_type, aggregate_id
+), locked AS (
+  -- Existing rows locked in key order, against deadlocks between batches.
+  SELECT s.aggregate_type, s.aggregate_id
+  FROM {{schema}}.aggregate_sequences s JOIN counts c USING (aggregate_type, aggregate_id)
+  ORDER BY s.aggregate_type, s.aggregate_id
+  FOR UPDATE OF s
+), numbered AS (
+  SELECT i.*, ${NEXT_ID} AS id
+  FROM (SELECT * FROM parted WHERE (SELECT count(*) FROM locked) >= 0 ORDER BY ord OFFSET 0) i
+), lasts AS (
+  SELECT aggregate_type, aggregate_id, max(id) AS last_id FROM numbered GROUP BY aggregate_type, aggregate_id
+), bumped AS (
+  UPDATE {{schema}}.aggregate_sequences s
+  SET last_sequence = s.last_sequence + c.n, written_at = now(),
+      prior_id = ${CHAIN_END}, last_id = m.last_id, last_id_sequence = s.last_sequence + c.n
+  FROM locked l JOIN counts c USING (aggregate_type, aggregate_id) JOIN lasts m USING (aggregate_type, aggregate_id)
+  WHERE s.aggregate_type = l.aggregate_type AND s.aggregate_id = l.aggregate_id
+  RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base, s.prior_id
+), created AS (
+  INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base,
+                                                   last_id, last_id_sequence, prior_id)
+  SELECT f.aggregate_type, f.aggregate_id, f.floor + f.n, f.floor, f.last_id, f.floor + f.n, 0
+  FROM (
+    SELECT c.aggregate_type, c.aggregate_id, c.n, m.last_id, (SELECT last_value FROM {{schema}}.sequence_floor) AS floor
+    FROM counts c JOIN lasts m USING (aggregate_type, aggregate_id)
+    WHERE NOT EXISTS (SELECT 1 FROM bumped b WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id)
+    OFFSET 0
+  ) f
+  ORDER BY f.aggregate_type, f.aggregate_id
+  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
+  SET last_sequence = s.last_sequence + excluded.last_sequence - excluded.sequence_base, written_at = now(),
+      prior_id = ${CHAIN_END}, last_id = excluded.last_id,
+      last_id_sequence = s.last_sequence + excluded.last_sequence - excluded.sequence_base
+  RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base, s.prior_id
+), seq AS (
+  SELECT aggregate_type, aggregate_id, last_sequence, sequence_base, prior_id FROM bumped
+  UNION ALL SELECT aggregate_type, aggregate_id, last_sequence, sequence_base, prior_id FROM created
+)`;
+
+/**
+ * A batch: arrays in, per-aggregate counts reserved in one update and one insert (in key order,
+ * against deadlocks); each event names the one before it of its aggregate (its first, the
+ * sequence row's `prior_id`).
+ */
 const INSERT_MANY = `
 WITH input AS (
   SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[],
                        $7::jsonb[], $8::bytea[], $9::jsonb[], $10::timestamptz[])
     WITH ORDINALITY AS i(event_id, aggregate_type, aggregate_id, event_type, schema_version, topic,
                          payload, payload_bytes, headers, deliver_after, ord)
-)${MANY_SEQUENCE_CTES}{{wake}}
-INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
+)${MANY_CHAIN_CTES}{{wake}}
+INSERT INTO {{schema}}.events (id, previous_id, event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
-SELECT i.event_id, i.p,
+OVERRIDING SYSTEM VALUE
+SELECT i.id,
+       CASE WHEN row_number() OVER w = 1 THEN seq.prior_id ELSE lag(i.id) OVER w END,
+       i.event_id, i.p,
        i.aggregate_type, i.aggregate_id,
-       seq.last_sequence - c.n + row_number() OVER (PARTITION BY i.aggregate_type, i.aggregate_id ORDER BY i.ord),
+       seq.last_sequence - c.n + row_number() OVER w,
        seq.sequence_base,
        i.event_type, i.schema_version, i.topic, i.payload, i.payload_bytes, i.headers, i.deliver_after,
        greatest(now(), coalesce(i.deliver_after, now()))
-FROM parted i
+FROM numbered i
 JOIN counts c USING (aggregate_type, aggregate_id)
 JOIN seq USING (aggregate_type, aggregate_id){{join}}
+WINDOW w AS (PARTITION BY i.aggregate_type, i.aggregate_id ORDER BY i.ord)
 ORDER BY i.ord
 RETURNING event_id::text AS event_id, sequence::text AS sequence`;
 

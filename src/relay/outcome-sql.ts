@@ -3,9 +3,12 @@ import { PARTITION_FENCE } from './fence-sql.js';
 /**
  * Outcome of a whole batch in one statement, fenced by the partition epochs
  * the relay claimed under: delivered events leave the hot table, failed ones
- * are rescheduled or marked dead with their last error, and each touched
- * aggregate's progress (last delivered sequence, blocked until, and when: the
- * pruner's idle test for caller versions, docs/schema.md) is updated in one upsert. `FOR SHARE` on
+ * are rescheduled or marked dead with their last error. `aggregate_progress` is written only
+ * where the gate reads it (docs/schema.md, The ordering gate): the delivered sequence of events
+ * gated by sequence (`previous_id` NULL), and until when a failed event blocks its aggregate
+ * (its retry; dead: for good) — with when (the pruner's idle test for caller versions,
+ * docs/schema.md). A delivered event that names its previous one writes nothing but its DELETE:
+ * its absence is what lets the next event of its aggregate pass. `FOR SHARE` on
  * the partition rows makes a concurrent takeover (which raises the epoch) wait for this statement,
  * or this statement see the new epoch and change nothing. `held` counts the batch's partitions the
  * fence found still held: with all of them held, an event that changed no row was not in the table
@@ -19,7 +22,7 @@ export const RECORD_OUTCOME_SQL = `
 WITH ${PARTITION_FENCE}, delivered AS (
   DELETE FROM {{schema}}.events e
   WHERE e.id = ANY ($4::bigint[]) AND e.partition = ANY (ARRAY(SELECT partition FROM fence))
-  RETURNING e.aggregate_type, e.aggregate_id, e.sequence
+  RETURNING e.aggregate_type, e.aggregate_id, e.sequence, e.previous_id
 ), failed AS (
   UPDATE {{schema}}.events e
   SET attempts = e.attempts + 1,
@@ -37,7 +40,7 @@ WITH ${PARTITION_FENCE}, delivered AS (
          coalesce(d.delivered_sequence, 0) AS delivered_sequence,
          b.blocked_until
   FROM (SELECT aggregate_type, aggregate_id, max(sequence) AS delivered_sequence
-        FROM delivered GROUP BY aggregate_type, aggregate_id) d
+        FROM delivered WHERE previous_id IS NULL GROUP BY aggregate_type, aggregate_id) d
   FULL JOIN failed b ON b.aggregate_type = d.aggregate_type AND b.aggregate_id = d.aggregate_id
 ), progress AS (
   INSERT INTO {{schema}}.aggregate_progress AS g (aggregate_type, aggregate_id, delivered_sequence, blocked_until, delivered_at)
@@ -51,9 +54,9 @@ SELECT (SELECT count(*) FROM delivered)::int AS delivered, (SELECT count(*) FROM
        (SELECT count(*) FROM fence)::int AS held`;
 
 /** The `delivered` CTE's RETURNING in {@link RECORD_OUTCOME_SQL}, widened for the history. */
-const DELIVERED_RETURNING = 'RETURNING e.aggregate_type, e.aggregate_id, e.sequence\n)';
+const DELIVERED_RETURNING = 'RETURNING e.aggregate_type, e.aggregate_id, e.sequence, e.previous_id\n)';
 
-const HISTORY_RETURNING = `RETURNING e.aggregate_type, e.aggregate_id, e.sequence, e.event_id, e.partition, e.event_type,
+const HISTORY_RETURNING = `RETURNING e.aggregate_type, e.aggregate_id, e.sequence, e.previous_id, e.event_id, e.partition, e.event_type,
             e.topic, e.created_at, e.attempts + 1 AS attempts`;
 
 const HISTORY_CTE = `

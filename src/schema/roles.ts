@@ -88,9 +88,9 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
   producer: {
     ...SCHEMA_METADATA,
     events:
-      'INSERT (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type, schema_version, ' +
-      'topic, payload, payload_bytes, headers, deliver_after, next_attempt_at), SELECT (event_id, sequence)',
-    aggregate_sequences: 'SELECT, INSERT, UPDATE (last_sequence, written_at)',
+      'INSERT (id, previous_id, event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type, ' +
+      'schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at), SELECT (event_id, sequence)',
+    aggregate_sequences: 'SELECT, INSERT, UPDATE (last_sequence, written_at, last_id, last_id_sequence, prior_id)',
     partitions: 'SELECT (partition, sleeping)',
     sequence_floor: 'SELECT',
     // src/producer/backpressure-sql.ts (maxPending).
@@ -174,6 +174,17 @@ const HISTORY_FUNCTIONS = [
  * INVOKER, so they add no privilege.
  */
 const PRODUCER_FUNCTIONS = ['partition_of(text, text)', 'wal_key_missing()'];
+/**
+ * nextval on the events' id sequence: the producer draws an event's row id in the statement that
+ * hands out its sequence (src/producer/enqueue-sql.ts, 015_previous_id.sql). USAGE, not UPDATE:
+ * no setval.
+ */
+const SEQUENCE_GRANTS: Readonly<Record<RuntimeRole, readonly string[]>> = {
+  producer: ['events_id_seq'],
+  relay: [],
+  consumer: [],
+  operator: [],
+};
 const FUNCTION_GRANTS: Readonly<Record<RuntimeRole, readonly string[]>> = {
   producer: PRODUCER_FUNCTIONS,
   relay: HISTORY_FUNCTIONS,
@@ -290,6 +301,7 @@ END $$;`,
         ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
       ),
       ...FUNCTION_GRANTS[kind].map((fn) => `GRANT EXECUTE ON FUNCTION ${schema}.${fn} TO ${role};`),
+      ...SEQUENCE_GRANTS[kind].map((seq) => `GRANT USAGE ON SEQUENCE ${schema}.${seq} TO ${role};`),
       ...Object.entries(prunerGrants(kind, relayPrunes)).map(
         ([table, privileges]) => `GRANT ${privileges} ON ${schema}.${table} TO ${role};`,
       ),

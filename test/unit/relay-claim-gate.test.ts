@@ -1,7 +1,9 @@
 /**
- * The ordering gate over one claim's rows (src/relay/claim-gate.ts), against the rule it replaced
- * in SQL (ranks by window functions over the batch, each row judged on its own): the same verdict
- * for every row of random batches, and the cases named in the rule.
+ * The ordering gate over one claim's rows (src/relay/claim/claim-gate.ts). Rows gated by sequence:
+ * against the rule it replaced in SQL (ranks by window functions over the batch, each row judged
+ * on its own), the same verdict for every row of random batches, and the cases named in the rule.
+ * Chained rows (previous_id, migration 15): against "every earlier event is delivered or passes in
+ * this batch", on random histories, and mixed with rows gated by sequence.
  */
 import { describe, expect, it } from 'vitest';
 import { gateClaim } from '../../src/relay/claim/claim-gate.js';
@@ -10,6 +12,8 @@ import type { ClaimRow, Gate } from '../../src/relay/claim/claim-row.js';
 let nextId = 1;
 const row = (aggregateId: string, sequence: number, delivered: number, id = nextId++): ClaimRow => ({
   delivered: String(delivered),
+  previous_id: null,
+  waits: false,
   id: String(id),
   event_id: `e-${id}`,
   partition: 0,
@@ -125,6 +129,93 @@ describe('the claim gate', () => {
       }
       rows.sort((a, b) => Number(a.id) - Number(b.id));
       const expected = reference(rows);
+      expect(gates(rows)).toEqual(expected);
+    }
+  });
+});
+
+/** A chained row: its aggregate's previous event is `previous` (0: none), still in the table or not. */
+const linked = (aggregateId: string, sequence: number, id: number, previous: number, waits: boolean): ClaimRow => ({
+  ...row(aggregateId, sequence, 0, id),
+  delivered: null,
+  previous_id: String(previous),
+  waits,
+});
+
+describe('the claim gate, chained rows', () => {
+  it('passes a row whose previous event left the table, and a run behind it in one claim', () => {
+    expect(gates([linked('a', 4, 10, 7, false), linked('a', 5, 11, 10, true), linked('a', 6, 12, 11, true)])).toEqual([
+      'pass',
+      'pass',
+      'pass',
+    ]);
+  });
+
+  it('holds a row whose previous event is still in the table and not in the claim, and what follows', () => {
+    expect(gates([linked('a', 5, 11, 10, true), linked('a', 6, 12, 11, true), linked('b', 1, 13, 0, false)])).toEqual([
+      'hold',
+      'hold',
+      'pass',
+    ]);
+  });
+
+  it('follows the chain, not the id order (a row drawn its id before its predecessor)', () => {
+    expect(gates([linked('a', 2, 20, 21, true), linked('a', 1, 21, 0, false)])).toEqual(['pass', 'pass']);
+  });
+
+  it('holds the rows of an aggregate with an event in flight', () => {
+    const rows = [linked('a', 2, 20, 19, true), linked('b', 1, 21, 0, false)];
+    rows[0]!.withheld = true;
+    expect(gates(rows)).toEqual(['hold', 'pass']);
+  });
+
+  it('lets a row gated by sequence follow a chained row that passes, whatever the stale progress says', () => {
+    // a/5 was written by a producer that does not keep the chain: progress still says 3.
+    expect(gates([linked('a', 4, 30, 29, false), row('a', 5, 3, 31), linked('a', 6, 32, 31, true)])).toEqual([
+      'pass',
+      'pass',
+      'pass',
+    ]);
+  });
+
+  it('holds a row gated by sequence at a gap, and the chained row after it', () => {
+    expect(gates([row('a', 5, 3, 40), linked('a', 6, 41, 40, true)])).toEqual(['gap', 'hold']);
+  });
+
+  it('agrees with "every earlier event is delivered or passes before it" on random histories', () => {
+    let seed = 7;
+    const random = (n: number): number => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed % n;
+    };
+    for (let batch = 0; batch < 2_000; batch++) {
+      // Per aggregate: events 1..n with ids; a prefix delivered; the rest in the table, some due.
+      const rows: ClaimRow[] = [];
+      const inTable = new Map<string, Set<number>>();
+      let id = 1;
+      for (const aggregate of ['a', 'b', 'c']) {
+        const n = 1 + random(6);
+        const delivered = random(n + 1);
+        const table = new Set<number>();
+        let previous = 0;
+        for (let sequence = 1; sequence <= n; sequence++) {
+          const rowId = id++;
+          if (sequence > delivered) {
+            table.add(sequence);
+            // Claimed unless scheduled for later (not due): such a row is not in the claim.
+            if (random(4) > 0) rows.push(linked(aggregate, sequence, rowId, previous, previous !== 0 && sequence - 1 > delivered));
+          }
+          previous = rowId;
+        }
+        inTable.set(aggregate, table);
+      }
+      rows.sort((x, y) => Number(x.id) - Number(y.id));
+      const claimed = new Set(rows.map((r) => `${r.aggregate_id}/${r.sequence}`));
+      const expected = rows.map((r): Gate => {
+        for (let s = 1; s < Number(r.sequence); s++)
+          if (inTable.get(r.aggregate_id)!.has(s) && !claimed.has(`${r.aggregate_id}/${s}`)) return 'hold';
+        return 'pass';
+      });
       expect(gates(rows)).toEqual(expected);
     }
   });

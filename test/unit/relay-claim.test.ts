@@ -7,6 +7,8 @@ const row = (extra: Partial<ClaimedRow> = {}): ClaimedRow => ({
   gate: 'pass',
   passed: true,
   delivered: '3',
+  previous_id: null,
+  waits: false,
   id: '17',
   event_id: '0190f5a4-8d3c-7bbb-9b1e-000000000017',
   partition: 3,

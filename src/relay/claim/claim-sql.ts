@@ -1,22 +1,27 @@
 /**
- * Claim: the next due events of the partitions this relay holds (owner, epoch
- * and an unexpired lease checked against the database clock), in id order.
+ * Claim: the next due events of the partitions this relay holds (owner, epoch and an unexpired
+ * lease checked against the database clock), in id order.
  *
- * Ordering gate, database half: each row comes with its aggregate's delivered sequence,
- * `aggregate_progress.delivered_sequence` (kept by the relay itself) or, when higher, the
- * event's `sequence_base` (an aggregate created after the pruner ran starts at base+1:
- * docs/schema.md, Bounded tables). The scan skips aggregates whose head is blocked (dead, or
- * backing off until `blocked_until`), so a blocked aggregate never fills the batch. Which rows
- * pass is decided by the relay from these rows (src/relay/claim-gate.ts): ranking a batch by
- * aggregate in SQL (two window functions and their sort) cost PostgreSQL more per event than
- * the scan itself, the relay does it in a fraction of that.
+ * Ordering gate, database half (docs/schema.md, The ordering gate). An event written by `enqueue`
+ * names its aggregate's previous event (`previous_id`, 015_previous_id.sql); the claim probes the
+ * primary key for it: `waits` while that row is still in the table. A row whose previous event
+ * is dead or waits for a retry or its `deliver_after` cannot pass and is not returned. Nothing
+ * per event is read from or written to `aggregate_progress` for these rows.
  *
- * The scan starts at `$7` (the relay's scan floor, src/relay/scan-floor.ts; 0 for a full scan).
- * Work per claim is bounded by the batch size (one primary-key probe of aggregate_progress per
- * scanned row), not by the backlog. No row locks: only the partition's owner claims its rows and
- * writes its aggregates' progress. Payloads come with every row except those of the aggregates
- * with an event in flight (`$8`, `withheld`): such a row cannot pass (its aggregate's delivered
- * sequence has not moved yet), and a pipelined claim over few aggregates returns many of them.
+ * Rows gated by sequence (`previous_id` NULL: written before migration 15, caller versions,
+ * WAL-mode events handed over, the first after a writer that does not keep the chain) come with
+ * their aggregate's delivered sequence, `aggregate_progress.delivered_sequence` (kept by the relay
+ * for them) or, when higher, the event's `sequence_base` (an aggregate created after the pruner
+ * ran starts at base+1: docs/schema.md, Bounded tables), and the scan skips those whose
+ * aggregate's head is blocked (dead, or backing off until `blocked_until`). Only such rows
+ * probe `aggregate_progress` (a CASE evaluates its subquery for them alone).
+ *
+ * Which rows pass is decided by the relay from these rows (src/relay/claim/claim-gate.ts).
+ * The scan starts at `$7` (the relay's scan floor, src/relay/polling/scan-floor.ts; 0 for a full
+ * scan). Work per claim is bounded by the batch size, not by the backlog. No row locks: only the
+ * partition's owner claims its rows and writes their outcome. Payloads come with every row
+ * except those of the aggregates with an event in flight (`$8`, `withheld`): such a row cannot
+ * pass, and a pipelined claim over few aggregates returns many of them.
  */
 export const CLAIM_SQL = `
 WITH mine AS (
@@ -30,10 +35,15 @@ SELECT e.id::text AS id, e.event_id::text AS event_id, e.partition, e.aggregate_
        CASE WHEN NOT x.withheld THEN e.payload::text END AS payload,
        CASE WHEN NOT x.withheld THEN e.payload_bytes END AS payload_bytes,
        e.headers::text AS headers, e.created_at, e.deliver_after, e.attempts,
-       greatest(coalesce(g.delivered_sequence, 0), e.sequence_base)::text AS delivered, x.withheld
+       e.previous_id::text AS previous_id, b.id IS NOT NULL AS waits,
+       CASE WHEN e.previous_id IS NULL THEN greatest(coalesce(
+         (SELECT g.delivered_sequence FROM {{schema}}.aggregate_progress g
+          WHERE g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id), 0), e.sequence_base)::text
+       END AS delivered,
+       x.withheld
 FROM {{schema}}.events e
-LEFT JOIN {{schema}}.aggregate_progress g
-  ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
+-- The previous event, while it is in the table.
+LEFT JOIN {{schema}}.events b ON b.id = e.previous_id
 -- An aggregate with an event in flight ($8) cannot pass: its payloads are not sent.
 CROSS JOIN LATERAL (
   SELECT (e.aggregate_type || chr(31) || e.aggregate_id) IN (SELECT unnest($8::text[])) AS withheld
@@ -47,6 +57,11 @@ WHERE EXISTS (SELECT 1 FROM mine)
   AND e.next_attempt_at <= now()
   AND e.id NOT IN (SELECT unnest($5::bigint[]))
   AND (e.aggregate_type || chr(31) || e.aggregate_id) NOT IN (SELECT unnest($6::text[]))
-  AND (g.blocked_until IS NULL OR g.blocked_until <= now())
+  -- The previous event is dead or not due: this one cannot pass.
+  AND (b.id IS NULL OR (b.status = 'pending' AND b.next_attempt_at <= now()))
+  -- Gated by sequence: its aggregate's head is not blocked.
+  AND (e.previous_id IS NOT NULL OR NOT EXISTS (
+    SELECT 1 FROM {{schema}}.aggregate_progress g
+    WHERE g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id AND g.blocked_until > now()))
 ORDER BY e.id
 LIMIT $4`;

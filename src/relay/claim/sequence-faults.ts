@@ -68,7 +68,7 @@ export class SequenceFaults {
   async repeated(client: PoolClient, rows: readonly ClaimedRow[], fence: Fence): Promise<void> {
     if (rows.length === 0) return;
     const p = this.p;
-    const errors = rows.map((r) => repeatReason(r, r.delivered));
+    const errors = rows.map((r) => repeatReason(r, r.delivered ?? '0'));
     const { rows: dead } = await client.query<{ id: string }>({
       ...p.repeatDead,
       values: [p.relayId, fence.partitions, fence.epochs, rows.map((r) => r.id), errors],
