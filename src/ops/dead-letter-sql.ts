@@ -3,6 +3,7 @@
  * schema name. Filters are parameters, NULL meaning "any": `$f+0` event ids, `$f+1` aggregate
  * type, `$f+2` aggregate id, `$f+3` event type, `$f+4` dead since.
  */
+import { SEQUENCE_DELIVERED } from '../core/gate-sql.js';
 import { SKIPPED_EVENT_TYPE } from '../skip-marker.js';
 
 /** The dead events a filter selects; `$1`–`$5` the filter (see the module comment). */
@@ -47,19 +48,20 @@ SELECT event_id::text AS event_id FROM replayed`;
 
 /**
  * The rows `$1` event ids name, locked for the skip: what they are, to refuse or report.
- * `repeat`: the event's sequence is at or below what its aggregate delivered (the relay's
- * `sequence_repeat`), so a skip marker carrying it would be a repeat too.
+ * `repeat`: an event gated by sequence (015_previous_id.sql) at or below what its aggregate
+ * delivered (the relay's `sequence_repeat`), so a skip marker carrying it would be a repeat too.
+ * An event that names its previous one is never a repeat.
  */
 export const LOCK_FOR_SKIP_SQL = `
-SELECT e.id::text AS id, e.event_id::text AS event_id, e.status, e.event_type,
-       e.sequence::text AS sequence,
-       greatest(coalesce(g.delivered_sequence, 0), e.sequence_base)::text AS delivered,
-       e.sequence <= greatest(coalesce(g.delivered_sequence, 0), e.sequence_base) AS repeat
-FROM {{schema}}.events e
-LEFT JOIN {{schema}}.aggregate_progress g
-  ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
-WHERE e.event_id = ANY ($1::uuid[])
-FOR UPDATE OF e`;
+SELECT id, event_id, status, event_type, sequence, delivered::text AS delivered,
+       previous_id IS NULL AND sequence::bigint <= delivered AS repeat
+FROM (
+  SELECT e.id::text AS id, e.event_id::text AS event_id, e.status, e.event_type, e.sequence::text AS sequence,
+         e.previous_id, ${SEQUENCE_DELIVERED} AS delivered
+  FROM {{schema}}.events e
+  WHERE e.event_id = ANY ($1::uuid[])
+  FOR UPDATE OF e
+) x`;
 
 /**
  * For a skip without a marker: the events (`$1` ids) that still have an earlier event of their

@@ -1,3 +1,5 @@
+import { SEQUENCE_DELIVERED } from '../core/gate-sql.js';
+
 /**
  * `findEvent`: where one event is. The hot table has no index on event_id (every index costs
  * every producer's insert), so the first statement scans it: fine for an operator's question,
@@ -7,14 +9,15 @@
 /**
  * `$1` event id → the event if it is still in the hot table, with what it may wait for: the
  * head (lowest sequence) of the earlier events of its aggregate still in the table, its
- * aggregate's progress, and its partition's lease.
+ * aggregate's progress (read by the gate only for events gated by sequence, `chained` false:
+ * 015_previous_id.sql), and its partition's lease.
  */
 export const FIND_HOT_EVENT_SQL = `
 WITH e AS (
   SELECT * FROM {{schema}}.events WHERE event_id = $1::uuid LIMIT 1
 )
 SELECT e.event_id::text AS event_id, e.partition, e.aggregate_type, e.aggregate_id, e.sequence::text AS sequence,
-       e.sequence_base::text AS sequence_base, e.event_type, e.topic, e.status, e.created_at, e.deliver_after, e.next_attempt_at, e.attempts,
+       e.sequence_base::text AS sequence_base, e.previous_id IS NOT NULL AS chained, e.event_type, e.topic, e.status, e.created_at, e.deliver_after, e.next_attempt_at, e.attempts,
        e.last_error, e.dead_at, now() AS now,
        h.event_id::text AS head_event_id, h.sequence::text AS head_sequence, h.status AS head_status,
        h.attempts AS head_attempts, h.last_error AS head_last_error, h.next_attempt_at AS head_next_attempt_at,
@@ -26,6 +29,7 @@ SELECT e.event_id::text AS event_id, e.partition, e.aggregate_type, e.aggregate_
         WHERE x.aggregate_type = e.aggregate_type AND x.aggregate_id = e.aggregate_id
           AND x.sequence > e.sequence)::int AS later,
        g.delivered_sequence::text AS delivered_sequence,
+       CASE WHEN e.previous_id IS NULL THEN ${SEQUENCE_DELIVERED}::text END AS gate_delivered,
        CASE WHEN isfinite(g.blocked_until) THEN g.blocked_until END AS blocked_until,
        coalesce(g.blocked_until = 'infinity', false) AS blocked_forever,
        p.owner, p.lease_until > now() AS lease_live

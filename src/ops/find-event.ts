@@ -164,6 +164,10 @@ interface HotRow {
   earlier: number;
   later: number;
   delivered_sequence: string | null;
+  /** It names its previous event (015_previous_id.sql): the gate reads no progress for it. */
+  chained: boolean;
+  /** Gated by sequence: its aggregate's delivered sequence as the gate reads it (SEQUENCE_DELIVERED). */
+  gate_delivered: string | null;
   sequence_base: string;
   blocked_until: Date | null;
   blocked_forever: boolean;
@@ -299,11 +303,12 @@ function waits(r: HotRow): EventWait[] {
       nextAttemptAt: r.head_next_attempt_at ?? r.now,
       earlier: r.earlier,
     });
-  } else {
-    // The gate starts an aggregate at greatest(delivered, base): a pruned aggregate's new life
-    // begins at base + 1 (src/relay/claim-sql.ts).
-    const delivered = Number(r.delivered_sequence ?? 0);
-    if (Number(r.sequence) > Math.max(delivered, Number(r.sequence_base)) + 1)
+  } else if (!r.chained) {
+    // Gated by sequence: the gate starts an aggregate at greatest(delivered, base), a pruned
+    // aggregate's new life at base + 1 (src/relay/claim/claim-sql.ts). A chained event with no
+    // earlier one left in the table passes: its progress is not kept.
+    const delivered = Number(r.gate_delivered ?? 0);
+    if (Number(r.sequence) > delivered + 1)
       found.push({ kind: 'gap', deliveredSequence: delivered });
   }
   if (r.next_attempt_at.getTime() > now) {
@@ -311,7 +316,7 @@ function waits(r: HotRow): EventWait[] {
     found.push({ kind: deferred ? 'deliver-after' : 'backoff', until: r.next_attempt_at });
   }
   const blocked = r.blocked_until;
-  if (r.head_event_id === null) {
+  if (r.head_event_id === null && !r.chained) {
     if (r.blocked_forever) found.push({ kind: 'aggregate-blocked', until: 'dead' });
     else if (blocked !== null && blocked.getTime() > now && blocked.getTime() !== r.next_attempt_at.getTime())
       found.push({ kind: 'aggregate-blocked', until: blocked });

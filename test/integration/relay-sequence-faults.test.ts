@@ -434,9 +434,10 @@ describe('caller versions: gaps', () => {
         aggregateId: 'later',
         type: 't',
         payload: 1,
+        sequence: 1,
         deliverAfter: new Date(Date.now() + 2000),
       },
-      { aggregateType: 'order', aggregateId: 'later', type: 't', payload: 2 },
+      { aggregateType: 'order', aggregateId: 'later', type: 't', payload: 2, sequence: 2 },
     ]);
     await waitFor(() => bridgeProbes() > 0, { what: 'a probe' });
     await waitFor(() => sequences(publisher, 'later').length === 2, { timeoutMs: 10_000, what: 'both' });

@@ -1,3 +1,5 @@
+import { SEQUENCE_DELIVERED } from '../../core/gate-sql.js';
+
 /**
  * Claim: the next due events of the partitions this relay holds (owner, epoch and an unexpired
  * lease checked against the database clock), in id order.
@@ -10,11 +12,11 @@
  *
  * Rows gated by sequence (`previous_id` NULL: written before migration 15, caller versions,
  * WAL-mode events handed over, the first after a writer that does not keep the chain) come with
- * their aggregate's delivered sequence, `aggregate_progress.delivered_sequence` (kept by the relay
- * for them) or, when higher, the event's `sequence_base` (an aggregate created after the pruner
- * ran starts at base+1: docs/schema.md, Bounded tables), and the scan skips those whose
+ * their aggregate's delivered sequence ({@link SEQUENCE_DELIVERED}; an aggregate created after
+ * the pruner ran starts at base+1: docs/schema.md, Bounded tables), and the scan skips those whose
  * aggregate's head is blocked (dead, or backing off until `blocked_until`). Only such rows
- * probe `aggregate_progress` (a CASE evaluates its subquery for them alone).
+ * probe `aggregate_progress` and `aggregate_sequences` (a CASE evaluates its subqueries for them
+ * alone).
  *
  * Which rows pass is decided by the relay from these rows (src/relay/claim/claim-gate.ts).
  * The scan starts at `$7` (the relay's scan floor, src/relay/polling/scan-floor.ts; 0 for a full
@@ -36,10 +38,7 @@ SELECT e.id::text AS id, e.event_id::text AS event_id, e.partition, e.aggregate_
        CASE WHEN NOT x.withheld THEN e.payload_bytes END AS payload_bytes,
        e.headers::text AS headers, e.created_at, e.deliver_after, e.attempts,
        e.previous_id::text AS previous_id, b.id IS NOT NULL AS waits,
-       CASE WHEN e.previous_id IS NULL THEN greatest(coalesce(
-         (SELECT g.delivered_sequence FROM {{schema}}.aggregate_progress g
-          WHERE g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id), 0), e.sequence_base)::text
-       END AS delivered,
+       CASE WHEN e.previous_id IS NULL THEN ${SEQUENCE_DELIVERED}::text END AS delivered,
        x.withheld
 FROM {{schema}}.events e
 -- The previous event, while it is in the table.

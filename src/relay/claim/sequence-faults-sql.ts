@@ -3,6 +3,7 @@
  * a repeated sequence goes dead, a gap with nothing before it is bridged. Both are fenced by
  * the partition epochs, as every statement of the relay's that changes an event.
  */
+import { SEQUENCE_DELIVERED } from '../../core/gate-sql.js';
 import { PARTITION_FENCE } from '../fence-sql.js';
 
 /**
@@ -43,11 +44,8 @@ RETURNING e.id::text AS id`;
  */
 export const BRIDGE_GAPS_SQL = `
 WITH ${PARTITION_FENCE}, head AS MATERIALIZED (
-  SELECT e.id, e.aggregate_type, e.aggregate_id, e.sequence,
-         greatest(coalesce(g.delivered_sequence, 0), e.sequence_base) AS delivered
+  SELECT e.id, e.aggregate_type, e.aggregate_id, e.sequence, ${SEQUENCE_DELIVERED} AS delivered
   FROM {{schema}}.events e
-  LEFT JOIN {{schema}}.aggregate_progress g
-    ON g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id
   WHERE e.id = ANY ($4::bigint[]) AND e.partition = ANY (ARRAY(SELECT partition FROM fence))
     AND e.status = 'pending'
   -- A head another session holds (an operator's open transaction) waits for the next probe: the
