@@ -308,8 +308,7 @@ function waits(r: HotRow): EventWait[] {
     // aggregate's new life at base + 1 (src/relay/claim/claim-sql.ts). A chained event with no
     // earlier one left in the table passes: its progress is not kept.
     const delivered = Number(r.gate_delivered ?? 0);
-    if (Number(r.sequence) > delivered + 1)
-      found.push({ kind: 'gap', deliveredSequence: delivered });
+    if (Number(r.sequence) > delivered + 1) found.push({ kind: 'gap', deliveredSequence: delivered });
   }
   if (r.next_attempt_at.getTime() > now) {
     const deferred = r.attempts === 0 && r.deliver_after !== null && r.deliver_after.getTime() > now;

@@ -311,7 +311,8 @@ class PruneRun {
         [o.aggregateMs],
       );
       this.removed.aggregate_sequences = rows[0]?.n ?? 0;
-      this.removed.aggregate_progress = (rows[0]?.progress ?? 0) + (await n(COUNT_IDLE_PROGRESS_SQL, o.aggregateMs));
+      this.removed.aggregate_progress =
+        (rows[0]?.progress ?? 0) + (await n(COUNT_IDLE_PROGRESS_SQL, o.aggregateMs));
     }
     if (o.relayMs !== false) this.removed.relays = await n(countAgedSql(RELAYS), o.relayMs);
     if (o.auditMs !== false) this.removed.audit = await n(countAgedSql(AUDIT), o.auditMs);

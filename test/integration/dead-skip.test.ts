@@ -331,7 +331,11 @@ describe('dead skip', () => {
         )
       ).rows;
     await waitFor(
-      async () => Number((await db.pool.query(`SELECT count(*) AS n FROM "${db.schema}".events WHERE aggregate_id = 'np'`)).rows[0].n) === 0,
+      async () =>
+        Number(
+          (await db.pool.query(`SELECT count(*) AS n FROM "${db.schema}".events WHERE aggregate_id = 'np'`))
+            .rows[0].n,
+        ) === 0,
       { what: 'sequence 3 recorded' },
     );
     // The skip moved the progress past 2 and unblocked it; sequence 3 names its previous event

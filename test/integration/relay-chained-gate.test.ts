@@ -67,7 +67,9 @@ describe('the chained ordering gate', () => {
             await inTransaction(db.pool, async (tx) => {
               if (i % 3 === 0) {
                 const a = `o${(w + i) % 12}`;
-                await enqueue(tx, [event(a, i), event(`o${(w + i + 1) % 12}`, i), event(a, i)], { schema: db.schema });
+                await enqueue(tx, [event(a, i), event(`o${(w + i + 1) % 12}`, i), event(a, i)], {
+                  schema: db.schema,
+                });
               } else await enqueue(tx, event(`o${(w * 5 + i) % 12}`, i), { schema: db.schema });
             });
           }
@@ -94,11 +96,18 @@ describe('the chained ordering gate', () => {
         ? { ok: false, retryable: true, error: new Error('refused for now') }
         : { ok: true };
     for (let i = 1; i <= 4; i++)
-      await inTransaction(db.pool, (tx) => enqueue(tx, [event('bad', i), event('good', i)], { schema: db.schema }));
+      await inTransaction(db.pool, (tx) =>
+        enqueue(tx, [event('bad', i), event('good', i)], { schema: db.schema }),
+      );
     relay(db, publisher).start();
-    await waitFor(() => sequencesOf(publisher.received).get('good')?.length === 4, { what: 'the good aggregate' });
+    await waitFor(() => sequencesOf(publisher.received).get('good')?.length === 4, {
+      what: 'the good aggregate',
+    });
     expect(sequencesOf(publisher.received).get('bad')).toEqual([1]);
-    await waitFor(() => count(db, 'events').then((n) => n === 0), { what: 'the bad aggregate', timeoutMs: 30_000 });
+    await waitFor(() => count(db, 'events').then((n) => n === 0), {
+      what: 'the bad aggregate',
+      timeoutMs: 30_000,
+    });
     expect(sequencesOf(publisher.received).get('bad')).toEqual([1, 2, 3, 4]);
   });
 
@@ -155,7 +164,8 @@ FROM seq CROSS JOIN part`;
     );
     // Migration 15 with events pending; then new producers beside old ones (a rolling upgrade).
     expect((await migrate(pool, { schema })).applied).toEqual([15]);
-    const current = (a: string, n: number) => inTransaction(pool, (tx) => enqueue(tx, event(a, n), { schema }));
+    const current = (a: string, n: number) =>
+      inTransaction(pool, (tx) => enqueue(tx, event(a, n), { schema }));
     for (const a of aggregates) {
       await current(a, 4);
       await current(a, 5);
@@ -180,7 +190,11 @@ FROM seq CROSS JOIN part`;
     ]);
     const publisher = new RecordingPublisher();
     relay(db, publisher).start();
-    await waitFor(() => count(db, 'events').then((n) => n === 0), { what: 'every event delivered', timeoutMs: 30_000 });
-    for (const a of aggregates) expect(sequencesOf(publisher.received).get(a), a).toEqual([2, 3, 4, 5, 6, 7, 8, 9]);
+    await waitFor(() => count(db, 'events').then((n) => n === 0), {
+      what: 'every event delivered',
+      timeoutMs: 30_000,
+    });
+    for (const a of aggregates)
+      expect(sequencesOf(publisher.received).get(a), a).toEqual([2, 3, 4, 5, 6, 7, 8, 9]);
   });
 });

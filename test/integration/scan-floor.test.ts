@@ -89,7 +89,8 @@ describe('the scan floor', () => {
         const scan = [...nodes(plan)].find(
           (n) => n['Node Type'] === 'Index Scan' && n['Relation Name'] === 'events',
         );
-        const blocks = (n: PlanNode | undefined) => (n?.['Shared Hit Blocks'] ?? 0) + (n?.['Shared Read Blocks'] ?? 0);
+        const blocks = (n: PlanNode | undefined) =>
+          (n?.['Shared Hit Blocks'] ?? 0) + (n?.['Shared Read Blocks'] ?? 0);
         return {
           blocks: blocks(scan) - (scan?.Plans ?? []).reduce((sum, sub) => sum + blocks(sub), 0),
           rows: scan?.['Actual Rows'] ?? -1,

@@ -135,7 +135,13 @@ describe('the claim gate', () => {
 });
 
 /** A chained row: its aggregate's previous event is `previous` (0: none), still in the table or not. */
-const linked = (aggregateId: string, sequence: number, id: number, previous: number, waits: boolean): ClaimRow => ({
+const linked = (
+  aggregateId: string,
+  sequence: number,
+  id: number,
+  previous: number,
+  waits: boolean,
+): ClaimRow => ({
   ...row(aggregateId, sequence, 0, id),
   delivered: null,
   previous_id: String(previous),
@@ -144,19 +150,15 @@ const linked = (aggregateId: string, sequence: number, id: number, previous: num
 
 describe('the claim gate, chained rows', () => {
   it('passes a row whose previous event left the table, and a run behind it in one claim', () => {
-    expect(gates([linked('a', 4, 10, 7, false), linked('a', 5, 11, 10, true), linked('a', 6, 12, 11, true)])).toEqual([
-      'pass',
-      'pass',
-      'pass',
-    ]);
+    expect(
+      gates([linked('a', 4, 10, 7, false), linked('a', 5, 11, 10, true), linked('a', 6, 12, 11, true)]),
+    ).toEqual(['pass', 'pass', 'pass']);
   });
 
   it('holds a row whose previous event is still in the table and not in the claim, and what follows', () => {
-    expect(gates([linked('a', 5, 11, 10, true), linked('a', 6, 12, 11, true), linked('b', 1, 13, 0, false)])).toEqual([
-      'hold',
-      'hold',
-      'pass',
-    ]);
+    expect(
+      gates([linked('a', 5, 11, 10, true), linked('a', 6, 12, 11, true), linked('b', 1, 13, 0, false)]),
+    ).toEqual(['hold', 'hold', 'pass']);
   });
 
   it('follows the chain, not the id order (a row drawn its id before its predecessor)', () => {
@@ -203,7 +205,10 @@ describe('the claim gate, chained rows', () => {
           if (sequence > delivered) {
             table.add(sequence);
             // Claimed unless scheduled for later (not due): such a row is not in the claim.
-            if (random(4) > 0) rows.push(linked(aggregate, sequence, rowId, previous, previous !== 0 && sequence - 1 > delivered));
+            if (random(4) > 0)
+              rows.push(
+                linked(aggregate, sequence, rowId, previous, previous !== 0 && sequence - 1 > delivered),
+              );
           }
           previous = rowId;
         }

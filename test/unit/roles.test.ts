@@ -24,7 +24,7 @@ describe('rolesSql', () => {
       (s) => s.includes('"billing".events') && s.includes('"billing_producer"'),
     );
     expect(grant).toMatch(
-      /^GRANT INSERT \(event_id, .*\), SELECT \(event_id, sequence\) ON "billing".events/,
+      /^GRANT INSERT \(id, previous_id, event_id, .*\), SELECT \(event_id, sequence\) ON "billing".events/,
     );
   });
 
