@@ -11,6 +11,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { enqueue } from '../../src/producer/enqueue.js';
 import { ONE_SEQUENCE_CTES } from '../../src/producer/enqueue-sql.js';
 import type { OutboxMessage } from '../../src/publishers/contract.js';
+import { CLAIM_SQL } from '../../src/relay/claim/claim-sql.js';
 import { createRelay, type Relay } from '../../src/relay/polling/relay.js';
 import { migrate, migrationSql } from '../../src/schema/migrate.js';
 import { createTestDb, inTransaction, type TestDb, waitFor } from '../helpers/db.js';
@@ -109,6 +110,36 @@ describe('the chained ordering gate', () => {
       timeoutMs: 30_000,
     });
     expect(sequencesOf(publisher.received).get('bad')).toEqual([1, 2, 3, 4]);
+  });
+
+  it('the claim returns none of the events behind a dead head: not the next (its previous is dead), nor the later ones (the head blocks its aggregate)', async () => {
+    const db = await createTestDb('chained_gate_dead', { partitions: 1 });
+    dbs.push(db);
+    const S = `"${db.schema}"`;
+    await inTransaction(db.pool, (tx) =>
+      enqueue(tx, [1, 2, 3, 4, 5].map((n) => event('stuck', n)).concat(event('free', 1)), {
+        schema: db.schema,
+      }),
+    );
+    await db.pool.query(
+      `UPDATE ${S}.partitions SET owner = 't', epoch = 1, lease_until = now() + interval '1 hour'`,
+    );
+    const claim = async () =>
+      (
+        await db.pool.query<{ aggregate_id: string; sequence: string }>(
+          CLAIM_SQL.replaceAll('{{schema}}', S),
+          [[0], ['1'], 't', 100, [], [], '0', []],
+        )
+      ).rows.map((r) => `${r.aggregate_id}/${r.sequence}`);
+    expect(await claim()).toEqual(['stuck/1', 'stuck/2', 'stuck/3', 'stuck/4', 'stuck/5', 'free/1']);
+    // The relay's outcome for a dead head: the row dead, its aggregate blocked for good.
+    await db.pool.query(
+      `UPDATE ${S}.events SET status = 'dead', dead_at = now() WHERE aggregate_id = 'stuck' AND sequence = 1`,
+    );
+    await db.pool.query(
+      `INSERT INTO ${S}.aggregate_progress (aggregate_type, aggregate_id, blocked_until) VALUES ('order', 'stuck', 'infinity')`,
+    );
+    expect(await claim()).toEqual(['free/1']);
   });
 
   it('upgrades a live outbox: events of the producer before version 15, pending across the migration and interleaved with new ones, are delivered in order', async () => {

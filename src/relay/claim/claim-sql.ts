@@ -7,8 +7,9 @@ import { SEQUENCE_DELIVERED } from '../../core/gate-sql.js';
  * Ordering gate, database half (docs/schema.md, The ordering gate). An event written by `enqueue`
  * names its aggregate's previous event (`previous_id`, 015_previous_id.sql); the claim probes the
  * primary key for it: `waits` while that row is still in the table. A row whose previous event
- * is dead or waits for a retry or its `deliver_after` cannot pass and is not returned. Nothing
- * per event is read from or written to `aggregate_progress` for these rows.
+ * is dead or waits for a retry or its `deliver_after` cannot pass and is not returned, nor one
+ * behind a blocked head (`aggregate_progress.blocked_until`, written for failures only, read only
+ * for rows whose previous event is still in the table). Delivering them writes nothing per event.
  *
  * Rows gated by sequence (`previous_id` NULL: written before migration 15, caller versions,
  * WAL-mode events handed over, the first after a writer that does not keep the chain) come with
@@ -58,8 +59,10 @@ WHERE EXISTS (SELECT 1 FROM mine)
   AND (e.aggregate_type || chr(31) || e.aggregate_id) NOT IN (SELECT unnest($6::text[]))
   -- The previous event is dead or not due: this one cannot pass.
   AND (b.id IS NULL OR (b.status = 'pending' AND b.next_attempt_at <= now()))
-  -- Gated by sequence: its aggregate's head is not blocked.
-  AND (e.previous_id IS NOT NULL OR NOT EXISTS (
+  -- Its aggregate's head is not blocked (a failed head's retry, a dead head): asked only of rows
+  -- gated by sequence and of chained rows whose previous event is still in the table, so that
+  -- the events behind a blocked head do not fill the claim.
+  AND ((e.previous_id IS NOT NULL AND b.id IS NULL) OR NOT EXISTS (
     SELECT 1 FROM {{schema}}.aggregate_progress g
     WHERE g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id AND g.blocked_until > now()))
 ORDER BY e.id
