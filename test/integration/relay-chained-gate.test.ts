@@ -142,6 +142,57 @@ describe('the chained ordering gate', () => {
     expect(await claim()).toEqual(['free/1']);
   });
 
+  it('the claim probes each row’s previous event: it reads one batch of the backlog, never hashes or sorts it', async () => {
+    const db = await createTestDb('chained_gate_plan');
+    dbs.push(db);
+    const S = `"${db.schema}"`;
+    // 4,000 pending events over 1,000 aggregates, the first 2,000 delivered: every pending row's
+    // previous event is gone, as in a drain.
+    for (let k = 0; k < 4; k++)
+      await inTransaction(db.pool, (tx) =>
+        enqueue(
+          tx,
+          Array.from({ length: 1000 }, (_, i) => event(`p${i}`, k)),
+          { schema: db.schema },
+        ),
+      );
+    await db.pool.query(`DELETE FROM ${S}.events WHERE id < (SELECT min(id) + 2000 FROM ${S}.events)`);
+    await db.pool.query(`ANALYZE ${S}.events`);
+    await db.pool.query(
+      `UPDATE ${S}.partitions SET owner = 't', epoch = 1, lease_until = now() + interval '1 hour'`,
+    );
+    const all = Array.from({ length: 16 }, (_, i) => i);
+    const client = await db.pool.connect();
+    try {
+      await client.query('SET enable_seqscan = off; SET enable_bitmapscan = off');
+      const { rows } = await client.query({
+        text: `EXPLAIN (ANALYZE, FORMAT JSON) ${CLAIM_SQL.replaceAll('{{schema}}', S)}`,
+        values: [all, all.map(() => '1'), 't', 100, [], [], '0', []],
+      });
+      interface Node {
+        'Node Type': string;
+        'Relation Name'?: string;
+        'Actual Rows': number;
+        'Actual Loops': number;
+        Plans?: Node[];
+      }
+      const nodes: Node[] = [];
+      const walk = (n: Node) => {
+        nodes.push(n);
+        for (const c of n.Plans ?? []) walk(c);
+      };
+      walk((rows[0] as { 'QUERY PLAN': Array<{ Plan: Node }> })['QUERY PLAN'][0]!.Plan);
+      expect(nodes.filter((n) => ['Sort', 'Hash', 'Hash Join'].includes(n['Node Type']))).toEqual([]);
+      const read = nodes
+        .filter((n) => n['Relation Name'] === 'events')
+        .map((n) => n['Actual Rows'] * n['Actual Loops']);
+      expect(Math.max(...read)).toBeLessThanOrEqual(100);
+    } finally {
+      await client.query('RESET ALL');
+      client.release();
+    }
+  });
+
   it('upgrades a live outbox: events of the producer before version 15, pending across the migration and interleaved with new ones, are delivered in order', async () => {
     const schema = `t_chained_upgrade_${randomBytes(4).toString('hex')}`;
     const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 10 });

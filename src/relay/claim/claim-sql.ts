@@ -38,12 +38,15 @@ SELECT e.id::text AS id, e.event_id::text AS event_id, e.partition, e.aggregate_
        CASE WHEN NOT x.withheld THEN e.payload::text END AS payload,
        CASE WHEN NOT x.withheld THEN e.payload_bytes END AS payload_bytes,
        e.headers::text AS headers, e.created_at, e.deliver_after, e.attempts,
-       e.previous_id::text AS previous_id, b.id IS NOT NULL AS waits,
+       e.previous_id::text AS previous_id, b.status IS NOT NULL AS waits,
        CASE WHEN e.previous_id IS NULL THEN ${SEQUENCE_DELIVERED}::text END AS delivered,
        x.withheld
 FROM {{schema}}.events e
--- The previous event, while it is in the table.
-LEFT JOIN {{schema}}.events b ON b.id = e.previous_id
+-- The previous event, while it is in the table: a probe per row (OFFSET 0 keeps the subquery a
+-- parameterised probe; as a plain join the planner may hash the whole table and sort the backlog).
+LEFT JOIN LATERAL (
+  SELECT b.status, b.next_attempt_at FROM {{schema}}.events b WHERE b.id = e.previous_id OFFSET 0
+) b ON true
 -- An aggregate with an event in flight ($8) cannot pass: its payloads are not sent.
 CROSS JOIN LATERAL (
   SELECT (e.aggregate_type || chr(31) || e.aggregate_id) IN (SELECT unnest($8::text[])) AS withheld
@@ -58,11 +61,11 @@ WHERE EXISTS (SELECT 1 FROM mine)
   AND e.id NOT IN (SELECT unnest($5::bigint[]))
   AND (e.aggregate_type || chr(31) || e.aggregate_id) NOT IN (SELECT unnest($6::text[]))
   -- The previous event is dead or not due: this one cannot pass.
-  AND (b.id IS NULL OR (b.status = 'pending' AND b.next_attempt_at <= now()))
+  AND (b.status IS NULL OR (b.status = 'pending' AND b.next_attempt_at <= now()))
   -- Its aggregate's head is not blocked (a failed head's retry, a dead head): asked only of rows
   -- gated by sequence and of chained rows whose previous event is still in the table, so that
   -- the events behind a blocked head do not fill the claim.
-  AND ((e.previous_id IS NOT NULL AND b.id IS NULL) OR NOT EXISTS (
+  AND ((e.previous_id IS NOT NULL AND b.status IS NULL) OR NOT EXISTS (
     SELECT 1 FROM {{schema}}.aggregate_progress g
     WHERE g.aggregate_type = e.aggregate_type AND g.aggregate_id = e.aggregate_id AND g.blocked_until > now()))
 ORDER BY e.id
