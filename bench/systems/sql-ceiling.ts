@@ -50,9 +50,8 @@ async function cycle(
         ...claim,
         values: [partitions, epochs, 'ceiling', batchSize, exclude, [], '0', []],
       });
-      return gateClaim(rows)
-        .filter((r) => r.passed)
-        .map((r) => r.id);
+      const gates = gateClaim(rows);
+      return rows.filter((_, i) => gates[i] === 'pass').map((r) => r.id);
     },
     async record(ids) {
       await recorder.query({

@@ -1,11 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { aggregateKey, aggregateKeyOf } from '../../src/aggregate-key.js';
 import { toMessage } from '../../src/core/event-row.js';
-import type { ClaimedRow } from '../../src/relay/claim/claim-row.js';
+import type { ClaimRow } from '../../src/relay/claim/claim-row.js';
 
-const row = (extra: Partial<ClaimedRow> = {}): ClaimedRow => ({
-  gate: 'pass',
-  passed: true,
+const row = (extra: Partial<ClaimRow> = {}): ClaimRow => ({
   delivered: '3',
   previous_id: null,
   waits: false,

@@ -1,5 +1,4 @@
-import { aggregateKeyOf } from '../../aggregate-key.js';
-import type { ClaimedRow, ClaimRow } from './claim-row.js';
+import type { ClaimRow, Gate } from './claim-row.js';
 
 /**
  * The ordering gate's claim half, over one claim's rows (id order, or sequence order for the
@@ -22,51 +21,84 @@ import type { ClaimedRow, ClaimRow } from './claim-row.js';
  * Once one row of an aggregate is held (`'hold'`), every later one is. A row of an aggregate
  * with an event in flight (`withheld`: the claim sent no payload) is held even where the rule
  * would pass it (that event's outcome landed just before the claim began); the next claim sees
- * it again. Rows are gated in place (no copy); the payloads of rows that do not pass are dropped.
+ * it again. Returns each row's verdict, by index: the rows are node-postgres' own objects, and a
+ * property added to them afterwards gives each its own hidden class in V8 and makes every later
+ * read of them slow (measured: 10 reads 20 ns before, 2 µs after). The payloads of rows that do
+ * not pass are dropped.
  */
-export function gateClaim(rows: readonly ClaimRow[]): ClaimedRow[] {
-  const gated = rows as ClaimedRow[];
-  // Most aggregates have one row in a claim: gated at once, without a list.
-  const byAggregate = new Map<string, ClaimedRow | ClaimedRow[]>();
-  for (const row of gated) {
-    const key = aggregateKeyOf(row.aggregate_type, row.aggregate_id);
-    const seen = byAggregate.get(key);
-    if (seen === undefined) byAggregate.set(key, row);
-    else if (Array.isArray(seen)) seen.push(row);
-    else byAggregate.set(key, [seen, row]);
+export function gateClaim(rows: readonly ClaimRow[]): Gate[] {
+  const gates = new Array<Gate>(rows.length);
+  // The rows of each aggregate, as a chain of indexes: the first one's index per aggregate
+  // (by type, then id: no key string per row), and for each row the next row of its aggregate.
+  // Most aggregates have one row in a claim: gated at once, with no list.
+  const first = new Map<string, Map<string, number>>();
+  const next = new Int32Array(rows.length).fill(-1);
+  const last = new Int32Array(rows.length);
+  const heads: number[] = [];
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i]!;
+    let ofType = first.get(row.aggregate_type);
+    if (ofType === undefined) {
+      ofType = new Map();
+      first.set(row.aggregate_type, ofType);
+    }
+    const head = ofType.get(row.aggregate_id);
+    if (head === undefined) {
+      ofType.set(row.aggregate_id, i);
+      heads.push(i);
+      last[i] = i;
+    } else {
+      next[last[head]!] = i;
+      last[head] = i;
+    }
   }
-  for (const rowsOf of byAggregate.values()) {
-    if (Array.isArray(rowsOf)) gateAggregate(rowsOf.sort(bySequenceThenId));
-    else gateAggregate([rowsOf]);
+  const list: number[] = [];
+  for (const head of heads) {
+    if (next[head] === -1) {
+      gateAggregate(rows, [head], gates);
+      continue;
+    }
+    list.length = 0;
+    for (let i = head; i !== -1; i = next[i]!) list.push(i);
+    list.sort((a, b) => bySequenceThenId(rows[a]!, rows[b]!));
+    gateAggregate(rows, list, gates);
   }
-  return gated;
+  return gates;
 }
 
-/** One aggregate's rows of a claim, in sequence order (see {@link gateClaim}). */
-function gateAggregate(list: readonly ClaimedRow[]): void {
+/** One aggregate's rows of a claim (indexes into `rows`), in sequence order (see {@link gateClaim}). */
+function gateAggregate(rows: readonly ClaimRow[], list: readonly number[], gates: Gate[]): void {
   let passedId: string | undefined;
   let passedSequence = 0;
   let previousSequence: number | undefined;
   let held = false;
   let first = true;
-  for (const row of list) {
+  for (const i of list) {
+    const row = rows[i]!;
     const sequence = Number(row.sequence);
+    let gate: Gate;
     if (row.previous_id === null) {
       if (sequence <= Number(row.delivered)) {
-        hold(row, 'repeat');
+        hold(row);
+        gates[i] = 'repeat';
         continue;
       }
       const expected = Math.max(Number(row.delivered), passedSequence) + 1;
-      if (!held && sequence === expected && sequence !== previousSequence && row.withheld !== true) pass(row);
-      else hold(row, first && sequence !== expected ? 'gap' : 'hold');
-    } else if (!held && (!row.waits || row.previous_id === passedId) && row.withheld !== true) pass(row);
-    else hold(row, 'hold');
+      if (!held && sequence === expected && sequence !== previousSequence && row.withheld !== true)
+        gate = 'pass';
+      else gate = first && sequence !== expected ? 'gap' : 'hold';
+    } else if (!held && (!row.waits || row.previous_id === passedId) && row.withheld !== true) gate = 'pass';
+    else gate = 'hold';
+    gates[i] = gate;
     first = false;
     previousSequence = sequence;
-    if (row.passed) {
+    if (gate === 'pass') {
       passedId = row.id;
       passedSequence = sequence;
-    } else held = true;
+    } else {
+      hold(row);
+      held = true;
+    }
   }
 }
 
@@ -74,14 +106,8 @@ function bySequenceThenId(a: ClaimRow, b: ClaimRow): number {
   return Number(a.sequence) - Number(b.sequence) || Number(a.id) - Number(b.id);
 }
 
-function pass(row: ClaimedRow): void {
-  row.gate = 'pass';
-  row.passed = true;
-}
-
-function hold(row: ClaimedRow, gate: 'repeat' | 'gap' | 'hold'): void {
-  row.gate = gate;
-  row.passed = false;
+/** A row that does not pass: its payload is dropped (an existing property set, no new one). */
+function hold(row: ClaimRow): void {
   row.payload = null;
   row.payload_bytes = null;
 }

@@ -21,14 +21,7 @@ export interface ClaimRow extends HeldRow, EventRow {
   partition: number;
   /** Its aggregate has an event in flight: the claim did not send its payload, and it cannot pass. */
   withheld?: boolean;
-  /** Null unless it passed the gate ({@link gateClaim} clears it). */
+  /** Dropped (null) by the gate unless the row passes. */
   payload: string | null;
   payload_bytes: Buffer | null;
-}
-
-/** A claimed row, gated ({@link gateClaim}); payloads are null unless it passed the gate. */
-export interface ClaimedRow extends ClaimRow {
-  gate: Gate;
-  /** `gate = 'pass'`. */
-  passed: boolean;
 }

@@ -23,8 +23,9 @@ import { SEQUENCE_DELIVERED } from '../../core/gate-sql.js';
  * The scan starts at `$7` (the relay's scan floor, src/relay/polling/scan-floor.ts; 0 for a full
  * scan). Work per claim is bounded by the batch size, not by the backlog. No row locks: only the
  * partition's owner claims its rows and writes their outcome. Payloads come with every row
- * except those of the aggregates with an event in flight (`$8`, `withheld`): such a row cannot
- * pass, and a pipelined claim over few aggregates returns many of them.
+ * except those right behind an event in flight (`withheld`: a chained row whose previous event is
+ * in flight, `$5`; a row gated by sequence of an aggregate with an event in flight, `$8`): such a
+ * row cannot pass, and a pipelined claim over few aggregates returns many of them.
  */
 export const CLAIM_SQL = `
 WITH mine AS (
@@ -47,9 +48,13 @@ FROM {{schema}}.events e
 LEFT JOIN LATERAL (
   SELECT b.status, b.next_attempt_at FROM {{schema}}.events b WHERE b.id = e.previous_id OFFSET 0
 ) b ON true
--- An aggregate with an event in flight ($8) cannot pass: its payloads are not sent.
+-- A row behind an event in flight cannot pass: its payload is not sent. A chained row is when its
+-- previous event is one of the ids in flight ($5); a row gated by sequence, when its aggregate
+-- has an event in flight ($8: no key is built for the others).
 CROSS JOIN LATERAL (
-  SELECT (e.aggregate_type || chr(31) || e.aggregate_id) IN (SELECT unnest($8::text[])) AS withheld
+  SELECT CASE WHEN e.previous_id IS NULL
+              THEN (e.aggregate_type || chr(31) || e.aggregate_id) IN (SELECT unnest($8::text[]))
+              ELSE e.previous_id IN (SELECT unnest($5::bigint[])) END AS withheld
 ) x
 -- No partition held under a live lease: a one-time filter skips the scan altogether.
 WHERE EXISTS (SELECT 1 FROM mine)

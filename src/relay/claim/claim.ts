@@ -7,7 +7,7 @@ import type { RelaySession, Statement } from '../session.js';
 import type { SourceBatch } from '../source.js';
 import type { Stopwatch } from '../stats.js';
 import { gateClaim } from './claim-gate.js';
-import type { ClaimedRow, ClaimRow } from './claim-row.js';
+import type { ClaimRow } from './claim-row.js';
 import type { HoldBack } from './hold-back.js';
 import type { SequenceFaults } from './sequence-faults.js';
 
@@ -73,16 +73,22 @@ export class Claimer {
     const ms = performance.now() - started;
     if (start) p.floor?.claimed(start, claimed[0]?.id, ms);
     if (claimed.length > 0) p.watch.add(ms);
-    const rows = gateClaim(claimed);
+    const gates = gateClaim(claimed);
     const messages: OutboxMessage[] = [];
-    const held: ClaimedRow[] = [];
-    const repeats: ClaimedRow[] = [];
-    for (const row of rows) {
-      if (row.gate === 'repeat') repeats.push(row);
-      else if (row.gate !== 'pass') held.push(row);
-      // A second event with a sequence this relay published or has in flight: the claim's
-      // snapshot may predate that outcome. The next claim sees it, and marks this a repeat.
-      else if (p.holdBack.repeats(aggregateKeyOf(row.aggregate_type, row.aggregate_id), Number(row.sequence)))
+    const held: ClaimRow[] = [];
+    const repeats: ClaimRow[] = [];
+    for (let i = 0; i < claimed.length; i++) {
+      const row = claimed[i]!;
+      const gate = gates[i];
+      if (gate === 'repeat') repeats.push(row);
+      else if (gate !== 'pass') held.push(row);
+      // Gated by sequence: a second event with a sequence this relay published or has in flight
+      // (the claim's snapshot may predate that outcome). The next claim sees it, and marks this a
+      // repeat. A chained row cannot repeat: it passed because its previous event had left.
+      else if (
+        row.previous_id === null &&
+        p.holdBack.repeats(aggregateKeyOf(row.aggregate_type, row.aggregate_id), Number(row.sequence))
+      )
         held.push(row);
       else messages.push(toMessage(row));
     }
@@ -90,9 +96,9 @@ export class Claimer {
     // A repeat holds nothing back: its aggregate's later events passed in this claim already.
     await p.faults.repeated(client, repeats, fence);
     if (held.length > 0) p.holdBack.hold(held);
-    p.faults.observe(rows);
+    p.faults.observe(claimed, gates);
     // In the background: this batch does not wait for it.
     p.faults.probe(fence);
-    return { messages, partitions, epochs, scanned: rows.length };
+    return { messages, partitions, epochs, scanned: claimed.length };
   }
 }

@@ -5,7 +5,7 @@ import type { Logger } from '../../logger.js';
 import type { RelaySession, Statement } from '../session.js';
 import type { RelayCounters } from '../stats.js';
 import { MAX_ERROR_CHARS } from '../verdicts.js';
-import type { ClaimedRow } from './claim-row.js';
+import type { ClaimRow, Gate } from './claim-row.js';
 import type { GapHead, GapWatch } from './gap-watch.js';
 import type { HoldBack } from './hold-back.js';
 
@@ -35,7 +35,7 @@ export interface SequenceFaultsParts {
 
 /** `last_error` of an event whose sequence repeats one already delivered: both numbers, and the fix. */
 export function repeatReason(
-  row: Pick<ClaimedRow, 'aggregate_type' | 'aggregate_id' | 'sequence'>,
+  row: Pick<ClaimRow, 'aggregate_type' | 'aggregate_id' | 'sequence'>,
   delivered: string,
 ): string {
   return (
@@ -65,7 +65,7 @@ export class SequenceFaults {
   constructor(private readonly p: SequenceFaultsParts) {}
 
   /** Marks the claim's repeats dead (`gate = 'repeat'`). */
-  async repeated(client: PoolClient, rows: readonly ClaimedRow[], fence: Fence): Promise<void> {
+  async repeated(client: PoolClient, rows: readonly ClaimRow[], fence: Fence): Promise<void> {
     if (rows.length === 0) return;
     const p = this.p;
     const errors = rows.map((r) => repeatReason(r, r.delivered ?? '0'));
@@ -97,12 +97,15 @@ export class SequenceFaults {
    * at a gap (`gate = 'gap'`) with nothing of their aggregate in flight or recorded during the
    * claim (an event in flight holds its successor back legitimately).
    */
-  observe(rows: readonly ClaimedRow[]): void {
+  observe(rows: readonly ClaimRow[], gates: readonly Gate[]): void {
     const { watch, holdBack } = this.p;
     const heads = [];
-    for (const r of rows) {
-      if (r.gate === 'pass') watch.passed(aggregateKeyOf(r.aggregate_type, r.aggregate_id));
-      else if (r.gate === 'gap') {
+    for (let i = 0; i < rows.length; i++) {
+      const r = rows[i]!;
+      // No head held at a gap (the common case): nothing to clear, no key to build.
+      if (gates[i] === 'pass') {
+        if (watch.size > 0) watch.passed(aggregateKeyOf(r.aggregate_type, r.aggregate_id));
+      } else if (gates[i] === 'gap') {
         const key = aggregateKeyOf(r.aggregate_type, r.aggregate_id);
         if (!holdBack.busy(key)) heads.push({ key, id: r.id, partition: r.partition });
       }
