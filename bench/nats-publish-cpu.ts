@@ -4,7 +4,8 @@
  * (systems/lean-publish.ts) sending the same CloudEvents headers, and the lean pipeline with a
  * `Nats-Msg-Id` header only: what the wire format costs apart from the publisher's own work.
  * Interleaved batch by batch, in one process; also counts the socket writes to NATS and their
- * bytes per 1,000 messages.
+ * bytes per 1,000 messages, and reads nats-server's CPU (10 ms ticks, summed over every batch; the
+ * server is shared, so it counts what others send meanwhile too).
  *
  *   npx tsx bench/nats-publish-cpu.ts                 # 200 batches of 1,000, 3 rounds
  *   BATCHES=100 BATCH=1000 ROUNDS=5 npx tsx bench/nats-publish-cpu.ts
@@ -16,6 +17,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import type { OutboxMessage } from '../src/index.js';
 import { natsPublisher } from '../src/publishers/nats/index.js';
+import { findNatsPid, processCpuUs } from './cpu.js';
 import { NATS_URL, summarize } from './lib.js';
 import { type LeanEvent, LeanJetStream } from './systems/lean-publish.js';
 import { benchEvent } from './systems/workload.js';
@@ -131,9 +133,11 @@ const contenders = only ? all.filter((c) => only.some((o) => c.name.startsWith(o
 // Warm up every path (JIT, connection, stream).
 for (const c of contenders) for (let b = 0; b < 5; b++) await c.run(messages(b));
 
-const figures = new Map<string, { cpu: number[]; writes: number[]; bytes: number[] }>();
+const natsPid = findNatsPid();
+const natsCpuMs = (): number => (natsPid === undefined ? 0 : (processCpuUs(natsPid) ?? 0) / 1000);
+const figures = new Map<string, { cpu: number[]; nats: number[]; writes: number[]; bytes: number[] }>();
 for (let round = 0; round < ROUNDS; round++) {
-  const totals = new Map<string, { cpu: number; writes: number; bytes: number }>();
+  const totals = new Map<string, { cpu: number; nats: number; writes: number; bytes: number }>();
   for (let b = 0; b < BATCHES; b++) {
     const batch = messages(b);
     // Rotated, so the one after the batch is built (its garbage collected) is not always the same.
@@ -143,12 +147,15 @@ for (let round = 0; round < ROUNDS; round++) {
       writes.calls = 0;
       writes.bytes = 0;
       counting = true;
+      const natsBefore = natsCpuMs();
       const before = process.cpuUsage();
       await c.run(batch);
       const used = process.cpuUsage(before);
+      const natsUsed = natsCpuMs() - natsBefore;
       counting = false;
-      const t = totals.get(c.name) ?? { cpu: 0, writes: 0, bytes: 0 };
+      const t = totals.get(c.name) ?? { cpu: 0, nats: 0, writes: 0, bytes: 0 };
       t.cpu += (used.user + used.system) / 1000;
+      t.nats += natsUsed;
       t.writes += writes.calls;
       t.bytes += writes.bytes;
       totals.set(c.name, t);
@@ -156,8 +163,9 @@ for (let round = 0; round < ROUNDS; round++) {
   }
   for (const [name, t] of totals) {
     const per = (BATCHES * BATCH) / 1000;
-    const f = figures.get(name) ?? { cpu: [], writes: [], bytes: [] };
+    const f = figures.get(name) ?? { cpu: [], nats: [], writes: [], bytes: [] };
     f.cpu.push(t.cpu / per);
+    f.nats.push(t.nats / per);
     f.writes.push(t.writes / per);
     f.bytes.push(t.bytes / per);
     figures.set(name, f);
@@ -170,7 +178,7 @@ for (const [name, f] of figures) {
   const cpu = summarize(f.cpu).median;
   console.log(
     `${name.padEnd(28)} CPU ${cpu.toFixed(1)} ms (${(cpu / base).toFixed(2)}× lean same headers) ` +
-      `[${f.cpu.map((v) => v.toFixed(1)).join(', ')}]; socket writes ${summarize(f.writes).median.toFixed(1)}, ` +
+      `[${f.cpu.map((v) => v.toFixed(1)).join(', ')}]; nats-server ${summarize(f.nats).median.toFixed(1)} ms; socket writes ${summarize(f.writes).median.toFixed(1)}, ` +
       `${Math.round(summarize(f.bytes).median / 1024)} KiB`,
   );
 }
