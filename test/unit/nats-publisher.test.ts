@@ -281,6 +281,15 @@ describe('NATS wire rules', () => {
       }
     }
     expect(compared).toBeGreaterThan(1000);
+    // Blocks share slabs: each stays as written while later ones are (the client copies them later).
+    const blocks = new HeaderBlocks('tx-outbox', 'S');
+    const many = Array.from({ length: 3000 }, (_, i) =>
+      makeMessage({ sequence: i + 1, headers: i % 7 === 0 ? { 'x-note': 'é'.repeat(i % 50) } : {} }),
+    );
+    const views = many.map((m) => blocks.encode(m));
+    for (const [i, view] of views.entries()) {
+      expect(Buffer.from(view).toString('hex')).toBe(generic(many[i]!, 'tx-outbox', 'S'));
+    }
   });
 
   it('prepares a message for either mode, or gives its permanent outcome', () => {
