@@ -6,7 +6,12 @@
  * percent-encoded), so any attribute value arrives byte for byte.
  */
 import { type MsgHdrs, headers as natsHeaders } from '@nats-io/transport-node';
-import { SEQUENCE_DIGITS, SPEC_VERSION } from '../../envelope/attributes.js';
+import {
+  ATTRIBUTE_NAMES,
+  OPTIONAL_ATTRIBUTE_NAMES,
+  SEQUENCE_DIGITS,
+  SPEC_VERSION,
+} from '../../envelope/attributes.js';
 import { attributeHeader, envelopeHeaders } from '../../envelope/bindings.js';
 import { percentEncode } from '../../envelope/percent.js';
 import { errorMessage } from '../../errors.js';
@@ -154,23 +159,7 @@ const GENERIC_NAMES: ReadonlySet<string> = new Set([
   MSG_ID_HEADER,
   EXPECTED_STREAM_HEADER,
   '__proto__', // dropped by envelopeHeaders' plain-object copy
-  ...(
-    [
-      'specversion',
-      'id',
-      'source',
-      'type',
-      'time',
-      'subject',
-      'datacontenttype',
-      'aggregatetype',
-      'aggregateid',
-      'sequence',
-      'aggregatesequence',
-      'sequencebase',
-      'schemaversion',
-    ] as const
-  ).map((name) => attributeHeader('nats', name)),
+  ...[...ATTRIBUTE_NAMES, ...OPTIONAL_ATTRIBUTE_NAMES].map((name) => attributeHeader('nats', name)),
 ]);
 
 /** Bytes of each slab the header blocks are written into. */
@@ -226,7 +215,8 @@ export class HeaderBlocks {
       const sequence = String(message.sequence);
       const aggregateId = percentEncode(message.aggregateId);
       const base = message.sequenceBase ?? 0;
-      // The attributes in writeAttributes' order (attributes.ts), then ours.
+      // The attributes as writeAttributes writes them (attributes.ts: order, values) under the
+      // nats binding's names, then ours; the unit test holds the two paths byte for byte equal.
       text +=
         `\r\nce-specversion: ${SPEC_VERSION}\r\nce-id: ${percentEncode(eventId)}${sourceLine}` +
         `${this.#encoded(message.type)}\r\nce-time: ${message.createdAt.toISOString()}` +
