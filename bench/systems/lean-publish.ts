@@ -148,8 +148,16 @@ export class LeanJetStream {
     return lean;
   }
 
-  /** Publishes `events`; resolves with how many JetStream refused, rejects after `timeoutMs` without every PubAck. */
-  async publish(events: readonly LeanEvent[], timeoutMs = 30_000): Promise<number> {
+  /**
+   * Publishes `events`; resolves with how many JetStream refused, rejects after `timeoutMs` without
+   * every PubAck. `headerBlock` builds each message's header block (default: natsPublisher's).
+   */
+  async publish(
+    events: readonly LeanEvent[],
+    timeoutMs = 30_000,
+    headerBlock: (event: LeanEvent) => Uint8Array = (event) =>
+      leanHeaderBlock(event, this.#source, this.#stream),
+  ): Promise<number> {
     const count = events.length;
     if (count === 0) return 0;
     if (this.#acked.length < count) this.#acked = new Uint8Array(count);
@@ -164,7 +172,7 @@ export class LeanJetStream {
     const base = this.#base;
     for (let i = 0; i < count; i += 1) {
       const event = events[i]!;
-      this.#headers.bytes = leanHeaderBlock(event, this.#source, this.#stream);
+      this.#headers.bytes = headerBlock(event);
       this.#options.reply = this.#replyPrefix + (base + i).toString(36);
       this.#nc.publish(event.subject, event.payload, this.#options);
     }

@@ -13,7 +13,19 @@ export interface Gated extends AggregateRef {
   readonly sequence: number;
 }
 
-export function waves<T extends Gated>(batch: readonly T[]): T[][] {
+export function waves<T extends Gated>(batch: readonly T[]): readonly (readonly T[])[] {
+  if (batch.length === 0) return [];
+  // The usual batch holds one event per aggregate: one wave, the batch itself. Checked by id
+  // (strings the rows hold already, no key built per event); a shared id goes the long way.
+  const seen = new Set<string>();
+  for (const event of batch) {
+    if (seen.has(event.aggregateId)) return spread(batch);
+    seen.add(event.aggregateId);
+  }
+  return [batch];
+}
+
+function spread<T extends Gated>(batch: readonly T[]): T[][] {
   const byAggregate = new Map<string, T[]>();
   for (const event of batch) {
     const key = aggregateKey(event);

@@ -101,6 +101,11 @@ export class RefusedAggregates {
     this.#until.delete(key);
   }
 
+  /** No aggregate is refused (nothing for {@link settled} to do). */
+  get empty(): boolean {
+    return this.#until.size === 0;
+  }
+
   /** The aggregates to leave out of the next claim. */
   waiting(): string[] {
     const now = this.now();

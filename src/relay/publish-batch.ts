@@ -51,19 +51,19 @@ export class BatchPublisher {
     const started = performance.now();
     p.counters.metrics.batch(claimed.messages.length);
     for (const wave of waves(claimed.messages)) {
-      const ready = wave.filter((m) => !blocked.has(aggregateKey(m)));
+      const ready = blocked.size === 0 ? wave : wave.filter((m) => !blocked.has(aggregateKey(m)));
       if (ready.length === 0) continue;
-      const outcomes = (await this.call(ready)).map(hostOutOfResources);
+      const outcomes = hostOutOfResourcesAll(await this.call(ready));
       if (!p.stopping.aborted) p.counters.metrics.called(ready, outcomes);
       for (let i = 0; i < ready.length; i++) {
         const message = ready[i]!;
         const outcome = outcomes[i]!;
-        const key = aggregateKey(message);
         if (outcome.ok) {
           delivered.push(message.id);
-          p.refused.settled(key);
+          if (!p.refused.empty) p.refused.settled(aggregateKey(message));
           continue;
         }
+        const key = aggregateKey(message);
         blocked.add(key);
         // An attempt cut short by our own shutdown, or refused because the broker is
         // unreachable or this host is out of resources, is not the event's fault: leave the
@@ -133,6 +133,20 @@ export class BatchPublisher {
       abort.dispose();
     }
   }
+}
+
+/** {@link hostOutOfResources} of each outcome: the same array when nothing changes (the usual case). */
+function hostOutOfResourcesAll(outcomes: PublishOutcome[]): PublishOutcome[] {
+  let result = outcomes;
+  for (let i = 0; i < outcomes.length; i++) {
+    const outcome = outcomes[i]!;
+    if (outcome.ok) continue;
+    const judged = hostOutOfResources(outcome);
+    if (judged === outcome) continue;
+    if (result === outcomes) result = outcomes.slice(); // the publisher's array stays as it gave it
+    result[i] = judged;
+  }
+  return result;
 }
 
 /**

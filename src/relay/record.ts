@@ -1,4 +1,5 @@
 import type { Logger } from '../logger.js';
+import { bigintArray } from './pg-array.js';
 import type { RelaySession, Statement } from './session.js';
 import type { RelayCounters } from './stats.js';
 import type { Verdict } from './verdicts.js';
@@ -32,7 +33,7 @@ export class Recorder {
         this.relayId,
         claimed.partitions,
         claimed.epochs,
-        delivered,
+        bigintArray(delivered),
         failures.map((f) => f.id),
         failures.map((f) => f.status),
         failures.map((f) => f.delayMs),

@@ -9,7 +9,7 @@ import {
   PublishError,
 } from '../../src/errors.js';
 import { fromEnvelope } from '../../src/inbox/message.js';
-import type { PublishOutcome } from '../../src/publishers/contract.js';
+import type { OutboxMessage, PublishOutcome } from '../../src/publishers/contract.js';
 import { CallAbort } from '../../src/publishers/core/call-abort.js';
 import {
   abortedAs,
@@ -25,6 +25,7 @@ import {
   buildHeaders,
   type ClientItem,
   encodeHeaders,
+  HeaderBlocks,
   type PipelineItem,
   type Prepared,
   payloadProblem,
@@ -207,6 +208,87 @@ describe('NATS wire rules', () => {
       expect(envelope['ce-datacontenttype']).toBe('application/json');
       expect(envelope['ce-sequence']).toBe('0000000000000000042');
       expect(fromEnvelope(record(decoded), message.payload)).toMatchObject({ aggregateId, sequence: 42 });
+    }
+  });
+
+  it('writes header blocks byte for byte as the generic path does, and refuses what it refuses', () => {
+    /** The generic path: the envelope as a record, then the encoded block (or the error it throws). */
+    const generic = (m: OutboxMessage, source: string, stream: string | undefined): string => {
+      try {
+        return Buffer.from(encodeHeaders(envelopeHeaders(m, source, 'nats'), m.eventId, stream)).toString(
+          'hex',
+        );
+      } catch (error) {
+        return `threw ${(error as Error).name}: ${(error as Error).message}`;
+      }
+    };
+    const fast = (blocks: HeaderBlocks, m: OutboxMessage): string => {
+      try {
+        return Buffer.from(blocks.encode(m)).toString('hex');
+      } catch (error) {
+        return `threw ${(error as Error).name}: ${(error as Error).message}`;
+      }
+    };
+    const ownHeaders: Record<string, string>[] = [
+      {},
+      { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', tracestate: 'a=b' },
+      { 'x-tenant': 'é 日本', '2': 'two', '10': 'ten', z: '' },
+      { 'ce-id': 'forged', 'x-a': '1' }, // an envelope name: replaced in place
+      { 'ce-sequencebase': '7' }, // kept when the message has no base
+      { 'Nats-Msg-Id': 'forged', 'Nats-Expected-Stream': 'OTHER', after: 'x' }, // ours win
+      JSON.parse('{"__proto__":"p","x":"y"}') as Record<string, string>,
+      { 'bad:name': 'v' },
+      { 'x y': 'v' },
+      { ok: 'line\nbreak' },
+      { pad: ' lead' },
+      { n: 5 as unknown as string },
+    ];
+    const messages: OutboxMessage[] = [];
+    for (const headers of ownHeaders) {
+      for (const aggregateId of [...AWKWARD_IDS, 'o-1', 'lone\ud800surrogate']) {
+        messages.push(makeMessage({ aggregateId, headers, sequence: 42 }));
+      }
+      messages.push(
+        makeMessage({
+          headers,
+          sequence: 2 ** 53 - 1,
+          sequenceBase: 40,
+          type: 'order.created/"v2" 50%',
+          aggregateType: 'Ordér',
+          contentType: 'application/octet-stream',
+          schemaVersion: 12,
+          eventId: 'not a uuid',
+        }),
+        makeMessage({ headers, sequenceBase: 0, eventId: 'id\r\n' }),
+        makeMessage({ headers, type: 'bad\udfff', createdAt: new Date(Number.NaN) }),
+      );
+    }
+    const rules: [string, string | undefined][] = [
+      ['tx-outbox', 'S'],
+      ['urn:x:y', undefined],
+      ['https://orders.example.com/a b%', 'STREAM_1'],
+      ['lone\ud800', 'S'],
+      ['src', ' padded'],
+    ];
+    let compared = 0;
+    for (const [source, stream] of rules) {
+      const blocks = new HeaderBlocks(source, stream);
+      for (const message of messages) {
+        expect(fast(blocks, message), JSON.stringify({ source, stream, ...message })).toBe(
+          generic(message, source, stream),
+        );
+        compared += 1;
+      }
+    }
+    expect(compared).toBeGreaterThan(1000);
+    // Blocks share slabs: each stays as written while later ones are (the client copies them later).
+    const blocks = new HeaderBlocks('tx-outbox', 'S');
+    const many = Array.from({ length: 3000 }, (_, i) =>
+      makeMessage({ sequence: i + 1, headers: i % 7 === 0 ? { 'x-note': 'é'.repeat(i % 50) } : {} }),
+    );
+    const views = many.map((m) => blocks.encode(m));
+    for (const [i, view] of views.entries()) {
+      expect(Buffer.from(view).toString('hex')).toBe(generic(many[i]!, 'tx-outbox', 'S'));
     }
   });
 

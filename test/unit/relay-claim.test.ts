@@ -54,6 +54,46 @@ describe('claimed rows as messages', () => {
   });
 });
 
+describe('claimed rows as messages, every shape', () => {
+  it('keeps one key order, sequence base and deliverAfter in their places when present', () => {
+    const order = [
+      'id',
+      'eventId',
+      'aggregateType',
+      'aggregateId',
+      'sequence',
+      'type',
+      'schemaVersion',
+      'topic',
+      'payload',
+      'contentType',
+      'headers',
+      'createdAt',
+      'attempts',
+    ];
+    expect(Object.keys(toMessage(row({ sequence_base: '0' })))).toEqual(order);
+    expect(Object.keys(toMessage(row({ sequence_base: undefined })))).toEqual(order);
+    const later = new Date(1_800_000_000_000);
+    const full = toMessage(row({ sequence_base: '7', deliver_after: later, headers: '{}' }));
+    expect(Object.keys(full)).toEqual([
+      ...order.slice(0, 5),
+      'sequenceBase',
+      ...order.slice(5, 12),
+      'deliverAfter',
+      'attempts',
+    ]);
+    expect(full).toMatchObject({ sequenceBase: 7, deliverAfter: later, headers: {} });
+  });
+
+  it('gives every message its own headers object, empty or not', () => {
+    const a = toMessage(row({ headers: '{}' }));
+    const b = toMessage(row({ headers: '{}' }));
+    expect(a.headers).toEqual({});
+    expect(a.headers).not.toBe(b.headers);
+    expect(toMessage(row({ headers: '{"x":"1"}' })).headers).toEqual({ x: '1' });
+  });
+});
+
 describe('aggregate key', () => {
   it('is the same for a message and for its row', () => {
     const r = row();

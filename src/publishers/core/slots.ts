@@ -39,6 +39,10 @@ export class Slots {
   }
 
   release(): void {
+    if (this.#waiters.size === 0) {
+      this.#free += 1; // the usual case: no iterator made
+      return;
+    }
     const next = this.#waiters.values().next();
     if (next.done) this.#free += 1;
     else next.value(true);

@@ -75,8 +75,12 @@ function isPlainPubAck(data: Uint8Array): boolean {
   if (data.length < PUBACK_PREFIX.length) return false;
   for (let i = 0; i < PUBACK_PREFIX.length; i += 1) if (data[i] !== PUBACK_PREFIX[i]) return false;
   const last = data.length - ERROR_KEY.length;
-  for (let i = PUBACK_PREFIX.length; i <= last; i += 1) {
-    if (data[i] !== 0x22) continue;
+  // From quote to quote (a native search): a PubAck has a few.
+  for (
+    let i = data.indexOf(0x22, PUBACK_PREFIX.length);
+    i !== -1 && i <= last;
+    i = data.indexOf(0x22, i + 1)
+  ) {
     let k = 1;
     while (k < ERROR_KEY.length && data[i + k] === ERROR_KEY[k]) k += 1;
     if (k === ERROR_KEY.length) return false;

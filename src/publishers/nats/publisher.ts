@@ -104,10 +104,13 @@ class NatsPublisher implements Publisher {
         return prepared.map((item) => (isOutcome(item) ? item : outcome));
       }
       const maxPayload = session.nc.info?.max_payload;
-      const ready = prepared.map((item) =>
-        isOutcome(item) ? item : (payloadProblem(item.payload.length, item.subject, maxPayload) ?? item),
-      );
-      const outcomes = await session.sender.publish(ready, abort);
+      // In place: the array is this call's own.
+      for (let i = 0; i < prepared.length; i++) {
+        const item = prepared[i]!;
+        if (!isOutcome(item))
+          prepared[i] = payloadProblem(item.payload.length, item.subject, maxPayload) ?? item;
+      }
+      const outcomes = await session.sender.publish(prepared, abort);
       // Publishes that timed out because the connection dropped meanwhile are the broker's fault too.
       return this.#disconnected ? outcomes.map(asUnavailable) : outcomes;
     } finally {
