@@ -15,3 +15,17 @@ export function bigintArray(ids: readonly string[]): string | readonly string[] 
   }
   return `{${ids.join(',')}}`;
 }
+
+/**
+ * `{"a","b"}`: text values as one array literal, each quoted (a backslash or a double quote
+ * escaped), in one pass — the aggregate keys a claim leaves out or withholds.
+ */
+export function textArray(values: readonly string[]): string {
+  let out = '{';
+  for (let i = 0; i < values.length; i += 1) {
+    const v = values[i]!;
+    if (i > 0) out += ',';
+    out += v.includes('"') || v.includes('\\') ? `"${v.replace(/[\\"]/g, '\\$&')}"` : `"${v}"`;
+  }
+  return `${out}}`;
+}

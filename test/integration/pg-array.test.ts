@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { bigintArray } from '../../src/relay/pg-array.js';
+import { bigintArray, textArray } from '../../src/relay/pg-array.js';
 import { DATABASE_URL } from '../helpers/env.js';
 
 describe('bigintArray', () => {
@@ -21,6 +21,28 @@ describe('bigintArray', () => {
         [bigintArray(ids), ids],
       );
       expect(rows[0]).toEqual({ a: ids, b: ids });
+    } finally {
+      await client.end();
+    }
+  });
+});
+
+describe('textArray', () => {
+  it('reads back in PostgreSQL exactly as the driver sends the same values (quotes, backslashes, commas, braces, the key separator, none)', async () => {
+    const client = new pg.Client({ connectionString: DATABASE_URL });
+    await client.connect();
+    try {
+      for (const values of [
+        [],
+        ['order\u001fo-1'],
+        ['a"b', 'c\\d', 'e,f', '{g}', ' h ', 'NULL', '', 'ü\u001f€'],
+      ]) {
+        const { rows } = await client.query<{ a: string[]; b: string[] }>(
+          'SELECT $1::text[] AS a, $2::text[] AS b',
+          [textArray(values), values],
+        );
+        expect(rows[0]).toEqual({ a: values, b: values });
+      }
     } finally {
       await client.end();
     }

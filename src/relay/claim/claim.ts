@@ -3,6 +3,7 @@ import { toMessage } from '../../core/event-row.js';
 import type { OutboxMessage } from '../../core/message.js';
 import type { PartitionLeases } from '../leases.js';
 import type { RefusedAggregates } from '../outage.js';
+import { bigintArray, textArray } from '../pg-array.js';
 import type { RelaySession, Statement } from '../session.js';
 import type { SourceBatch } from '../source.js';
 import type { Stopwatch } from '../stats.js';
@@ -63,10 +64,10 @@ export class Claimer {
         epochs,
         p.relayId,
         p.batchSize,
-        scope ? [...exclude, ...scope.exclude] : exclude,
-        p.holdBack.excluded(p.refused.waiting()),
+        bigintArray(scope ? [...exclude, ...scope.exclude] : exclude),
+        textArray(p.holdBack.excluded(p.refused.waiting())),
         start?.from ?? '0',
-        p.holdBack.inFlightKeys(),
+        textArray(p.holdBack.inFlightKeys()),
         ...(scope?.values ?? []),
       ],
     });
