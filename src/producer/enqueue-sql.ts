@@ -161,11 +161,11 @@ ORDER BY i.ord
 RETURNING event_id::text AS event_id, sequence::text AS sequence`;
 
 /**
- * The sequence CTEs of a batch, after its `input` CTE (aggregate_type, aggregate_id, ord …):
- * `parted` (the input with its partition p), `counts`, `locked`, `bumped`, `created` and `seq`
- * (per aggregate: last_sequence after the batch, sequence_base). Shared with the WAL batch.
+ * The first CTEs of every batch statement, after its `input` CTE: `parted` (the input with its
+ * partition p), `counts` (events per aggregate) and `locked` (the existing sequence rows, locked
+ * in key order against deadlocks between batches).
  */
-export const MANY_SEQUENCE_CTES = `, parted AS (
+const BATCH_LOCK_CTES = `, parted AS (
   SELECT i.*, {{schema}}.partition_of(i.aggregate_type, i.aggregate_id) AS p
   FROM input i
 ), counts AS (
@@ -176,7 +176,14 @@ export const MANY_SEQUENCE_CTES = `, parted AS (
   FROM {{schema}}.aggregate_sequences s JOIN counts c USING (aggregate_type, aggregate_id)
   ORDER BY s.aggregate_type, s.aggregate_id
   FOR UPDATE OF s
-), bumped AS (
+)`;
+
+/**
+ * The sequence CTEs of a batch, after its `input` CTE (aggregate_type, aggregate_id, ord …):
+ * `parted` (the input with its partition p), `counts`, `locked`, `bumped`, `created` and `seq`
+ * (per aggregate: last_sequence after the batch, sequence_base). Shared with the WAL batch.
+ */
+export const MANY_SEQUENCE_CTES = `${BATCH_LOCK_CTES}, bumped AS (
   UPDATE {{schema}}.aggregate_sequences s SET last_sequence = s.last_sequence + c.n, written_at = now()
   FROM locked l JOIN counts c USING (aggregate_type, aggregate_id)
   WHERE s.aggregate_type = l.aggregate_type AND s.aggregate_id = l.aggregate_id
@@ -206,18 +213,7 @@ export const MANY_SEQUENCE_CTES = `, parted AS (
  * `bumped`, `created` and `seq` per aggregate with its new `last_id` and `prior_id` (the previous
  * event of its first event in the batch: 0 for a new aggregate, NULL when not known).
  */
-const MANY_CHAIN_CTES = `, parted AS (
-  SELECT i.*, {{schema}}.partition_of(i.aggregate_type, i.aggregate_id) AS p
-  FROM input i
-), counts AS (
-  SELECT aggregate_type, aggregate_id, count(*)::bigint AS n FROM input GROUP BY aggregate_type, aggregate_id
-), locked AS (
-  -- Existing rows locked in key order, against deadlocks between batches.
-  SELECT s.aggregate_type, s.aggregate_id
-  FROM {{schema}}.aggregate_sequences s JOIN counts c USING (aggregate_type, aggregate_id)
-  ORDER BY s.aggregate_type, s.aggregate_id
-  FOR UPDATE OF s
-), numbered AS (
+const MANY_CHAIN_CTES = `${BATCH_LOCK_CTES}, numbered AS (
   SELECT i.*, ${NEXT_ID} AS id
   FROM (SELECT * FROM parted WHERE (SELECT count(*) FROM locked) >= 0 ORDER BY ord OFFSET 0) i
 ), lasts AS (
