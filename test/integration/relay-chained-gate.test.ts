@@ -193,6 +193,37 @@ describe('the chained ordering gate', () => {
     }
   });
 
+  it('an event that committed after the claims passed its id is found by the next claim, not the next full scan, when its successor comes', async () => {
+    const db = await createTestDb('chained_gate_late');
+    dbs.push(db);
+    const publisher = new RecordingPublisher();
+    // Full scans (which would find it) only every 60 s.
+    const r = createRelay({ pool: db.pool, publisher, schema: db.schema, pollIntervalMs: 60_000 });
+    relays.push(r);
+    await r.start();
+    // A transaction draws the first event's id and stays open while later ids are claimed.
+    const late = await db.pool.connect();
+    try {
+      await late.query('BEGIN');
+      await enqueue(late, event('late', 1), { schema: db.schema });
+      for (let i = 0; i < 5; i++) {
+        await inTransaction(db.pool, (tx) => enqueue(tx, event(`other${i}`, 1), { schema: db.schema }));
+        await waitFor(() => publisher.received.length === i + 1, { what: `other${i}` });
+      }
+      await late.query('COMMIT');
+    } finally {
+      late.release();
+    }
+    const started = Date.now();
+    await inTransaction(db.pool, (tx) => enqueue(tx, event('late', 2), { schema: db.schema }));
+    await waitFor(() => sequencesOf(publisher.received).get('late')?.length === 2, {
+      what: 'the late event and its successor',
+      timeoutMs: 10_000,
+    });
+    expect(sequencesOf(publisher.received).get('late')).toEqual([1, 2]);
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
   it('upgrades a live outbox: events of the producer before version 15, pending across the migration and interleaved with new ones, are delivered in order', async () => {
     const schema = `t_chained_upgrade_${randomBytes(4).toString('hex')}`;
     const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 10 });

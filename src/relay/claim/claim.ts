@@ -72,9 +72,11 @@ export class Claimer {
       ],
     });
     const ms = performance.now() - started;
-    if (start) p.floor?.claimed(start, claimed[0]?.id, ms);
     if (claimed.length > 0) p.watch.add(ms);
     const gates = gateClaim(claimed);
+    const from = start === undefined ? undefined : BigInt(start.from);
+    /** The lowest previous event below the scan's start that a held chained row waits for. */
+    let reach: string | undefined;
     const messages: OutboxMessage[] = [];
     const held: ClaimRow[] = [];
     const repeats: ClaimRow[] = [];
@@ -82,7 +84,15 @@ export class Claimer {
       const row = claimed[i]!;
       const gate = gates[i];
       if (gate === 'repeat') repeats.push(row);
-      else if (gate !== 'pass') held.push(row);
+      else if (gate !== 'pass') {
+        // It waits for a previous event the scan started above (committed after the claims
+        // passed its id; skipped by the floor), in the table and due (not in flight, or its row
+        // would not have come back): the floor reaches back to it, and the aggregate is not held
+        // back, so that the next claim finds it at once instead of at the next full scan.
+        if (below(row, from) && (reach === undefined || BigInt(row.previous_id!) < BigInt(reach)))
+          reach = row.previous_id!;
+        else if (!below(row, from)) held.push(row);
+      }
       // Gated by sequence: a second event with a sequence this relay published or has in flight
       // (the claim's snapshot may predate that outcome). The next claim sees it, and marks this a
       // repeat. A chained row cannot repeat: it passed because its previous event had left.
@@ -93,6 +103,14 @@ export class Claimer {
         held.push(row);
       else messages.push(toMessage(row));
     }
+    if (start) {
+      const first = claimed[0]?.id;
+      p.floor?.claimed(
+        start,
+        reach !== undefined && (first === undefined || BigInt(reach) < BigInt(first)) ? reach : first,
+        ms,
+      );
+    }
     const fence = { relayId: p.relayId, partitions, epochs };
     // A repeat holds nothing back: its aggregate's later events passed in this claim already.
     await p.faults.repeated(client, repeats, fence);
@@ -102,4 +120,15 @@ export class Claimer {
     p.faults.probe(fence);
     return { messages, partitions, epochs, scanned: claimed.length };
   }
+}
+
+/** A held chained row waits for a previous event below `from`, where the claim's scan started. */
+function below(row: ClaimRow, from: bigint | undefined): boolean {
+  return (
+    from !== undefined &&
+    row.previous_id !== null &&
+    row.waits &&
+    row.withheld !== true &&
+    BigInt(row.previous_id) < from
+  );
 }
