@@ -17,7 +17,7 @@
 import { migrate } from '../../src/index.js';
 import { relaySessionSettings } from '../../src/relay/session.js';
 import { CpuMeter } from '../cpu.js';
-import { enqueueLatencyEvent, type LatencySystem } from '../workloads/latency.js';
+import { type LatencySystem, txOutboxProducer } from '../workloads/latency.js';
 import {
   compiledScript,
   hasExited,
@@ -133,7 +133,7 @@ export function leanRelayLatencySystem(options: { headers?: LeanHeaders } = {}):
       return leanCpuMeter(ctx, [relay]);
     },
     // The same business transaction and event as tx-outbox's W2 producers.
-    enqueue: (ctx, client, event) => enqueueLatencyEvent(ctx, client, event),
+    producer: txOutboxProducer(),
     async stop() {
       if (relay) await stopRelay(relay);
       relay = undefined;
