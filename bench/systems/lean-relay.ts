@@ -61,8 +61,10 @@ export function spawnLeanRelay(
     headers: options.headers ?? 'msg-id',
   };
   // TXO_RELAY_NODE_ARGS (e.g. --cpu-prof) applies to both relays' processes.
-  // Compiled: no TypeScript loader in the measured process.
-  return spawnRelayChild([compiledScript('bench/lean-relay-process.ts')], 'TXO_BENCH_LEAN', config);
+  // Compiled: no TypeScript loader in the measured process. TXO_BENCH_LEAN_PROCESS: another
+  // build's compiled lean relay (.tmp/bench/bench_lean-relay-process.mjs), to compare two.
+  const script = process.env['TXO_BENCH_LEAN_PROCESS'] ?? compiledScript('bench/lean-relay-process.ts');
+  return spawnRelayChild([script], 'TXO_BENCH_LEAN', config);
 }
 
 /** A CPU meter over lean relay processes and their backends. */
