@@ -154,10 +154,10 @@ async function runProducers(
     { ...options, out },
     false,
   );
+  const exited = new Promise<void>((resolve) => child.child.once('exit', () => resolve()));
   try {
     await whenStarted(child);
     await started();
-    const exited = new Promise<void>((resolve) => child.child.once('exit', () => resolve()));
     child.child.kill('SIGUSR2');
     await exited;
     if (!child.lines.some((l) => l.includes('"done"'))) {
@@ -174,7 +174,12 @@ async function runProducers(
 async function startConsumer(
   ctx: BenchContext,
   placement: LatencyPlacement,
-): Promise<{ count(): number; stop(): Promise<{ received: Map<string, number>; loopDelayP99: number }> }> {
+): Promise<{
+  count(): number;
+  stop(): Promise<{ received: Map<string, number>; loopDelayP99: number }>;
+  /** Ends it at once (after a failure). */
+  kill(): void;
+}> {
   if (placement === 'harness') {
     const nc = await connect({ servers: ctx.natsUrl });
     const consuming = await consume(nc, ctx.stream);
@@ -185,6 +190,7 @@ async function startConsumer(
         await nc.close();
         return { received: consuming.received, loopDelayP99 };
       },
+      kill: () => void consuming.stop().then(() => nc.close()),
     };
   }
   const out = join(tmpdir(), `txo-w2-consumer-${process.pid}-${Date.now()}.json`);
@@ -217,6 +223,10 @@ async function startConsumer(
         rmSync(out, { force: true });
       }
     },
+    kill() {
+      if (!hasExited(child)) child.child.kill('SIGKILL');
+      rmSync(out, { force: true });
+    },
   };
 }
 
@@ -240,13 +250,15 @@ export async function latencyRun(
   const placement = options.placement ?? 'separate';
   const ctx = await benchContext(pool);
   let stopNeeded = false;
+  let consumer: Awaited<ReturnType<typeof startConsumer>> | undefined;
+  let stopped = false;
   try {
     await pool.query(
       `CREATE TABLE "${ctx.schema}".orders (id bigserial PRIMARY KEY, payload jsonb NOT NULL)`,
     );
     stopNeeded = true;
     const cpu = await system.start(ctx);
-    const consumer = await startConsumer(ctx, placement);
+    consumer = await startConsumer(ctx, placement);
     // Let the relay take its partitions and settle.
     await new Promise((r) => setTimeout(r, options.settleMs ?? 1500));
 
@@ -283,6 +295,7 @@ export async function latencyRun(
     sampling = false;
     await sampler;
     await cpu.sample();
+    stopped = true;
     const { received, loopDelayP99 } = await consumer.stop();
 
     const latencies: number[] = [];
@@ -304,6 +317,7 @@ export async function latencyRun(
       loopDelayP99: { producers: produced.loopDelayP99, consumer: loopDelayP99 },
     };
   } finally {
+    if (consumer && !stopped) consumer.kill();
     if (stopNeeded) await system.stop(ctx).catch(() => undefined);
     await ctx.close();
   }
