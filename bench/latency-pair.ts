@@ -63,7 +63,8 @@ try {
           console.log(
             `${k}: p50 ${r.p50.toFixed(2)} p95 ${r.p95.toFixed(2)} p99 ${r.p99.toFixed(2)} max ${r.max.toFixed(1)} ms; ` +
               `${r.achievedRate.toFixed(0)} tx/s, ${r.received} received; starts late p99 ${r.lateness.p99.toFixed(2)} ` +
-              `max ${r.lateness.max.toFixed(1)} ms; loop delay p99 producers ${r.loopDelayP99.producers.toFixed(1)}, ` +
+              `max ${r.lateness.max.toFixed(1)} ms; over 1 s: ${r.overSecond.events} events of ${r.overSecond.aggregates} ` +
+              `aggregate(s); loop delay p99 producers ${r.loopDelayP99.producers.toFixed(1)}, ` +
               `consumer ${r.loopDelayP99.consumer.toFixed(1)} ms; CPU ${JSON.stringify(r.cpu)}`,
           );
         }

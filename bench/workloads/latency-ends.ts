@@ -75,8 +75,8 @@ export interface Lateness {
 }
 
 export interface Produced {
-  /** [event id, commit time (monotonicMs)] of every committed transaction. */
-  readonly committed: Array<[string, number]>;
+  /** [event id, commit time (monotonicMs), aggregate id] of every committed transaction. */
+  readonly committed: Array<[string, number, string]>;
   readonly seconds: number;
   readonly lateness: Lateness;
   /** p99 of the event loop's delay in the producing process, ms. */
@@ -115,23 +115,24 @@ export async function produce(options: ProduceOptions, ready?: () => Promise<voi
   try {
     if (ready) await ready();
     const payload = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };
-    const committed: Array<[string, number]> = [];
+    const committed: Array<[string, number, string]> = [];
     const late: number[] = [];
     const orders = `INSERT INTO "${ctx.schema}".orders (payload) VALUES ($1)`;
     const topic = `${ctx.subjectPrefix}.order.placed`;
     /** One transaction: 800 aggregates, `c<0-7>-<0-99>`, as W2 always wrote them. */
     const transaction = async (client: pg.PoolClient, c: number, k: number, due: number): Promise<void> => {
       late.push(monotonicMs() - due);
+      const aggregateId = `c${c}-${k % 100}`;
       await client.query('BEGIN');
       await client.query(orders, [payload]);
       const eventId = await enqueue(client, {
-        aggregateId: `c${c}-${k % 100}`,
+        aggregateId,
         sequence: Math.floor(k / 100) + 1,
         topic,
         payload,
       });
       await client.query('COMMIT');
-      committed.push([eventId, monotonicMs()]);
+      committed.push([eventId, monotonicMs(), aggregateId]);
     };
     delay.enable();
     const started = monotonicMs();

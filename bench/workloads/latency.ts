@@ -133,6 +133,8 @@ export interface LatencyResult {
   readonly cpu: CpuPer1000;
   /** How late the producers' transactions started against their schedule, ms. */
   readonly lateness: Lateness;
+  /** Events received more than a second after their commit, and how many aggregates they are of. */
+  readonly overSecond: { readonly events: number; readonly aggregates: number };
   /** p99 of the event loop's delay where the producers and the consumer ran, ms. */
   readonly loopDelayP99: { readonly producers: number; readonly consumer: number };
 }
@@ -299,9 +301,17 @@ export async function latencyRun(
     const { received, loopDelayP99 } = await consumer.stop();
 
     const latencies: number[] = [];
-    for (const [id, t] of committed) {
+    /** Aggregates with an event later than a second: held back, not slow. */
+    const heldBack = new Set<string>();
+    let overSecond = 0;
+    for (const [id, t, aggregate] of committed) {
       const r = received.get(id);
-      if (r !== undefined) latencies.push(r - t);
+      if (r === undefined) continue;
+      latencies.push(r - t);
+      if (r - t > 1000) {
+        overSecond += 1;
+        heldBack.add(aggregate);
+      }
     }
     latencies.sort((a, b) => a - b);
     return {
@@ -314,6 +324,7 @@ export async function latencyRun(
       max: latencies[latencies.length - 1] ?? Number.NaN,
       cpu: cpu.per1000(received.size),
       lateness: produced.lateness,
+      overSecond: { events: overSecond, aggregates: heldBack.size },
       loopDelayP99: { producers: produced.loopDelayP99, consumer: loopDelayP99 },
     };
   } finally {
