@@ -8,7 +8,7 @@
  *   SELECT id, event_id, <subject>, payload … FROM <schema>.events
  *     WHERE status = 'pending' AND next_attempt_at <= now()
  *     ORDER BY id LIMIT <batchSize> FOR UPDATE SKIP LOCKED;
- *   -- the batch written to NATS in one write, every PubAck awaited (systems/lean-publish.ts)
+ *   -- the batch written to NATS in 64 KB writes, every PubAck awaited (systems/lean-publish.ts)
  *   DELETE FROM <schema>.events WHERE id = ANY($1);
  *   COMMIT;
  *

@@ -1,7 +1,7 @@
 /**
  * The lean reference relay (bench/lean-relay-process.ts) as a W1 drain system and a W2 latency
  * system: SELECT … FOR UPDATE SKIP LOCKED of 1,000 pending rows in id order, the batch written to
- * NATS in one write with one `Nats-Msg-Id` header each, every PubAck awaited, DELETE, COMMIT. No
+ * NATS in 64 KB writes with one `Nats-Msg-Id` header each, every PubAck awaited, DELETE, COMMIT. No
  * per-aggregate order, no leases, no fencing: the least an outbox relay does, measured in the
  * same run to put tx-outbox's cost in proportion. Its variant `headers: 'same'` sends the header
  * block tx-outbox's NATS publisher sends (the CloudEvents binding, Nats-Msg-Id, the expected
