@@ -19,9 +19,10 @@
  *
  * `headers`: 'msg-id' (the lean relay) sends one header, `Nats-Msg-Id`, and reads only the
  * columns it sends; 'same' (the lean relay with tx-outbox's headers) reads the columns the
- * envelope needs and sends, per message, the header block tx-outbox's NATS publisher sends: the
- * library's own functions (toMessage, envelopeHeaders(m, 'tx-outbox', 'nats'), encodeHeaders
- * with Nats-Msg-Id and Nats-Expected-Stream, the default subject), so the bytes are the same.
+ * envelope needs and sends, per message, the header block tx-outbox's NATS publisher sends, made
+ * by the library's own code on its hot path (toMessage, HeaderBlocks for the default source and
+ * the stream: the CloudEvents binding, Nats-Msg-Id, Nats-Expected-Stream; the default subject),
+ * so the bytes, and the work of making them, are the publisher's.
  *
  * Run by bench/systems/lean-relay.ts compiled to plain JavaScript (no TypeScript loader in the
  * measured process). Config in TXO_BENCH_LEAN (JSON): { databaseUrl, schema, natsUrl, stream,
@@ -32,9 +33,8 @@ import { readFileSync } from 'node:fs';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { type EventRow, toMessage } from '../src/core/event-row.js';
-import { envelopeHeaders } from '../src/envelope/bindings.js';
 import { DEFAULT_CE_SOURCE } from '../src/envelope/ce-source.js';
-import { defaultSubject, encodeHeaders } from '../src/publishers/nats/wire.js';
+import { defaultSubject, HeaderBlocks } from '../src/publishers/nats/wire.js';
 import { LeanBatchPublisher, type LeanHeaders, msgIdHeader } from './systems/lean-publish.js';
 
 interface Config {
@@ -117,16 +117,14 @@ function addLean(rows: readonly LeanRow[]): string {
   return `${ids}}`;
 }
 
+/** tx-outbox's header blocks, as natsPublisher (pipeline mode) makes them for the default source and the stream. */
+const blocks = new HeaderBlocks(DEFAULT_CE_SOURCE, cfg.stream);
+
 function addSame(rows: readonly EventRow[]): string {
   let ids = '{';
   for (let i = 0; i < rows.length; i += 1) {
     const message = toMessage(rows[i]!);
-    const headers = encodeHeaders(
-      envelopeHeaders(message, DEFAULT_CE_SOURCE, 'nats'),
-      message.eventId,
-      cfg.stream,
-    );
-    publisher.add(defaultSubject(message), headers, message.payload);
+    publisher.add(defaultSubject(message), blocks.encode(message), message.payload);
     ids += i === 0 ? message.id : `,${message.id}`;
   }
   return `${ids}}`;
