@@ -5,9 +5,10 @@
  * Its loop, on one connection with the relay's session settings (relaySessionSettings):
  *
  *   BEGIN;
- *   SELECT … FROM <schema>.events WHERE status = 'pending' AND next_attempt_at <= now()
+ *   SELECT id, event_id, <subject>, payload … FROM <schema>.events
+ *     WHERE status = 'pending' AND next_attempt_at <= now()
  *     ORDER BY id LIMIT <batchSize> FOR UPDATE SKIP LOCKED;
- *   -- publish every row through the lean PubAck pipeline (systems/lean-publish.ts), await all
+ *   -- the batch written to NATS in 64 KB writes, every PubAck awaited (systems/lean-publish.ts)
  *   DELETE FROM <schema>.events WHERE id = ANY($1);
  *   COMMIT;
  *
@@ -16,14 +17,25 @@
  * A refused publish or a missing PubAck rolls the batch back and ends the process (a bench, not
  * a relay: nothing is retried).
  *
- * Run by bench/systems/lean-relay.ts with `node --import tsx`. Config in TXO_BENCH_LEAN (JSON):
- * { databaseUrl, schema, natsUrl, stream, applicationName, batchSize, settings, idleMs }. Prints
- * {"started":true} once connected; on SIGTERM finishes its batch and prints { stats, peakRssMb }.
+ * `headers`: 'msg-id' (the lean relay) sends one header, `Nats-Msg-Id`, and reads only the
+ * columns it sends; 'same' (the lean relay with tx-outbox's headers) reads the columns the
+ * envelope needs and sends, per message, the header block tx-outbox's NATS publisher sends, made
+ * by the library's own code on its hot path (toMessage, HeaderBlocks for the default source and
+ * the stream: the CloudEvents binding, Nats-Msg-Id, Nats-Expected-Stream; the default subject),
+ * so the bytes, and the work of making them, are the publisher's.
+ *
+ * Run by bench/systems/lean-relay.ts compiled to plain JavaScript (no TypeScript loader in the
+ * measured process). Config in TXO_BENCH_LEAN (JSON): { databaseUrl, schema, natsUrl, stream,
+ * applicationName, batchSize, settings, idleMs, headers }. Prints {"started":true} once connected;
+ * on SIGTERM finishes its batch and prints { stats, peakRssMb }.
  */
 import { readFileSync } from 'node:fs';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
-import { type LeanEvent, LeanJetStream } from './systems/lean-publish.js';
+import { type EventRow, toMessage } from '../src/core/event-row.js';
+import { DEFAULT_CE_SOURCE } from '../src/envelope/ce-source.js';
+import { defaultSubject, HeaderBlocks } from '../src/publishers/nats/wire.js';
+import { LeanBatchPublisher, type LeanHeaders, msgIdHeader } from './systems/lean-publish.js';
 
 interface Config {
   readonly databaseUrl: string;
@@ -34,56 +46,36 @@ interface Config {
   readonly batchSize: number;
   readonly settings: string;
   readonly idleMs: number;
-}
-
-interface Row {
-  id: string;
-  event_id: string;
-  aggregate_type: string;
-  aggregate_id: string;
-  sequence: string;
-  sequence_base: string;
-  event_type: string;
-  schema_version: number;
-  topic: string | null;
-  payload: string | null;
-  payload_bytes: Buffer | null;
-  headers: string;
-  created_at: Date;
+  readonly headers: LeanHeaders;
 }
 
 const cfg = JSON.parse(process.env['TXO_BENCH_LEAN'] ?? '{}') as Config;
+const same = cfg.headers === 'same';
 const schema = `"${cfg.schema.replaceAll('"', '""')}"`;
-const CLAIM = {
+const WHERE = `FROM ${schema}.events e
+  WHERE status = 'pending' AND next_attempt_at <= now()
+  ORDER BY e.id
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED`;
+/** The lean claim: [id, event_id, subject, payload (JSON text), payload_bytes] per row. */
+const LEAN_CLAIM = {
+  name: 'lean_claim',
+  text: `SELECT id, event_id, coalesce(nullif(topic, ''), aggregate_type || '.' || event_type),
+       payload::text, payload_bytes
+  ${WHERE}`,
+};
+/** The same-headers claim: the columns of tx-outbox's claim that make the message (EventRow). */
+const SAME_CLAIM = {
   name: 'lean_claim',
   text: `SELECT id::text AS id, event_id::text AS event_id, aggregate_type, aggregate_id,
        sequence::text AS sequence, sequence_base::text AS sequence_base, event_type, schema_version,
-       topic, payload::text AS payload, payload_bytes, headers::text AS headers, created_at
-  FROM ${schema}.events e
-  WHERE status = 'pending' AND next_attempt_at <= now()
-  ORDER BY e.id -- the column (the output id is its text)
-  LIMIT $1
-  FOR UPDATE SKIP LOCKED`,
+       topic, payload::text AS payload, payload_bytes, headers::text AS headers, created_at,
+       deliver_after, attempts
+  ${WHERE}`,
 };
 const DELETE = { name: 'lean_delete', text: `DELETE FROM ${schema}.events WHERE id = ANY ($1::bigint[])` };
 
-function toEvent(row: Row): LeanEvent {
-  const bytes = row.payload_bytes;
-  return {
-    eventId: row.event_id,
-    aggregateType: row.aggregate_type,
-    aggregateId: row.aggregate_id,
-    sequence: row.sequence,
-    sequenceBase: Number(row.sequence_base ?? 0),
-    type: row.event_type,
-    schemaVersion: row.schema_version,
-    subject: row.topic !== null && row.topic !== '' ? row.topic : `${row.aggregate_type}.${row.event_type}`,
-    payload: bytes ?? Buffer.from(row.payload ?? 'null'),
-    contentType: bytes ? 'application/octet-stream' : 'application/json',
-    createdAt: row.created_at,
-    headers: JSON.parse(row.headers) as Record<string, string>,
-  };
-}
+type LeanRow = [id: string, eventId: string, subject: string, payload: string | null, bytes: Buffer | null];
 
 /** Mean and max of the times added, ms. */
 class Watch {
@@ -109,7 +101,34 @@ const client = new pg.Client({ connectionString: cfg.databaseUrl, application_na
 await client.connect();
 await client.query(cfg.settings);
 const nc = await connect({ servers: cfg.natsUrl, name: 'lean-relay' });
-const publisher = await LeanJetStream.open(nc, cfg.stream);
+const publisher = await LeanBatchPublisher.open(
+  nc,
+  process.env['TXO_LEAN_FLUSH_BYTES'] ? Number(process.env['TXO_LEAN_FLUSH_BYTES']) : undefined,
+);
+
+/** Adds the claimed rows to the publisher's batch; the DELETE's parameter (`{id,id,…}`). */
+function addLean(rows: readonly LeanRow[]): string {
+  let ids = '{';
+  for (let i = 0; i < rows.length; i += 1) {
+    const [id, eventId, subject, payload, bytes] = rows[i]!;
+    publisher.add(subject, msgIdHeader(eventId), bytes ?? payload ?? 'null');
+    ids += i === 0 ? id : `,${id}`;
+  }
+  return `${ids}}`;
+}
+
+/** tx-outbox's header blocks, as natsPublisher (pipeline mode) makes them for the default source and the stream. */
+const blocks = new HeaderBlocks(DEFAULT_CE_SOURCE, cfg.stream);
+
+function addSame(rows: readonly EventRow[]): string {
+  let ids = '{';
+  for (let i = 0; i < rows.length; i += 1) {
+    const message = toMessage(rows[i]!);
+    publisher.add(defaultSubject(message), blocks.encode(message), message.payload);
+    ids += i === 0 ? message.id : `,${message.id}`;
+  }
+  return `${ids}}`;
+}
 
 let stopping = false;
 
@@ -119,7 +138,9 @@ async function cycle(): Promise<boolean> {
   await client.query('BEGIN');
   let open = true;
   try {
-    const { rows } = await client.query<Row>({ ...CLAIM, values: [cfg.batchSize] });
+    const { rows } = same
+      ? await client.query<EventRow>({ ...SAME_CLAIM, values: [cfg.batchSize] })
+      : await client.query<LeanRow>({ ...LEAN_CLAIM, rowMode: 'array', values: [cfg.batchSize] });
     if (rows.length === 0) {
       await client.query('COMMIT');
       open = false;
@@ -128,11 +149,12 @@ async function cycle(): Promise<boolean> {
     }
     const t1 = performance.now();
     watches.claim.add(t1 - t0);
-    const refused = await publisher.publish(rows.map(toEvent));
+    const ids = same ? addSame(rows as EventRow[]) : addLean(rows as LeanRow[]);
+    const refused = await publisher.send();
     if (refused > 0) throw new Error(`JetStream refused ${refused} of ${rows.length} publishes`);
     const t2 = performance.now();
     watches.publish.add(t2 - t1);
-    await client.query({ ...DELETE, values: [rows.map((r) => r.id)] });
+    await client.query({ ...DELETE, values: [ids] });
     await client.query('COMMIT');
     open = false;
     watches.record.add(performance.now() - t2);

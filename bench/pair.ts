@@ -1,7 +1,8 @@
 /**
- * W1 in pairs: this build's relay against the lean relay (bench/lean-relay-process.ts), and
- * optionally another build's relay, run interleaved on the same backlog shape so each system sees
- * the same machine. For before/after figures of one change without the whole harness.
+ * W1 in pairs: this build's relay against the lean relay (bench/lean-relay-process.ts) and the
+ * lean relay sending tx-outbox's headers, and optionally another build's relay, run interleaved
+ * on the same backlog shape so each system sees the same machine. For before/after figures of one
+ * change without the whole harness.
  *
  *   npx tsx bench/pair.ts                                  # 100,000 events, 5,000 aggregates, 3 runs
  *   TXO_BASE=/path/to/checkout/bench/relay-process.mjs npx tsx bench/pair.ts
@@ -9,13 +10,16 @@
  *   SOURCE=cdc VIA=wal npx tsx bench/pair.ts               # the CDC relay (VIA=table: table mode)
  *   SOURCE=cdc BACKLOG=at-start npx tsx bench/pair.ts      # the backlog written before the relay starts
  *
- * The other build must be built (`npm run build` in its checkout). Prints one line per run and the
- * medians: events/s, CPU ms per 1,000 events of the relay process, its PostgreSQL backends and
- * nats-server (bench/cpu.ts), and the relay's peak RSS.
+ * The other build must be built (`npm run build` in its checkout). Prints one line per run, then
+ * per system the median events/s [each run], CPU ms per 1,000 events of the relay process, its
+ * PostgreSQL backends and nats-server (bench/cpu.ts), the relay's peak RSS; then each tx-outbox's
+ * ratios to the lean relay and to the lean relay with the same headers (drain, relay CPU,
+ * PostgreSQL CPU): the first says what the guarantees and the wire format cost together, the
+ * second what the guarantees cost.
  */
 import pg from 'pg';
 import { DATABASE_URL, summarize } from './lib.js';
-import { leanRelaySystem } from './systems/lean-relay.js';
+import { LEAN_RELAY, LEAN_RELAY_SAME_HEADERS, leanRelaySystem } from './systems/lean-relay.js';
 import { txOutboxSystem } from './systems/tx-outbox.js';
 import type { DrainSystem } from './systems/types.js';
 import { drainRun } from './workloads/drain.js';
@@ -35,12 +39,15 @@ interface Contender {
   readonly system: () => DrainSystem;
   /** The relay process script to run (tx-outbox's, of another build), if not this build's. */
   readonly script?: string;
+  /** A tx-outbox build: its ratios to the lean relays are printed. */
+  readonly txOutbox?: boolean;
 }
 
 const contenders: Contender[] = [
-  ...(base ? [{ name: `tx-outbox (${base})`, system: txo, script: base }] : []),
-  { name: 'tx-outbox (this build)', system: txo },
-  { name: 'lean relay (no order, no leases, no fencing)', system: () => leanRelaySystem() },
+  ...(base ? [{ name: `tx-outbox (${base})`, system: txo, script: base, txOutbox: true }] : []),
+  { name: 'tx-outbox (this build)', system: txo, txOutbox: true },
+  { name: LEAN_RELAY, system: () => leanRelaySystem() },
+  { name: LEAN_RELAY_SAME_HEADERS, system: () => leanRelaySystem({ headers: 'same' }) },
 ];
 
 interface Figures {
@@ -78,12 +85,36 @@ try {
   delete process.env['TXO_BENCH_RELAY_PROCESS'];
   await pool.end();
 }
-const median = (values: number[]): string =>
-  values.length === 0 ? 'n/a' : summarize(values).median.toFixed(1);
-console.log(`\n${events} events over ${aggregates} aggregates, ${runs} interleaved runs; medians:`);
+const median = (values: number[]): number | undefined =>
+  values.length === 0 ? undefined : summarize(values).median;
+const fmt = (n: number | undefined, digits = 1): string => (n === undefined ? 'n/a' : n.toFixed(digits));
+console.log(
+  `\n${events} events over ${aggregates} aggregates, ${runs} interleaved runs; medians [each run]:`,
+);
 for (const [name, f] of figures) {
   console.log(
-    `${name}: ${median(f.rate)} events/s [${f.rate.map(Math.round).join(', ')}]; CPU ms per 1,000 events: ` +
-      `relay ${median(f.relay)}, PostgreSQL ${median(f.postgres)}, NATS ${median(f.nats)}; peak RSS ${f.rss.join(', ')} MB`,
+    `${name}: ${fmt(median(f.rate), 0)} events/s [${f.rate.map(Math.round).join(', ')}]; CPU ms per 1,000 events: ` +
+      `relay ${fmt(median(f.relay))} [${f.relay.map((v) => v.toFixed(1)).join(', ')}], ` +
+      `PostgreSQL ${fmt(median(f.postgres))} [${f.postgres.map((v) => v.toFixed(1)).join(', ')}], ` +
+      `NATS ${fmt(median(f.nats))}; peak RSS ${fmt(median(f.rss), 0)} MB [${f.rss.join(', ')}]`,
   );
+}
+/** a / b of the medians of one measure. */
+const ratio = (a: Figures, b: Figures, measure: keyof Figures): string => {
+  const x = median(a[measure]);
+  const y = median(b[measure]);
+  return x === undefined || y === undefined || y === 0 ? 'n/a' : `${(x / y).toFixed(2)}×`;
+};
+console.log('\nRatios of the medians (drain: higher is better; CPU: lower is better):');
+for (const c of contenders.filter((c) => c.txOutbox)) {
+  const ours = figures.get(c.name);
+  if (!ours) continue;
+  for (const lean of [LEAN_RELAY, LEAN_RELAY_SAME_HEADERS]) {
+    const theirs = figures.get(lean);
+    if (!theirs) continue;
+    console.log(
+      `${c.name} / ${lean}: drain ${ratio(ours, theirs, 'rate')}, relay CPU ${ratio(ours, theirs, 'relay')}, ` +
+        `PostgreSQL CPU ${ratio(ours, theirs, 'postgres')}, NATS CPU ${ratio(ours, theirs, 'nats')}`,
+    );
+  }
 }

@@ -1,8 +1,41 @@
 /** A benchmark's relay or listener in a child process: it prints JSON lines to stdout. */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { renameSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
+import { buildSync } from 'esbuild';
 import type { BenchContext } from './types.js';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const compiled = new Map<string, string>();
+
+/**
+ * `entry` (a path under the repository) and what it imports bundled into one plain JavaScript
+ * file under .tmp/bench (packages left to node_modules), once per harness process: a measured
+ * process then runs no TypeScript loader (tsx's loader thread and source maps cost CPU and
+ * memory the program itself would not).
+ */
+export function compiledScript(entry: string): string {
+  let target = compiled.get(entry);
+  if (target !== undefined) return target;
+  target = join(ROOT, '.tmp', 'bench', entry.replaceAll('/', '_').replace(/\.ts$/, '.mjs'));
+  const partial = `${target}.${process.pid}`;
+  buildSync({
+    entryPoints: [join(ROOT, entry)],
+    outfile: partial,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    packages: 'external',
+    logLevel: 'error',
+  });
+  renameSync(partial, target);
+  compiled.set(entry, target);
+  return target;
+}
 
 export interface RelayChild {
   readonly child: ChildProcess;
@@ -10,18 +43,30 @@ export interface RelayChild {
 }
 
 /**
- * Starts `args` under this Node.js (after TXO_RELAY_NODE_ARGS, e.g. --cpu-prof) with `config` as
- * JSON in the environment variable `envName`, and collects the JSON lines it prints.
+ * Starts `args` under this Node.js (after TXO_RELAY_NODE_ARGS, e.g. --cpu-prof, unless `relay`
+ * is false: a workload's own process) with `config` as JSON in the environment variable
+ * `envName`, and collects the JSON lines it prints.
  */
-export function spawnRelayChild(args: readonly string[], envName: string, config: unknown): RelayChild {
-  const nodeArgs = (process.env['TXO_RELAY_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
+export function spawnRelayChild(
+  args: readonly string[],
+  envName: string,
+  config: unknown,
+  relay = true,
+): RelayChild {
+  const nodeArgs = relay ? (process.env['TXO_RELAY_NODE_ARGS'] ?? '').split(' ').filter(Boolean) : [];
   const child = spawn(process.execPath, [...nodeArgs, ...args], {
     env: { ...process.env, [envName]: JSON.stringify(config) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const lines: string[] = [];
+  let partial = '';
   child.stdout!.setEncoding('utf8');
-  child.stdout!.on('data', (chunk: string) => lines.push(...chunk.split('\n').filter(Boolean)));
+  child.stdout!.on('data', (chunk: string) => {
+    // A chunk may end inside a line: its start waits for the rest.
+    const parts = (partial + chunk).split('\n');
+    partial = parts.pop()!;
+    for (const line of parts) if (line) lines.push(line);
+  });
   return { child, lines };
 }
 

@@ -2,9 +2,11 @@
  * The lean JetStream publish technique of the broker ceiling's `raw` loop (broker-ceiling.ts),
  * as a piece a relay can drive batch by batch: core NATS publishes with a reply subject each,
  * ONE wildcard subscription for every PubAck, an ack table indexed by the reply token, no
- * promise or timer per message. The header block is the CloudEvents NATS binding as
- * natsPublisher writes it (envelopeHeaders(m, source, 'nats') + Nats-Msg-Id + the expected
- * stream), built as one string per message, so the server does the same work for each.
+ * promise or timer per message (LeanJetStream: bench/nats-publish-cpu.ts). The header block is
+ * the CloudEvents NATS binding as natsPublisher writes it (envelopeHeaders(m, source, 'nats') +
+ * Nats-Msg-Id + the expected stream), built as one string per message, so the server does the
+ * same work for each. LeanBatchPublisher, below, is the lean reference relay's: leaner still, the
+ * header block the caller's (`Nats-Msg-Id` alone, or what tx-outbox's publisher sends).
  */
 import {
   createInbox,
@@ -190,5 +192,162 @@ export class LeanJetStream {
       this.#finish = undefined;
     }
     return this.#failures;
+  }
+}
+
+/** The client's protocol handler, reached to write a batch as one command (nats.js 3: `nc.protocol`). */
+interface Protocol {
+  sendCommand(cmd: Uint8Array): void;
+  flushPending(): void;
+}
+
+function protocolOf(nc: NatsConnection): Protocol {
+  const protocol = (nc as unknown as { protocol?: Partial<Protocol> }).protocol;
+  if (typeof protocol?.sendCommand !== 'function' || typeof protocol.flushPending !== 'function') {
+    throw new Error('lean publish: this NATS client has no protocol.sendCommand (nats.js 3 expected)');
+  }
+  return protocol as Protocol;
+}
+
+/** What the lean relay sends as headers: `Nats-Msg-Id` only, or what tx-outbox's NATS publisher sends. */
+export type LeanHeaders = 'msg-id' | 'same';
+
+/** The `NATS/1.0` header block carrying `Nats-Msg-Id` only, as ASCII text. */
+export function msgIdHeader(eventId: string): string {
+  return `NATS/1.0\r\nNats-Msg-Id: ${eventId}\r\n\r\n`;
+}
+
+/**
+ * The lean reference relay's publisher (lean-relay-process.ts), leaner than LeanJetStream: a
+ * batch is written into ONE buffer (reused from batch to batch) and handed to the client's
+ * connection in 64 KB pieces as they fill (a socket write each: the server stores the first
+ * messages while the last are being written), with no per-message protocol string, header
+ * object or payload copy of the client's own; the PubAcks are read as LeanJetStream reads them.
+ * A batch: `add()` each message, then `send()`, which resolves with the number of publishes
+ * JetStream refused once every PubAck is in. One batch at a time; subjects are not checked (the
+ * relay's rows are the bench's own).
+ */
+export class LeanBatchPublisher {
+  readonly #protocol: Protocol;
+  readonly #replyPrefix: string;
+  /** The batch being written, as protocol bytes; reused (a batch is sent whole before the next). */
+  #out = Buffer.allocUnsafe(1 << 20);
+  #length = 0;
+  /** Bytes of #out already handed to the connection. */
+  #sent = 0;
+  readonly #flushBytes: number;
+  #acked = new Uint8Array(1024);
+  /** Token of the current batch's first message; tokens grow across batches (stale replies are ignored). */
+  #base = 0;
+  #count = 0;
+  #settled = 0;
+  #failures = 0;
+  #finish: (() => void) | undefined;
+
+  private constructor(nc: NatsConnection, flushBytes: number) {
+    this.#protocol = protocolOf(nc);
+    this.#flushBytes = flushBytes;
+    const inbox = createInbox();
+    this.#replyPrefix = `${inbox}.`;
+    const from = this.#replyPrefix.length;
+    nc.subscribe(`${inbox}.*`, {
+      callback: (_error: Error | null, msg: Msg) => {
+        const index = replyToken(msg.subject, from) - this.#base;
+        if (index < 0 || index >= this.#count || this.#acked[index] !== 0) return;
+        this.#acked[index] = 1;
+        if (!isPubAck(msg.data)) this.#failures += 1;
+        this.#settled += 1;
+        if (this.#settled === this.#count) this.#finish?.();
+      },
+    });
+  }
+
+  /**
+   * `flushBytes`: while a batch is being added, every time this many bytes are written they go
+   * to the socket, so the server stores the first messages while the last are being encoded
+   * (Infinity: the batch in one write).
+   */
+  static async open(nc: NatsConnection, flushBytes = 64 * 1024): Promise<LeanBatchPublisher> {
+    const lean = new LeanBatchPublisher(nc, flushBytes);
+    await nc.flush();
+    return lean;
+  }
+
+  /**
+   * Adds one message to the batch: `header`, a whole header block (`NATS/1.0\r\n…\r\n\r\n`), as
+   * ASCII text or bytes; `payload` as text (written UTF-8) or bytes.
+   */
+  add(subject: string, header: string | Uint8Array, payload: string | Uint8Array): void {
+    const reply = this.#replyPrefix + (this.#base + this.#count).toString(36);
+    this.#count += 1;
+    const headerBytes = header.length; // ASCII text: one byte a character
+    const payloadBytes = typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length;
+    const line = `HPUB ${subject} ${reply} ${headerBytes} ${headerBytes + payloadBytes}\r\n`;
+    this.#reserve(line.length * 3 + headerBytes + payloadBytes + 2);
+    const out = this.#out;
+    let at = this.#length;
+    at += out.write(line, at, 'utf8');
+    if (typeof header === 'string') at += out.write(header, at, 'latin1');
+    else {
+      out.set(header, at);
+      at += headerBytes;
+    }
+    if (typeof payload === 'string') at += out.write(payload, at, 'utf8');
+    else {
+      out.set(payload, at);
+      at += payloadBytes;
+    }
+    out[at] = 13;
+    out[at + 1] = 10;
+    this.#length = at + 2;
+    if (this.#length - this.#sent >= this.#flushBytes) this.#flush();
+  }
+
+  /** Hands the bytes written since the last flush to the connection, which writes them now. */
+  #flush(): void {
+    this.#protocol.sendCommand(this.#out.subarray(this.#sent, this.#length));
+    this.#protocol.flushPending();
+    this.#sent = this.#length;
+  }
+
+  /** Sends the batch added so far; resolves with how many JetStream refused, rejects after `timeoutMs` without every PubAck. */
+  async send(timeoutMs = 30_000): Promise<number> {
+    const count = this.#count;
+    if (count === 0) return 0;
+    if (this.#acked.length < count) this.#acked = new Uint8Array(count);
+    else this.#acked.fill(0, 0, count);
+    this.#failures = 0;
+    const done = new Promise<void>((resolve) => {
+      this.#finish = resolve;
+    });
+    if (this.#length > this.#sent) this.#flush();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`lean publish: ${count - this.#settled} of ${count} PubAcks missing`)),
+        timeoutMs,
+      );
+    });
+    try {
+      await Promise.race([done, timeout]);
+    } finally {
+      clearTimeout(timer);
+      this.#finish = undefined;
+      // The next batch's tokens start after this one's: a late reply to this batch is ignored.
+      this.#base += count;
+      this.#count = 0;
+      this.#settled = 0;
+      this.#length = 0;
+      this.#sent = 0;
+    }
+    return this.#failures;
+  }
+
+  #reserve(bytes: number): void {
+    if (this.#length + bytes <= this.#out.length) return;
+    // The bytes already sent stay in the old buffer (the socket may still hold them).
+    const bigger = Buffer.allocUnsafe(Math.max(this.#out.length * 2, this.#length + bytes));
+    this.#out.copy(bigger, 0, 0, this.#length);
+    this.#out = bigger;
   }
 }

@@ -26,7 +26,6 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type pg from 'pg';
 import {
   DatabaseSetup,
   type GeneralMessageHandler,
@@ -38,6 +37,7 @@ import {
 } from 'pg-transactional-outbox';
 import { CpuMeter } from '../../cpu.js';
 import type { LatencySystem } from '../../workloads/latency.js';
+import type { LatencyEnqueue, ProducerContext } from '../../workloads/latency-ends.js';
 import { type RelayChild, stopRelay, streamCounter, whenStarted } from '../child.js';
 import type { BenchContext, DrainResult, DrainSystem, DrainWorkload } from '../types.js';
 import { benchEvent, inChunks } from '../workload.js';
@@ -71,7 +71,7 @@ function quietLogger(): TransactionalLogger {
 
 const names = (ctx: BenchContext) => ({ publication: `${ctx.schema}_pub`, slot: `${ctx.schema}_slot` });
 const applicationNameOf = (ctx: BenchContext): string => `pto-${ctx.schema}`;
-const settings = (ctx: BenchContext): ListenerSettings => ({
+const settings = (ctx: Pick<BenchContext, 'schema'>): ListenerSettings => ({
   dbSchema: ctx.schema,
   dbTable: TABLE,
   enableMaxAttemptsProtection: false,
@@ -285,38 +285,44 @@ function pgTransactionalOutboxSystem(mode: Mode): DrainSystem {
  * `initializeMessageStorage` in its business transaction; the listener process publishes it.
  */
 export function ptoReplicationLatencySystem(): LatencySystem {
-  const logger = quietLogger();
   let listener: RelayChild | undefined;
-  let store: ReturnType<typeof initializeMessageStorage> | undefined;
   return {
     name: 'pg-transactional-outbox (replication)',
     async start(ctx) {
       await setUp(ctx, 'replication');
-      store = initializeMessageStorage({ outboxOrInbox: 'outbox', settings: settings(ctx) }, logger);
       listener = spawnListener(ctx);
       await whenStarted(listener);
       return listenerCpu(ctx, listener);
     },
-    async enqueue(_ctx, client: pg.PoolClient, event) {
-      const id = randomUUID();
-      await store!(
-        {
-          id,
-          aggregateType: 'order',
-          aggregateId: event.aggregateId,
-          messageType: 'order.placed',
-          segment: event.aggregateId,
-          payload: event.payload,
-          metadata: { subject: event.topic, sequence: event.sequence },
-        },
-        client,
-      );
-      return id;
+    producer: {
+      module: 'bench/systems/peers/pg-transactional-outbox.ts',
+      factory: 'ptoLatencyEnqueue',
     },
     async stop(ctx) {
       if (listener) await stopRelay(listener);
       listener = undefined;
       await dropReplicationObjects(ctx, names(ctx));
     },
+  };
+}
+
+/** W2's producer write for pg-transactional-outbox: `initializeMessageStorage` in the business transaction. */
+export function ptoLatencyEnqueue(ctx: ProducerContext): LatencyEnqueue {
+  const store = initializeMessageStorage({ outboxOrInbox: 'outbox', settings: settings(ctx) }, quietLogger());
+  return async (client, event) => {
+    const id = randomUUID();
+    await store(
+      {
+        id,
+        aggregateType: 'order',
+        aggregateId: event.aggregateId,
+        messageType: 'order.placed',
+        segment: event.aggregateId,
+        payload: event.payload,
+        metadata: { subject: event.topic, sequence: event.sequence },
+      },
+      client,
+    );
+    return id;
   };
 }
