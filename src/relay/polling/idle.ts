@@ -11,6 +11,8 @@ export interface Sleeper {
 /** The `sleeping` flag of the partitions held ({@link PartitionLeases.setSleeping}). */
 export interface SleepingFlag {
   setSleeping(sleeping: boolean): Promise<void>;
+  /** Raised whenever partitions are acquired (their flag starts cleared). */
+  readonly acquisitions: number;
 }
 
 /**
@@ -18,13 +20,18 @@ export interface SleepingFlag {
  * (1, 2, 2, 2 … ms for SETTLE_MS), so steady low-rate traffic is picked up within
  * milliseconds without any NOTIFY. Then, when it LISTENs, it marks its partitions `sleeping`
  * (producers NOTIFY only then), claims once more, waits GRACE_MS for transactions that read
- * the flag before it was set, claims again, and sleeps until a wake-up or the poll interval.
+ * the flag before it was set, claims again, and sleeps until a wake-up or the poll interval,
+ * claiming once per interval (for what no NOTIFY announces: a retry or a scheduled event come
+ * due, a NOTIFY lost with its connection). The flag is written again only for partitions
+ * acquired since it was set.
  */
 export class IdleCadence {
   #since = 0;
   #step = 1;
   #flagged = false;
   #graced = false;
+  /** The flag's acquisitions count when the flag was last written. */
+  #flaggedAt = 0;
 
   constructor(
     private readonly doorbell: Sleeper,
@@ -34,40 +41,50 @@ export class IdleCadence {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** A claim found nothing: the next step of the cadence, no sleep longer than `untilRebalanceMs`. */
-  async rest(untilRebalanceMs: number): Promise<void> {
+  /** A claim found nothing: the next step of the cadence. */
+  async rest(): Promise<void> {
     const now = this.now();
     if (this.#since === 0) {
       this.#since = now;
       this.#step = 1;
     }
     if (now - this.#since < SETTLE_MS) {
-      await this.doorbell.sleep(Math.min(this.#step, untilRebalanceMs));
+      await this.doorbell.sleep(this.#step);
       this.#step = Math.min(this.#step * 2, 2);
       return;
     }
     if (this.listen && !this.#flagged) {
+      this.#flaggedAt = this.flag.acquisitions;
       await this.flag.setSleeping(true);
       this.#flagged = true;
       return;
     }
     if (this.#flagged && !this.#graced) {
       this.#graced = true;
-      await this.doorbell.sleep(Math.min(GRACE_MS, untilRebalanceMs));
+      await this.doorbell.sleep(GRACE_MS);
       return;
     }
-    // Re-assert: a no-op unless partitions were acquired meanwhile.
-    if (this.#flagged) await this.flag.setSleeping(true);
-    await this.doorbell.sleep(Math.min(this.pollIntervalMs, untilRebalanceMs));
+    // Partitions acquired since the flag was written: theirs is cleared; set it (and look again).
+    if (this.#flagged && this.flag.acquisitions !== this.#flaggedAt) {
+      this.#flaggedAt = this.flag.acquisitions;
+      await this.flag.setSleeping(true);
+      this.#graced = false;
+      return;
+    }
+    await this.doorbell.sleep(this.pollIntervalMs);
   }
 
-  /** A claim found events: back to fast polling, and the partitions' flag cleared if it was set. */
-  async awake(): Promise<void> {
+  /**
+   * A claim found events: back to fast polling, and the partitions' flag cleared if it was set.
+   * The batch does not wait for that write (a flag left set only costs producers a NOTIFY; a
+   * failed write is tried again at the next wake-up).
+   */
+  awake(): void {
     const flagged = this.#flagged;
     this.#since = 0;
     this.#step = 1;
     this.#flagged = false;
     this.#graced = false;
-    if (flagged) await this.flag.setSleeping(false);
+    if (flagged) this.flag.setSleeping(false).catch(() => undefined);
   }
 }
