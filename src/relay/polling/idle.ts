@@ -1,5 +1,7 @@
 /** How long an idle relay keeps polling fast before it sleeps and asks for NOTIFY. */
 export const SETTLE_MS = 50;
+/** The fast polling's sleep between two claims that found nothing. */
+export const FAST_POLL_MS = 1;
 /** After asking for NOTIFY, one more look this much later, for commits that read the flag before. */
 export const GRACE_MS = 10;
 
@@ -17,8 +19,8 @@ export interface SleepingFlag {
 
 /**
  * The polling cadence of an idle relay. Right after the last event the relay polls fast
- * (1, 2, 2, 2 … ms for SETTLE_MS), so steady low-rate traffic is picked up within
- * milliseconds without any NOTIFY. Then, when it LISTENs, it marks its partitions `sleeping`
+ * (every 1 ms for SETTLE_MS), so steady low-rate traffic is picked up within a millisecond or
+ * two without any NOTIFY. Then, when it LISTENs, it marks its partitions `sleeping`
  * (producers NOTIFY only then), claims once more, waits GRACE_MS for transactions that read
  * the flag before it was set, claims again, and sleeps until a wake-up or the poll interval,
  * claiming once per interval (for what no NOTIFY announces: a retry or a scheduled event come
@@ -27,7 +29,6 @@ export interface SleepingFlag {
  */
 export class IdleCadence {
   #since = 0;
-  #step = 1;
   #flagged = false;
   #graced = false;
   /** The flag's acquisitions count when the flag was last written. */
@@ -41,16 +42,17 @@ export class IdleCadence {
     private readonly now: () => number = Date.now,
   ) {}
 
+  /** Still polling fast (within SETTLE_MS of the last event): not asleep, nor about to be. */
+  get fast(): boolean {
+    return this.#since === 0 || this.now() - this.#since < SETTLE_MS;
+  }
+
   /** A claim found nothing: the next step of the cadence. */
   async rest(): Promise<void> {
     const now = this.now();
-    if (this.#since === 0) {
-      this.#since = now;
-      this.#step = 1;
-    }
+    if (this.#since === 0) this.#since = now;
     if (now - this.#since < SETTLE_MS) {
-      await this.doorbell.sleep(this.#step);
-      this.#step = Math.min(this.#step * 2, 2);
+      await this.doorbell.sleep(FAST_POLL_MS);
       return;
     }
     if (this.listen && !this.#flagged) {
@@ -82,7 +84,6 @@ export class IdleCadence {
   awake(): void {
     const flagged = this.#flagged;
     this.#since = 0;
-    this.#step = 1;
     this.#flagged = false;
     this.#graced = false;
     if (flagged) this.flag.setSleeping(false).catch(() => undefined);
