@@ -42,11 +42,6 @@ export class IdleCadence {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** Still polling fast (within SETTLE_MS of the last event): not asleep, nor about to be. */
-  get fast(): boolean {
-    return this.#since === 0 || this.now() - this.#since < SETTLE_MS;
-  }
-
   /** A claim found nothing: the next step of the cadence. */
   async rest(): Promise<void> {
     const now = this.now();

@@ -73,9 +73,8 @@ export class PollingSource implements RuntimeSource<Claimed> {
     const claimed = await pipeline.next();
     if (claimed.messages.length === 0) {
       // Events held back behind the batch being recorded become claimable once it lands; when
-      // only held-back aggregates came back, they are excluded now: look again at once. Nothing
-      // at all: the idle cadence, whatever is being recorded.
-      this.#why = claimed.scanned === 0 ? 'nothing' : pipeline.recording ? 'recording' : 'held';
+      // only held-back aggregates came back, they are excluded now: look again at once.
+      this.#why = pipeline.recording ? 'recording' : claimed.scanned > 0 ? 'held' : 'nothing';
       return undefined;
     }
     this.#idle.awake();
@@ -94,9 +93,6 @@ export class PollingSource implements RuntimeSource<Claimed> {
       case 'held':
         return;
       case 'nothing':
-        // While the cadence polls fast, an outcome being recorded is not waited for (the next
-        // one waits for it, and a failure surfaces there); before the relay sleeps, it is.
-        if (pipeline.recording && !this.#idle.fast) await pipeline.drain();
         return this.#idle.rest();
     }
   }
