@@ -6,6 +6,7 @@
  *   npx tsx bench/tail.ts                                   # 200 and 1,000 tx/s, 10 s, 3 rounds
  *   TXO_BASE=/path/to/checkout/bench/relay-process.mjs npx tsx bench/tail.ts
  *   RATES=1000 SECONDS=20 RUNS=5 IDLE=0 npx tsx bench/tail.ts
+ *   RATES= IDLE=10 IDLE_SETTLE=15 npx tsx bench/tail.ts     # idle CPU only, past V8's post-start GCs
  *
  * Prints one line per run and, per system and rate, the medians of p50 and p99 (ms) and their
  * ratios to the lean relay's; then idle CPU (IDLE seconds per run, 0: skipped) as % of one core.
@@ -16,10 +17,12 @@ import { leanRelayLatencySystem } from './systems/lean-relay.js';
 import { type IdleCpu, type IdleRelay, idleCpuRun } from './workloads/idle-cpu.js';
 import { type LatencySystem, latencyRun, txOutboxLatencySystem } from './workloads/latency.js';
 
-const rates = (process.env['RATES'] ?? '200,1000').split(',').map(Number);
+const rates = (process.env['RATES'] ?? '200,1000').split(',').filter(Boolean).map(Number);
 const seconds = Number(process.env['SECONDS'] ?? 10);
 const runs = Number(process.env['RUNS'] ?? 3);
 const idleSeconds = Number(process.env['IDLE'] ?? 10);
+/** Seconds an idle relay settles before its CPU is read (idle-cpu.ts's default: 2). */
+const idleSettle = Number(process.env['IDLE_SETTLE'] ?? 2);
 const base = process.env['TXO_BASE'];
 
 interface Contender {
@@ -73,7 +76,7 @@ try {
     if (idleSeconds > 0) {
       for (const c of contenders) {
         use(c);
-        const r = await idleCpuRun(pool, { relay: c.idle, seconds: idleSeconds });
+        const r = await idleCpuRun(pool, { relay: c.idle, seconds: idleSeconds, settleSeconds: idleSettle });
         idle.set(c.name, [...(idle.get(c.name) ?? []), r]);
         console.log(
           `${c.name} idle: relay ${r.relay?.toFixed(2)} % + PostgreSQL ${r.postgres?.toFixed(2)} % of a core`,
