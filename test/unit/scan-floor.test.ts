@@ -54,19 +54,47 @@ describe('the scan floor', () => {
     expect(floor.start([0])).toEqual({ from: '700', full: false });
   });
 
-  it('scans in full every period, stretched to 50 full scans when they are slow, at most 10 periods', () => {
+  it('scans in full every period, stretched to 50 full scans when the last three were slow, at most 10 periods', () => {
     const { floor, clock } = floorAt(1_000);
+    // Two slow full scans stretch nothing yet (a busy machine slows one or two).
     floor.claimed(floor.start([0]), '10', 40);
-    clock.now = 1_500;
-    // 50 × 40 ms = 2 s: no full scan yet.
-    expect(floor.start([0]).full).toBe(false);
+    clock.now = 1_000;
+    floor.claimed(floor.start([0]), '10', 900);
     clock.now = 2_000;
+    expect(floor.start([0]).full).toBe(true);
+    floor.claimed(floor.start([0]), '10', 40);
+    // The quickest of the last three: 50 × 40 ms = 2 s, no full scan yet.
+    clock.now = 3_500;
+    expect(floor.start([0]).full).toBe(false);
+    clock.now = 4_000;
     const full = floor.start([0]);
     expect(full.full).toBe(true);
     floor.claimed(full, '10', 900);
-    clock.now = 2_000 + 9_999;
+    clock.now = 6_000;
+    floor.claimed(floor.start([0]), '10', 900);
+    // 900, 40, 900… then 900, 900, 900: 45 s, at most 10 periods.
+    clock.now = 8_000;
+    floor.claimed(floor.start([0]), '10', 900);
+    clock.now = 8_000 + 9_999;
     expect(floor.start([0]).full).toBe(false);
-    clock.now = 2_000 + 10_000;
+    clock.now = 8_000 + 10_000;
+    expect(floor.start([0]).full).toBe(true);
+  });
+
+  it('one slow full scan among quick ones does not stretch the period', () => {
+    const { floor, clock } = floorAt(1_000);
+    for (const [at, ms] of [
+      [0, 2],
+      [1_000, 2],
+      [2_000, 2],
+      [3_000, 400],
+    ] as const) {
+      clock.now = at;
+      const start = floor.start([0]);
+      expect(start.full).toBe(true);
+      floor.claimed(start, '10', ms);
+    }
+    clock.now = 4_000;
     expect(floor.start([0]).full).toBe(true);
   });
 
