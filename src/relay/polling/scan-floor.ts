@@ -18,7 +18,7 @@
  *   backend off the CPU for a few ms) does not stretch the period; it stretched it up to tenfold,
  *   and a late commit below the floor waited that long (W2's maximum: 6–11 s).
  * - The floor trails: it is the lowest first id of the claims of the last `trailMs`, and of the
- *   last claim before them. A transaction that drew a low id and commits later than the claims
+ *   last claim before them (the first claim with rows after a start or a reset counts as 0). A transaction that drew a low id and commits later than the claims
  *   that saw higher ones is found by the next claim as long as it commits within `trailMs`; rows
  *   a claim returned but did not publish (held, in flight) stay above the floor as long.
  * - A change of the partitions held starts over at the beginning.
@@ -102,7 +102,12 @@ export class ScanFloor {
       );
     }
     // A claim that found nothing says nothing about where the next rows are: the floor stays.
-    if (firstId !== undefined) this.#seen.push({ at: now, firstId: BigInt(firstId) });
+    if (firstId === undefined) return;
+    // The first rows since the start (or a reset): events drawn before them may commit after this
+    // claim, and no earlier claim marks where they are. The floor stays at the beginning for the
+    // trail (their commits come within it), not at this claim's first id, so that they are found at
+    // once, not at the next full scan.
+    this.#seen.push({ at: now, firstId: this.#seen.length === 0 ? 0n : BigInt(firstId) });
   }
 
   /** Starts over: the next claim is a full scan (partitions changed, the pipeline was reset). */
