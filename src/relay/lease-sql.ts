@@ -42,8 +42,7 @@ ORDER BY relay_id`;
  * order — the order the outcome statement's fence takes them — so statements of one
  * relay never deadlock each other.
  */
-const HELD = `
-held AS (
+const HELD = `held AS (
   SELECT p.partition
   FROM {{schema}}.partitions p
   JOIN unnest($2::smallint[], $3::bigint[]) AS o(partition, epoch) ON o.partition = p.partition
@@ -52,11 +51,21 @@ held AS (
   FOR UPDATE OF p
 )`;
 
+/**
+ * `synchronous_commit = off` for this statement's transaction alone (set_config(…, true) is SET
+ * LOCAL), joined in so that it runs. The partition rows a write locks are the ones every outcome
+ * statement's fence takes FOR SHARE: committed without waiting for the WAL flush, the lock is
+ * held for the statement's time, not for an fsync, and the relay's own outcomes are not held up.
+ * A write lost with a server crash is safe: a renewal lost only shortens the lease (claims check
+ * it in the database), a flag lost only delays a wake-up to the poll interval.
+ */
+const NO_FLUSH_WAIT = `no_flush_wait AS (SELECT set_config('synchronous_commit', 'off', true))`;
+
 export const RENEW_SQL = `
-WITH ${HELD}
+WITH ${NO_FLUSH_WAIT}, ${HELD}
 UPDATE {{schema}}.partitions p
 SET lease_until = now() + $4 * interval '1 millisecond'
-FROM held
+FROM held, no_flush_wait
 WHERE p.partition = held.partition
 RETURNING p.partition, p.epoch::text AS epoch`;
 
@@ -82,10 +91,10 @@ export const UNREGISTER_SQL = `DELETE FROM {{schema}}.relays WHERE relay_id = $1
 
 /** An idle relay asks the producers of its partitions to NOTIFY it (or, awake again, to stop). */
 export const SET_SLEEPING_SQL = `
-WITH ${HELD}
+WITH ${NO_FLUSH_WAIT}, ${HELD}
 UPDATE {{schema}}.partitions p
 SET sleeping = $4
-FROM held
+FROM held, no_flush_wait
 WHERE p.partition = held.partition AND p.sleeping <> $4`;
 
 /**

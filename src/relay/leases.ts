@@ -54,16 +54,30 @@ export function fairShare(partitions: number, relays: number, rank: number): num
 }
 
 /**
- * The partitions this relay holds, with the epoch it holds each under. Lease
- * operations run one at a time; renewal only extends leases, while the
- * rebalance (acquire, release) runs from the relay loop between batches so a
- * partition is never given away with work in flight.
+ * The partitions this relay holds, with the epoch it holds each under. Renewal (heartbeat, leases
+ * extended) and the rebalance (fair share: acquire, retire) run in the background of the relay
+ * loop ({@link LeaseKeeper}), each one at a time and each on its own chain, so a slow rebalance
+ * never holds a renewal up. A lease change shows in the next claim's {@link snapshot}: an acquired
+ * partition at once; a lost one is gone from it at once; a partition beyond the fair share is
+ * retired (no new claims) and given back only by {@link releaseRetiring}, which the source calls
+ * with nothing in flight, so a partition is never given away with work in flight.
  */
 export class PartitionLeases {
   private readonly owned = new Map<number, string>();
+  /** Held, beyond the fair share: renewed, never claimed from, released once nothing is in flight. */
+  private readonly retired = new Map<number, string>();
   private readonly sql: Statements;
-  private chain: Promise<unknown> = Promise.resolve();
+  /** Renewals (and what must not overlap them: the final release). */
+  private renewChain: Promise<unknown> = Promise.resolve();
+  /** Rebalances and releases. */
+  private balanceChain: Promise<unknown> = Promise.resolve();
+  /** The sleeping flag's writes, in the order they were asked for. */
+  private flagChain: Promise<unknown> = Promise.resolve();
   private registered = false;
+  /** Raised on every acquire: the idle cadence re-asserts its sleeping flag only when it moved. */
+  acquisitions = 0;
+  /** Called when partitions were acquired or retired (the runtime rings the loop's doorbell). */
+  changed: () => void = () => undefined;
   readonly exclusive: boolean;
   /** The last standby explanation logged, and when: repeated at most every STANDBY_REPEAT_MS. */
   private standbyNote: { key: string; at: number } | undefined;
@@ -108,18 +122,25 @@ export class PartitionLeases {
     return this.owned.size;
   }
 
-  private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const next = this.chain.then(fn, fn);
-    this.chain = next.catch(() => undefined);
+  /** Partitions beyond the fair share wait for {@link releaseRetiring} (no new claims from them). */
+  get retiring(): boolean {
+    return this.retired.size > 0;
+  }
+
+  private serial<T>(chain: 'renewChain' | 'balanceChain', fn: () => Promise<T>): Promise<T> {
+    const next = this[chain].then(fn, fn);
+    this[chain] = next.catch(() => undefined);
     return next;
   }
 
-  /** Heartbeat and extend every lease still held; forgets the ones taken over. */
+  /** Heartbeat and extend every lease still held (retired ones too); forgets the ones taken over. */
   renew(): Promise<void> {
-    return this.serial(async () => {
+    return this.serial('renewChain', async () => {
       await this.heartbeat();
-      if (this.owned.size === 0) return;
-      const { partitions, epochs } = this.snapshot();
+      if (this.owned.size === 0 && this.retired.size === 0) return;
+      const entries = [...this.owned.entries(), ...this.retired.entries()].sort((a, b) => a[0] - b[0]);
+      const partitions = entries.map((e) => e[0]);
+      const epochs = entries.map((e) => e[1]);
       const { rows } = await this.pool.query<{ partition: number; epoch: string }>(this.sql.renew, [
         this.relayId,
         partitions,
@@ -130,11 +151,18 @@ export class PartitionLeases {
       let lost = 0;
       for (let i = 0; i < partitions.length; i++) {
         const p = partitions[i]!;
-        if (!kept.has(p) && this.owned.get(p) === epochs[i]) {
-          this.owned.delete(p);
-          lost += 1;
-          this.logger.warn({ relayId: this.relayId, partition: p }, 'partition lease lost to another relay');
-        }
+        if (kept.has(p)) continue;
+        // Still held under the epoch renewed (not acquired again meanwhile): lost.
+        const map =
+          this.owned.get(p) === epochs[i]
+            ? this.owned
+            : this.retired.get(p) === epochs[i]
+              ? this.retired
+              : undefined;
+        if (map === undefined) continue;
+        map.delete(p);
+        lost += 1;
+        this.logger.warn({ relayId: this.relayId, partition: p }, 'partition lease lost to another relay');
       }
       this.metrics.leases('lost', lost);
     });
@@ -145,23 +173,25 @@ export class PartitionLeases {
    * Resolves to true when the relay holds less than its share (some are still leased by others).
    */
   rebalance(): Promise<boolean> {
-    if (this.exclusive) return this.serial(() => this.rebalanceExclusive());
-    return this.serial(async () => {
-      await this.heartbeat();
+    if (this.exclusive) return this.serial('balanceChain', () => this.rebalanceExclusive());
+    return this.serial('balanceChain', async () => {
+      // Renewal heartbeats; the first rebalance may come before it (this relay counts itself).
+      if (!this.registered) await this.heartbeat();
+      // Partitions retired, not yet released: nothing to change until they are.
+      if (this.retired.size > 0) return false;
       const rows = await this.livePollRelays();
       const ids = rows.map((r) => r.relay_id);
       const total = await this.totalPartitions();
       const share = fairShare(total, ids.length, ids.indexOf(this.relayId));
       if (this.owned.size > share) {
+        // No new claims from the extra ones; the source releases them with nothing in flight.
         const extra = [...this.owned.entries()].sort((a, b) => b[0] - a[0]).slice(0, this.owned.size - share);
-        await this.pool.query(this.sql.release, [
-          this.relayId,
-          extra.map((e) => e[0]),
-          extra.map((e) => e[1]),
-        ]);
-        for (const [p] of extra) this.owned.delete(p);
-        this.metrics.leases('released', extra.length);
-        this.logger.info({ relayId: this.relayId, released: extra.map((e) => e[0]) }, 'released partitions');
+        for (const [p, epoch] of extra) {
+          this.owned.delete(p);
+          this.retired.set(p, epoch);
+        }
+        this.logger.info({ relayId: this.relayId, retiring: extra.map((e) => e[0]) }, 'releasing partitions');
+        this.changed();
         return false;
       }
       if (this.owned.size < share) {
@@ -173,13 +203,37 @@ export class PartitionLeases {
         for (const r of got.rows) this.owned.set(r.partition, r.epoch);
         this.metrics.leases('acquired', got.rows.length);
         if (got.rows.length > 0) {
+          this.acquisitions += 1;
           this.logger.info(
             { relayId: this.relayId, acquired: got.rows.map((r) => r.partition) },
             'acquired partitions',
           );
+          this.changed();
         }
       }
       return this.owned.size < share;
+    });
+  }
+
+  /**
+   * Gives back the partitions retired by the rebalance; the caller has nothing in flight from
+   * them (claims left them out since they were retired). Never rejects: a failure is logged, and
+   * their leases expire on their own.
+   */
+  releaseRetiring(): Promise<void> {
+    const entries = [...this.retired.entries()].sort((a, b) => a[0] - b[0]);
+    this.retired.clear();
+    if (entries.length === 0) return Promise.resolve();
+    const partitions = entries.map((e) => e[0]);
+    return this.serial('balanceChain', async () => {
+      this.metrics.leases('released', partitions.length);
+      await this.pool.query(this.sql.release, [this.relayId, partitions, entries.map((e) => e[1])]);
+      this.logger.info({ relayId: this.relayId, released: partitions }, 'released partitions');
+    }).catch((error: unknown) => {
+      this.logger.warn(
+        { err: error, relayId: this.relayId, partitions },
+        'could not release partitions; their leases expire on their own',
+      );
     });
   }
 
@@ -189,7 +243,7 @@ export class PartitionLeases {
    * CDC relay) is never kept: they are released. Resolves to true while the relay is a standby.
    */
   private async rebalanceExclusive(): Promise<boolean> {
-    await this.heartbeat();
+    if (!this.registered) await this.heartbeat();
     const total = await this.totalPartitions();
     if (this.owned.size === total) return false;
     if (this.owned.size > 0) {
@@ -210,6 +264,7 @@ export class PartitionLeases {
     for (const r of got.rows) this.owned.set(r.partition, r.epoch);
     this.metrics.leases('acquired', got.rows.length);
     if (got.rows.length > 0) {
+      this.acquisitions += 1;
       this.standbyNote = undefined;
       this.logger.info(
         { relayId: this.relayId, partitions: got.rows.length },
@@ -263,27 +318,43 @@ export class PartitionLeases {
 
   /** Gives every partition back (graceful stop) and leaves the relay list. */
   releaseAll(): Promise<void> {
-    return this.serial(async () => {
-      const { partitions, epochs } = this.snapshot();
-      this.owned.clear();
-      this.metrics.leases('released', partitions.length);
-      if (partitions.length > 0) await this.pool.query(this.sql.release, [this.relayId, partitions, epochs]);
-      if (this.registered) await this.pool.query(this.sql.unregister, [this.relayId]);
-      this.registered = false;
-    });
+    // After the rebalance and the renewal under way, and the last sleeping flag write.
+    return this.serial('balanceChain', () =>
+      this.serial('renewChain', async () => {
+        await this.flagChain;
+        for (const [p, epoch] of this.retired) this.owned.set(p, epoch);
+        this.retired.clear();
+        const { partitions, epochs } = this.snapshot();
+        this.owned.clear();
+        this.metrics.leases('released', partitions.length);
+        if (partitions.length > 0)
+          await this.pool.query(this.sql.release, [this.relayId, partitions, epochs]);
+        if (this.registered) await this.pool.query(this.sql.unregister, [this.relayId]);
+        this.registered = false;
+      }),
+    );
   }
 
-  /** Marks the held partitions as sleeping (producers then NOTIFY) or awake. */
-  async setSleeping(sleeping: boolean): Promise<void> {
-    const { partitions, epochs } = this.snapshot();
-    if (partitions.length === 0) return;
-    await this.pool.query(this.sql.sleeping, [this.relayId, partitions, epochs, sleeping]);
+  /**
+   * Marks the held partitions as sleeping (producers then NOTIFY) or awake. Writes land in the
+   * order they were asked for (each waits for the one before), so a late "awake" never
+   * overwrites a later "sleeping".
+   */
+  setSleeping(sleeping: boolean): Promise<void> {
+    const next = this.flagChain.then(async () => {
+      const { partitions, epochs } = this.snapshot();
+      if (partitions.length === 0) return;
+      await this.pool.query(this.sql.sleeping, [this.relayId, partitions, epochs, sleeping]);
+    });
+    this.flagChain = next.catch(() => undefined);
+    return next;
   }
 
   /** Forget everything without touching the database (the leases expire on their own). */
   forget(): void {
-    this.metrics.leases('lost', this.owned.size);
+    this.metrics.leases('lost', this.owned.size + this.retired.size);
     this.owned.clear();
+    this.retired.clear();
   }
 
   private async otherHolders(): Promise<{ owner: string; partitions: number; polling?: boolean }[]> {

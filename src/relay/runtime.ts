@@ -3,6 +3,7 @@ import { registerBacklogGauges } from '../ops/backlog-gauges.js';
 import { BacklogTask } from './backlog-task.js';
 import type { RelayHealth } from './health.js';
 import { HISTORY_PARTITIONS_METRIC, HistoryMaintainer } from './history.js';
+import { LeaseKeeper } from './lease-keeper.js';
 import { type PartitionLeaseOptions, PartitionLeases } from './leases.js';
 import { type LoopParts, RelayLoop } from './loop.js';
 import type { ResolvedRelayOptions } from './options.js';
@@ -29,6 +30,8 @@ export interface RuntimeSource<B extends SourceBatch = SourceBatch> extends Rela
 /** What the runtime gives its source: the leases, counters, outage log, and the loop it runs in. */
 export interface RuntimeContext extends LoopParts {
   readonly leases: PartitionLeases;
+  /** Renews and rebalances the leases in the background; `asap()` after a loop error. */
+  readonly keeper: Pick<LeaseKeeper, 'asap'>;
   readonly partitions: () => Promise<number>;
   readonly loop: RelayLoop;
 }
@@ -43,7 +46,7 @@ export interface RuntimeParts<B extends SourceBatch> {
 
 /**
  * The relay runtime, whatever the source: the lifecycle once — idempotent start and stop, the
- * stop deadline that aborts the publish in flight, the partition leases and their renewal,
+ * stop deadline that aborts the publish in flight, the partition leases kept in the background,
  * the background tasks (history, pruner, backlog gauges, the source's own) on one release
  * stack stopped in reverse order, health and stats — around one {@link RelayLoop}.
  */
@@ -56,6 +59,7 @@ export class RelayRuntime<B extends SourceBatch = SourceBatch> implements Relay 
   readonly #kind: string;
   readonly #outage: OutageLog;
   readonly #loop: RelayLoop<B>;
+  readonly #keeper: LeaseKeeper;
   readonly #partitionCount: PartitionCount;
   readonly #tasks = new ReleaseStack();
   readonly #history: HistoryMaintainer | undefined;
@@ -96,7 +100,23 @@ export class RelayRuntime<B extends SourceBatch = SourceBatch> implements Relay 
       stopping: this.#abort.signal,
     };
     this.#loop = new RelayLoop<B>(parts);
-    this.source = p.source({ ...parts, leases: this.leases, partitions, loop: this.#loop as RelayLoop });
+    // Partitions acquired (work to claim) or retired (to release between batches): the loop looks now.
+    this.leases.changed = () => this.#loop.bell.wake();
+    this.#keeper = new LeaseKeeper({
+      leases: this.leases,
+      leaseMs: o.leaseMs,
+      rebalance: !this.leases.exclusive,
+      renewed: async (error) => this.source.renewed?.(error),
+      logger: o.logger,
+      relayId: o.relayId,
+    });
+    this.source = p.source({
+      ...parts,
+      leases: this.leases,
+      keeper: this.#keeper,
+      partitions,
+      loop: this.#loop as RelayLoop,
+    });
     this.#history =
       o.history &&
       new HistoryMaintainer(
@@ -164,7 +184,8 @@ export class RelayRuntime<B extends SourceBatch = SourceBatch> implements Relay 
     }
     this.#started = true;
     this.source.background?.(this.#tasks);
-    this.#tasks.interval(setInterval(() => void this.#renew(), Math.max(100, Math.floor(o.leaseMs / 3))));
+    this.#keeper.start();
+    this.#tasks.push(() => this.#keeper.stop());
     this.#loop.start(this.source);
     this.#pruner?.start();
     this.#tasks.push(() => this.#pruner?.stop());
@@ -188,17 +209,6 @@ export class RelayRuntime<B extends SourceBatch = SourceBatch> implements Relay 
   readonly #onAbort = (): void => {
     void this.stop();
   };
-
-  async #renew(): Promise<void> {
-    let failure: unknown;
-    try {
-      await this.leases.renew();
-    } catch (error) {
-      failure = error;
-      this.#o.logger.warn({ err: error, relayId: this.id }, 'lease renewal failed');
-    }
-    await this.source.renewed?.(failure);
-  }
 
   async #shutdown(timeout: number): Promise<void> {
     const o = this.#o;

@@ -488,6 +488,55 @@ describe('polling relay', () => {
     await a.stop();
     await waitFor(() => b.stats().partitions.length === 16, { what: 'takeover of released partitions' });
   });
+
+  it('a rebalance stuck in the database holds up neither the publishing of the partitions held nor their renewal', async () => {
+    const publisher = new RecordingPublisher();
+    const r = relay(publisher, { leaseMs: 1500 });
+    await r.start();
+    await waitFor(() => r.stats().partitions.length === 16);
+    // A relay row that only the rebalance's clean-up of silent relays touches (a CDC relay's: it
+    // counts in no fair share), silent after 200 ms and locked by this connection: every
+    // rebalance from then on waits for the lock.
+    const locker = await db.pool.connect();
+    try {
+      await locker.query(
+        `INSERT INTO "${db.schema}".relays (relay_id, host, pid, lease_ms, kind) VALUES ('silent', 'h', 1, 200, 'cdc')`,
+      );
+      await locker.query('BEGIN');
+      await locker.query(`SELECT 1 FROM "${db.schema}".relays WHERE relay_id = 'silent' FOR UPDATE`);
+      const { rows } = await locker.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      const lockerPid = rows[0]!.pid;
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))',
+              [lockerPid],
+            )
+          ).rows[0].n > 0,
+        { what: 'a rebalance waiting for the lock' },
+      );
+      // Longer than the lease: the renewals must go on while the rebalance waits.
+      const renewedUntil = async () =>
+        (
+          await db.pool.query(
+            `SELECT min(lease_until) AS t FROM "${db.schema}".partitions WHERE owner = $1`,
+            [r.id],
+          )
+        ).rows[0].t as Date;
+      const before = await renewedUntil();
+      await waitFor(async () => (await renewedUntil()) > before, {
+        what: 'a renewal while the rebalance waits',
+      });
+      await put([{ aggregateType: 'o', aggregateId: 'rebalance-stuck', type: 't', payload: 1 }]);
+      await waitFor(() => publisher.received.length === 1, { what: 'published while the rebalance waits' });
+      expect(r.stats().partitions).toHaveLength(16);
+    } finally {
+      await locker.query('ROLLBACK');
+      await locker.query(`DELETE FROM "${db.schema}".relays WHERE relay_id = 'silent'`);
+      locker.release();
+    }
+  });
 });
 
 describe('relay setup errors', () => {

@@ -1,6 +1,7 @@
-import { describe, expect, it } from 'vitest';
-import { GRACE_MS, IdleCadence, SETTLE_MS } from '../../src/relay/polling/idle.js';
-import { LeaseSchedule } from '../../src/relay/polling/lease-schedule.js';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { silentLogger } from '../../src/logger.js';
+import { LeaseKeeper, leaseRoundMs } from '../../src/relay/lease-keeper.js';
+import { FAST_POLL_MS, GRACE_MS, IdleCadence, SETTLE_MS } from '../../src/relay/polling/idle.js';
 
 function setup(listen: boolean, pollIntervalMs = 1000) {
   let now = 5_000;
@@ -12,40 +13,46 @@ function setup(listen: boolean, pollIntervalMs = 1000) {
     },
   };
   const flag = {
+    acquisitions: 0,
     setSleeping: async (sleeping: boolean) => {
       steps.push(`sleeping ${sleeping}`);
     },
   };
   const idle = new IdleCadence(doorbell, flag, listen, pollIntervalMs, () => now);
-  return { idle, steps };
+  return { idle, steps, flag };
 }
 
 describe('IdleCadence', () => {
   it('polls fast for SETTLE_MS, flags the partitions sleeping, looks again after GRACE_MS, then sleeps', async () => {
     const { idle, steps } = setup(true);
-    while (!steps.includes('sleeping true')) await idle.rest(60_000);
+    while (!steps.includes('sleeping true')) await idle.rest();
     const fast = steps.slice(0, -1);
-    expect(fast.slice(0, 3)).toEqual(['sleep 1', 'sleep 2', 'sleep 2']);
-    expect(fast.every((s) => s === 'sleep 1' || s === 'sleep 2')).toBe(true);
+    expect(fast.every((s) => s === `sleep ${FAST_POLL_MS}`)).toBe(true);
     expect(fast.map((s) => Number(s.slice(6))).reduce((a, b) => a + b)).toBeGreaterThanOrEqual(SETTLE_MS);
     steps.length = 0;
-    await idle.rest(60_000);
+    await idle.rest();
     expect(steps).toEqual([`sleep ${GRACE_MS}`]);
-    await idle.rest(60_000);
-    await idle.rest(60_000);
-    // each long sleep re-asserts the flag (partitions may have been acquired meanwhile)
-    expect(steps.slice(1)).toEqual(['sleeping true', 'sleep 1000', 'sleeping true', 'sleep 1000']);
+    await idle.rest();
+    await idle.rest();
+    // asleep: one look per poll interval, and no statement but that look's claim
+    expect(steps.slice(1)).toEqual(['sleep 1000', 'sleep 1000']);
   });
 
-  it('never sleeps past the next rebalance', async () => {
-    const { idle, steps } = setup(true);
-    await idle.rest(0);
-    expect(steps).toEqual(['sleep 0']);
+  it('writes the flag again only for partitions acquired since it was set, then looks again after GRACE_MS', async () => {
+    const { idle, steps, flag } = setup(true);
+    while (!steps.includes('sleeping true')) await idle.rest();
+    await idle.rest();
+    steps.length = 0;
+    flag.acquisitions += 1;
+    await idle.rest();
+    await idle.rest();
+    await idle.rest();
+    expect(steps).toEqual(['sleeping true', `sleep ${GRACE_MS}`, 'sleep 1000']);
   });
 
   it('without LISTEN goes from fast polling straight to the poll interval, flag untouched', async () => {
     const { idle, steps } = setup(false, 250);
-    for (let i = 0; i < 40; i++) await idle.rest(60_000);
+    for (let i = 0; i < 60; i++) await idle.rest();
     expect(steps).not.toContain('sleeping true');
     expect(steps.at(-1)).toBe('sleep 250');
     expect(steps).not.toContain(`sleep ${GRACE_MS}`);
@@ -53,42 +60,110 @@ describe('IdleCadence', () => {
 
   it('wakes up: clears the flag if it was set, and polls fast again', async () => {
     const { idle, steps } = setup(true);
-    await idle.awake();
+    idle.awake();
     expect(steps).toEqual([]); // not flagged: no statement
-    while (!steps.includes('sleeping true')) await idle.rest(60_000);
+    while (!steps.includes('sleeping true')) await idle.rest();
     steps.length = 0;
-    await idle.awake();
+    idle.awake();
     expect(steps).toEqual(['sleeping false']);
-    await idle.rest(60_000);
+    await idle.rest();
     expect(steps).toEqual(['sleeping false', 'sleep 1']);
   });
 });
 
-describe('LeaseSchedule', () => {
-  it('renews and rebalances every third of the lease, at least every 100 ms', () => {
-    expect(new LeaseSchedule(15_000).everyMs).toBe(5000);
-    expect(new LeaseSchedule(300).everyMs).toBe(100);
-    expect(new LeaseSchedule(1000).everyMs).toBe(333);
+describe('LeaseKeeper', () => {
+  afterEach(() => {
+    vi.useRealTimers();
   });
 
-  it('is due at once, then every interval; within 500 ms while short of the share; at once after asap()', () => {
-    let now = 1_000;
-    const schedule = new LeaseSchedule(15_000, () => now);
-    expect(schedule.due).toBe(true);
-    expect(schedule.untilDue()).toBe(0);
-    schedule.rebalanced(false);
-    expect(schedule.due).toBe(false);
-    expect(schedule.untilDue()).toBe(5000);
-    now += 4999;
-    expect(schedule.due).toBe(false);
-    now += 1;
-    expect(schedule.due).toBe(true);
-    schedule.rebalanced(true);
-    expect(schedule.untilDue()).toBe(500);
-    schedule.asap();
-    expect(schedule.due).toBe(true);
-    const fast = new LeaseSchedule(600, () => now);
-    fast.rebalanced(true);
-    expect(fast.untilDue()).toBe(200); // the interval, when shorter than 500 ms
+  function keeper(leaseMs: number, rebalance = true) {
+    const calls: string[] = [];
+    let short = false;
+    let blocked: Promise<void> | undefined;
+    const leases = {
+      renew: async () => {
+        calls.push('renew');
+      },
+      rebalance: async () => {
+        calls.push('rebalance');
+        await blocked;
+        return short;
+      },
+    };
+    const k = new LeaseKeeper({
+      leases,
+      leaseMs,
+      rebalance,
+      renewed: async () => undefined,
+      logger: silentLogger,
+      relayId: 'r',
+    });
+    return {
+      k,
+      calls,
+      short: (v: boolean) => {
+        short = v;
+      },
+      block: (p: Promise<void> | undefined) => {
+        blocked = p;
+      },
+    };
+  }
+
+  it('rounds every third of the lease, at least every 100 ms', () => {
+    expect(leaseRoundMs(15_000)).toBe(5000);
+    expect(leaseRoundMs(300)).toBe(100);
+    expect(leaseRoundMs(1000)).toBe(333);
+  });
+
+  it('renews then rebalances at once, then every interval; within 500 ms while short of the share', async () => {
+    vi.useFakeTimers();
+    const { k, calls, short } = keeper(15_000);
+    k.start();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls).toEqual(['renew', 'rebalance']);
+    await vi.advanceTimersByTimeAsync(4999);
+    expect(calls).toHaveLength(2);
+    short(true);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(calls).toHaveLength(4);
+    await vi.advanceTimersByTimeAsync(500);
+    expect(calls).toHaveLength(6);
+    short(false);
+    await vi.advanceTimersByTimeAsync(500);
+    expect(calls).toHaveLength(8);
+    await vi.advanceTimersByTimeAsync(4999);
+    expect(calls).toHaveLength(8);
+    k.stop();
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(calls).toHaveLength(8);
+  });
+
+  it('a rebalance still under way never holds the next renewal up (and is not started twice)', async () => {
+    vi.useFakeTimers();
+    const { k, calls, block } = keeper(3000);
+    let unblock!: () => void;
+    block(
+      new Promise<void>((resolve) => {
+        unblock = resolve;
+      }),
+    );
+    k.start();
+    await vi.advanceTimersByTimeAsync(3000);
+    expect(calls).toEqual(['renew', 'rebalance', 'renew', 'renew', 'renew']);
+    unblock();
+    block(undefined);
+    await vi.advanceTimersByTimeAsync(1000);
+    expect(calls.slice(5)).toEqual(['renew', 'rebalance']);
+    k.stop();
+  });
+
+  it('renews only when the source rebalances itself (the CDC relay)', async () => {
+    vi.useFakeTimers();
+    const { k, calls } = keeper(3000, false);
+    k.start();
+    await vi.advanceTimersByTimeAsync(1000);
+    expect(calls).toEqual(['renew', 'renew']);
+    k.stop();
   });
 });

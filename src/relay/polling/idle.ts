@@ -1,5 +1,7 @@
 /** How long an idle relay keeps polling fast before it sleeps and asks for NOTIFY. */
 export const SETTLE_MS = 50;
+/** The fast polling's sleep between two claims that found nothing. */
+export const FAST_POLL_MS = 1;
 /** After asking for NOTIFY, one more look this much later, for commits that read the flag before. */
 export const GRACE_MS = 10;
 
@@ -11,20 +13,26 @@ export interface Sleeper {
 /** The `sleeping` flag of the partitions held ({@link PartitionLeases.setSleeping}). */
 export interface SleepingFlag {
   setSleeping(sleeping: boolean): Promise<void>;
+  /** Raised whenever partitions are acquired (their flag starts cleared). */
+  readonly acquisitions: number;
 }
 
 /**
  * The polling cadence of an idle relay. Right after the last event the relay polls fast
- * (1, 2, 2, 2 … ms for SETTLE_MS), so steady low-rate traffic is picked up within
- * milliseconds without any NOTIFY. Then, when it LISTENs, it marks its partitions `sleeping`
+ * (every 1 ms for SETTLE_MS), so steady low-rate traffic is picked up within a millisecond or
+ * two without any NOTIFY. Then, when it LISTENs, it marks its partitions `sleeping`
  * (producers NOTIFY only then), claims once more, waits GRACE_MS for transactions that read
- * the flag before it was set, claims again, and sleeps until a wake-up or the poll interval.
+ * the flag before it was set, claims again, and sleeps until a wake-up or the poll interval,
+ * claiming once per interval (for what no NOTIFY announces: a retry or a scheduled event come
+ * due, a NOTIFY lost with its connection). The flag is written again only for partitions
+ * acquired since it was set.
  */
 export class IdleCadence {
   #since = 0;
-  #step = 1;
   #flagged = false;
   #graced = false;
+  /** The flag's acquisitions count when the flag was last written. */
+  #flaggedAt = 0;
 
   constructor(
     private readonly doorbell: Sleeper,
@@ -34,40 +42,45 @@ export class IdleCadence {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** A claim found nothing: the next step of the cadence, no sleep longer than `untilRebalanceMs`. */
-  async rest(untilRebalanceMs: number): Promise<void> {
+  /** A claim found nothing: the next step of the cadence. */
+  async rest(): Promise<void> {
     const now = this.now();
-    if (this.#since === 0) {
-      this.#since = now;
-      this.#step = 1;
-    }
+    if (this.#since === 0) this.#since = now;
     if (now - this.#since < SETTLE_MS) {
-      await this.doorbell.sleep(Math.min(this.#step, untilRebalanceMs));
-      this.#step = Math.min(this.#step * 2, 2);
+      await this.doorbell.sleep(FAST_POLL_MS);
       return;
     }
     if (this.listen && !this.#flagged) {
+      this.#flaggedAt = this.flag.acquisitions;
       await this.flag.setSleeping(true);
       this.#flagged = true;
       return;
     }
     if (this.#flagged && !this.#graced) {
       this.#graced = true;
-      await this.doorbell.sleep(Math.min(GRACE_MS, untilRebalanceMs));
+      await this.doorbell.sleep(GRACE_MS);
       return;
     }
-    // Re-assert: a no-op unless partitions were acquired meanwhile.
-    if (this.#flagged) await this.flag.setSleeping(true);
-    await this.doorbell.sleep(Math.min(this.pollIntervalMs, untilRebalanceMs));
+    // Partitions acquired since the flag was written: theirs is cleared; set it (and look again).
+    if (this.#flagged && this.flag.acquisitions !== this.#flaggedAt) {
+      this.#flaggedAt = this.flag.acquisitions;
+      await this.flag.setSleeping(true);
+      this.#graced = false;
+      return;
+    }
+    await this.doorbell.sleep(this.pollIntervalMs);
   }
 
-  /** A claim found events: back to fast polling, and the partitions' flag cleared if it was set. */
-  async awake(): Promise<void> {
+  /**
+   * A claim found events: back to fast polling, and the partitions' flag cleared if it was set.
+   * The batch does not wait for that write (a flag left set only costs producers a NOTIFY; a
+   * failed write is tried again at the next wake-up).
+   */
+  awake(): void {
     const flagged = this.#flagged;
     this.#since = 0;
-    this.#step = 1;
     this.#flagged = false;
     this.#graced = false;
-    if (flagged) await this.flag.setSleeping(false);
+    if (flagged) this.flag.setSleeping(false).catch(() => undefined);
   }
 }

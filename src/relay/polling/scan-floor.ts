@@ -13,9 +13,12 @@
  *   skip: an event whose transaction committed long after its id was drawn, a retry whose backoff
  *   ran out, a scheduled event come due, a dead event replayed, an aggregate held back. The period
  *   is the poll interval, and stretches to 50 full scans' time (at most 10 poll intervals) when
- *   full scans are slow, so they never take more than 2 % of the claim connection's time.
+ *   full scans are slow, so they never take more than 2 % of the claim connection's time. Slow
+ *   means the quickest of the last three: one scan slowed by a busy machine (the process or the
+ *   backend off the CPU for a few ms) does not stretch the period; it stretched it up to tenfold,
+ *   and a late commit below the floor waited that long (W2's maximum: 6–11 s).
  * - The floor trails: it is the lowest first id of the claims of the last `trailMs`, and of the
- *   last claim before them. A transaction that drew a low id and commits later than the claims
+ *   last claim before them (the first claim with rows after a start or a reset counts as 0). A transaction that drew a low id and commits later than the claims
  *   that saw higher ones is found by the next claim as long as it commits within `trailMs`; rows
  *   a claim returned but did not publish (held, in flight) stay above the floor as long.
  * - A change of the partitions held starts over at the beginning.
@@ -45,6 +48,8 @@ const FULL: ScanStart = Object.freeze({ from: '0', full: true });
 /** Full scans take at most 1/SHARE of the time between them. */
 const SHARE = 50;
 const MAX_STRETCH = 10;
+/** The period stretches by the quickest of this many last full scans. */
+const SLOW_SCANS = 3;
 
 export class ScanFloor {
   readonly #fullEveryMs: number;
@@ -56,6 +61,8 @@ export class ScanFloor {
   #partitions = '';
   #lastFullAt = Number.NEGATIVE_INFINITY;
   #periodMs: number;
+  /** The last full scans' times, ms (at most SLOW_SCANS). */
+  readonly #fullMs: number[] = [];
 
   constructor(options: ScanFloorOptions) {
     this.#fullEveryMs = options.fullEveryMs;
@@ -86,10 +93,21 @@ export class ScanFloor {
     const now = this.#now();
     if (start.full) {
       this.#lastFullAt = now;
-      this.#periodMs = Math.min(MAX_STRETCH * this.#fullEveryMs, Math.max(this.#fullEveryMs, SHARE * ms));
+      this.#fullMs.push(ms);
+      if (this.#fullMs.length > SLOW_SCANS) this.#fullMs.shift();
+      const quickest = this.#fullMs.length < SLOW_SCANS ? 0 : Math.min(...this.#fullMs);
+      this.#periodMs = Math.min(
+        MAX_STRETCH * this.#fullEveryMs,
+        Math.max(this.#fullEveryMs, SHARE * quickest),
+      );
     }
     // A claim that found nothing says nothing about where the next rows are: the floor stays.
-    if (firstId !== undefined) this.#seen.push({ at: now, firstId: BigInt(firstId) });
+    if (firstId === undefined) return;
+    // The first rows since the start (or a reset): events drawn before them may commit after this
+    // claim, and no earlier claim marks where they are. The floor stays at the beginning for the
+    // trail (their commits come within it), not at this claim's first id, so that they are found at
+    // once, not at the next full scan.
+    this.#seen.push({ at: now, firstId: this.#seen.length === 0 ? 0n : BigInt(firstId) });
   }
 
   /** Starts over: the next claim is a full scan (partitions changed, the pipeline was reset). */

@@ -7,7 +7,6 @@ import type { RuntimeContext, RuntimeSource } from '../runtime.js';
 import type { Verdict } from '../verdicts.js';
 import { WakeListener } from '../wakeup.js';
 import { IdleCadence } from './idle.js';
-import { LeaseSchedule } from './lease-schedule.js';
 import { ScanFloor } from './scan-floor.js';
 
 /** Why the last `next()` found nothing: what {@link PollingSource.idle} waits for. */
@@ -15,13 +14,14 @@ type Idle = 'no-partitions' | 'recording' | 'held' | 'nothing';
 
 /**
  * The polling source: claims from the events table of the partitions this relay leases
- * (a fair share, rebalanced between batches), three stages in a pipeline (claim k+1 while k
- * publishes and k-1's outcome is recorded), the idle cadence when a claim finds nothing.
+ * (a fair share, kept by the runtime in the background: a claim takes the leases as they are
+ * now; partitions retired by a rebalance are released here, between batches, with nothing in
+ * flight), three stages in a pipeline (claim k+1 while k publishes and k-1's outcome is
+ * recorded), the idle cadence when a claim finds nothing.
  */
 export class PollingSource implements RuntimeSource<Claimed> {
   readonly #c: RuntimeContext;
   readonly #reader: TableReader;
-  readonly #schedule: LeaseSchedule;
   readonly #floor: ScanFloor;
   readonly #idle: IdleCadence;
   #why: Idle = 'nothing';
@@ -29,7 +29,6 @@ export class PollingSource implements RuntimeSource<Claimed> {
   constructor(c: RuntimeContext) {
     const o = c.o;
     this.#c = c;
-    this.#schedule = new LeaseSchedule(o.leaseMs);
     this.#floor = new ScanFloor({ fullEveryMs: o.pollIntervalMs });
     this.#idle = new IdleCadence(c.loop.bell, c.leases, o.listen, o.pollIntervalMs);
     this.#reader = new TableReader({
@@ -59,10 +58,11 @@ export class PollingSource implements RuntimeSource<Claimed> {
     const { leases, loop, o } = this.#c;
     const pipeline = this.#reader.pipeline;
     if (!pipeline.prefetched) {
-      // Takes this relay's fair share of partitions, with nothing in flight.
-      if (this.#schedule.due) {
+      // Partitions beyond the fair share are given back once nothing claimed from them is in
+      // flight (claims leave them out already); the release runs in the background.
+      if (leases.retiring) {
         await pipeline.drain();
-        this.#schedule.rebalanced(await leases.rebalance());
+        void leases.releaseRetiring();
       }
       if (leases.size === 0) {
         await pipeline.drain();
@@ -77,24 +77,23 @@ export class PollingSource implements RuntimeSource<Claimed> {
       this.#why = pipeline.recording ? 'recording' : claimed.scanned > 0 ? 'held' : 'nothing';
       return undefined;
     }
-    await this.#idle.awake();
-    return this.#reader.claimed(
-      claimed,
-      !loop.halted && !this.#schedule.due && claimed.scanned === o.batchSize,
-    );
+    this.#idle.awake();
+    // No prefetch while partitions wait to be released: the next claim comes after the drain.
+    return this.#reader.claimed(claimed, !loop.halted && !leases.retiring && claimed.scanned === o.batchSize);
   }
 
   async idle(): Promise<void> {
     const pipeline = this.#reader.pipeline;
     switch (this.#why) {
       case 'no-partitions':
-        return this.#c.loop.bell.sleep(Math.min(this.#c.o.pollIntervalMs, this.#schedule.everyMs));
+        // The keeper rings the doorbell when it acquires some.
+        return this.#c.loop.bell.sleep(this.#c.o.pollIntervalMs);
       case 'recording':
         return pipeline.drain();
       case 'held':
         return;
       case 'nothing':
-        return this.#idle.rest(this.#schedule.untilDue());
+        return this.#idle.rest();
     }
   }
 
@@ -106,7 +105,7 @@ export class PollingSource implements RuntimeSource<Claimed> {
     return this.#reader.pipeline.drain();
   }
 
-  /** After a loop error: new connections, a rebalance first, and the runtime's backoff. */
+  /** After a loop error: new connections, a lease round at once, and the runtime's backoff. */
   async reset(error: unknown, failures: number, backoff: () => number): Promise<number> {
     await this.#reader.reset();
     this.#floor.reset();
@@ -117,7 +116,7 @@ export class PollingSource implements RuntimeSource<Claimed> {
       { err: error, relayId: this.#c.o.relayId, retryInMs: backoffMs },
       'relay loop error; backing off',
     );
-    this.#schedule.asap();
+    this.#c.keeper.asap();
     return backoffMs;
   }
 
