@@ -34,6 +34,19 @@ describe('HoldBack', () => {
     holdBack.hold([row('a')]);
     expect(holdBack.excluded([])).toEqual([]); // one event still in flight
     holdBack.landed(key('a'));
+    holdBack.claimStarting();
+    holdBack.hold([row('a')]);
+    expect(holdBack.excluded([])).toEqual([key('a')]);
+  });
+
+  it('does not hold an aggregate whose event landed while the claim ran: its snapshot may predate that outcome', () => {
+    const { holdBack } = setup();
+    holdBack.claimed(key('a'));
+    holdBack.claimStarting();
+    holdBack.landed(key('a'));
+    holdBack.hold([row('a')]);
+    expect(holdBack.excluded([])).toEqual([]);
+    holdBack.claimStarting();
     holdBack.hold([row('a')]);
     expect(holdBack.excluded([])).toEqual([key('a')]);
   });

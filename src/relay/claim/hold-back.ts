@@ -15,8 +15,8 @@ const MAX_COUNTED = 10_000;
  *
  * Aggregates whose next event is not claimable (scheduled for later with deliverAfter, or
  * missing — a sequence gap) are held back for `holdMs` (the poll interval), so their later
- * events do not fill the claims. Aggregates with an event in flight are not held: the gate
- * releases them as soon as that event's outcome is recorded. The times an aggregate was held
+ * events do not fill the claims. Aggregates with an event in flight, or whose outcome landed while
+ * the claim ran, are not held: the next claim sees them as they are. The times an aggregate was held
  * count the claims that held it back, however many of its events each claim returned; at 10
  * and every 100th a warning names it. Claiming an event of the aggregate resets the count.
  */
@@ -117,7 +117,9 @@ export class HoldBack {
     const seen = new Set<string>();
     for (const r of rows) {
       const key = aggregateKeyOf(r.aggregate_type, r.aggregate_id);
-      if (this.#inFlight.has(key) || seen.has(key)) continue;
+      // In flight, or its outcome landed while the claim ran (the claim's snapshot may predate
+      // it): the next claim sees the aggregate as it is now, so it is not held back for holdMs.
+      if (this.busy(key) || seen.has(key)) continue;
       seen.add(key);
       const times = (this.#times.get(key) ?? 0) + 1;
       this.#times.set(key, times);
