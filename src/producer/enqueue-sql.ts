@@ -78,7 +78,8 @@ WITH part AS (
   FROM (SELECT (SELECT last_value FROM {{schema}}.sequence_floor) AS floor WHERE NOT EXISTS (SELECT 1 FROM bumped) OFFSET 0) f
   ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
   SET last_sequence = s.last_sequence + 1, written_at = now(),
-      prior_id = ${CHAIN_END}, last_id = excluded.last_id, last_id_sequence = s.last_sequence + 1
+      -- Drawn again, now that the row is locked: the id drawn for the insert came before the wait.
+      prior_id = ${CHAIN_END}, last_id = ${NEXT_ID}, last_id_sequence = s.last_sequence + 1
   RETURNING s.last_sequence, s.sequence_base, s.last_id, s.prior_id
 ), seq AS (
   SELECT last_sequence, sequence_base, last_id, prior_id FROM bumped
@@ -207,43 +208,51 @@ export const MANY_SEQUENCE_CTES = `${BATCH_LOCK_CTES}, bumped AS (
 )`;
 
 /**
- * Table mode's sequence CTEs of a batch, after its `input` CTE: `parted`, `counts` and `locked` as
- * in {@link MANY_SEQUENCE_CTES}; `numbered`, the input with each event's row id, drawn in input
- * order once every existing sequence row of the batch is locked (the InitPlan on `locked`);
- * `bumped`, `created` and `seq` per aggregate with its new `last_id` and `prior_id` (the previous
- * event of its first event in the batch: 0 for a new aggregate, NULL when not known).
+ * `n` ids drawn from the events' id sequence, ascending, as an array: a batch's ids of one
+ * aggregate, drawn in the SET of the statement that holds its sequence row's lock (an UPDATE's
+ * SET is computed again after a wait for the row, an ON CONFLICT's after its lock), so that id
+ * order stays sequence order within an aggregate.
  */
-const MANY_CHAIN_CTES = `${BATCH_LOCK_CTES}, numbered AS (
-  SELECT i.*, ${NEXT_ID} AS id
-  FROM (SELECT * FROM parted WHERE (SELECT count(*) FROM locked) >= 0 ORDER BY ord OFFSET 0) i
-), lasts AS (
-  SELECT aggregate_type, aggregate_id, max(id) AS last_id FROM numbered GROUP BY aggregate_type, aggregate_id
-), bumped AS (
+const batchIds = (n: string) => `ARRAY(SELECT ${NEXT_ID} FROM generate_series(1, ${n}))`;
+
+/**
+ * Table mode's sequence CTEs of a batch, after its `input` CTE: `parted`, `counts` and `locked` as
+ * in {@link MANY_SEQUENCE_CTES}; `bumped`, `created` and `seq` per aggregate with its events' row
+ * ids (`batch_ids`, drawn under the row's lock; the last one is the chain's new end, `last_id`)
+ * and `prior_id` (the previous event of its first event in the batch: 0 for a new aggregate,
+ * NULL when not known).
+ */
+const MANY_CHAIN_CTES = `${BATCH_LOCK_CTES}, bumped AS (
   UPDATE {{schema}}.aggregate_sequences s
   SET last_sequence = s.last_sequence + c.n, written_at = now(),
-      prior_id = ${CHAIN_END}, last_id = m.last_id, last_id_sequence = s.last_sequence + c.n
-  FROM locked l JOIN counts c USING (aggregate_type, aggregate_id) JOIN lasts m USING (aggregate_type, aggregate_id)
+      prior_id = ${CHAIN_END}, (batch_ids, last_id) = (SELECT x.a, x.a[c.n] FROM (SELECT ${batchIds('c.n')} AS a) x),
+      last_id_sequence = s.last_sequence + c.n
+  FROM locked l JOIN counts c USING (aggregate_type, aggregate_id)
   WHERE s.aggregate_type = l.aggregate_type AND s.aggregate_id = l.aggregate_id
-  RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base, s.prior_id
+  RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base, s.prior_id, s.batch_ids
 ), created AS (
   INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base,
-                                                   last_id, last_id_sequence, prior_id)
-  SELECT f.aggregate_type, f.aggregate_id, f.floor + f.n, f.floor, f.last_id, f.floor + f.n, 0
+                                                   batch_ids, last_id, last_id_sequence, prior_id)
+  SELECT f.aggregate_type, f.aggregate_id, f.floor + f.n, f.floor, f.a, f.a[f.n], f.floor + f.n, 0
   FROM (
-    SELECT c.aggregate_type, c.aggregate_id, c.n, m.last_id, (SELECT last_value FROM {{schema}}.sequence_floor) AS floor
-    FROM counts c JOIN lasts m USING (aggregate_type, aggregate_id)
+    SELECT c.aggregate_type, c.aggregate_id, c.n, ${batchIds('c.n')} AS a,
+           (SELECT last_value FROM {{schema}}.sequence_floor) AS floor
+    FROM counts c
     WHERE NOT EXISTS (SELECT 1 FROM bumped b WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id)
     OFFSET 0
   ) f
   ORDER BY f.aggregate_type, f.aggregate_id
   ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
   SET last_sequence = s.last_sequence + excluded.last_sequence - excluded.sequence_base, written_at = now(),
-      prior_id = ${CHAIN_END}, last_id = excluded.last_id,
+      -- Drawn again, now that the row is locked: the ids drawn for the insert came before the wait.
+      prior_id = ${CHAIN_END},
+      (batch_ids, last_id) = (SELECT x.a, x.a[cardinality(x.a)]
+                              FROM (SELECT ${batchIds('excluded.last_sequence - excluded.sequence_base')} AS a) x),
       last_id_sequence = s.last_sequence + excluded.last_sequence - excluded.sequence_base
-  RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base, s.prior_id
+  RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base, s.prior_id, s.batch_ids
 ), seq AS (
-  SELECT aggregate_type, aggregate_id, last_sequence, sequence_base, prior_id FROM bumped
-  UNION ALL SELECT aggregate_type, aggregate_id, last_sequence, sequence_base, prior_id FROM created
+  SELECT aggregate_type, aggregate_id, last_sequence, sequence_base, prior_id, batch_ids FROM bumped
+  UNION ALL SELECT aggregate_type, aggregate_id, last_sequence, sequence_base, prior_id, batch_ids FROM created
 )`;
 
 /**
@@ -261,15 +270,15 @@ WITH input AS (
 INSERT INTO {{schema}}.events (id, previous_id, event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
 OVERRIDING SYSTEM VALUE
-SELECT i.id,
-       CASE WHEN row_number() OVER w = 1 THEN seq.prior_id ELSE lag(i.id) OVER w END,
+SELECT seq.batch_ids[row_number() OVER w],
+       CASE WHEN row_number() OVER w = 1 THEN seq.prior_id ELSE seq.batch_ids[row_number() OVER w - 1] END,
        i.event_id, i.p,
        i.aggregate_type, i.aggregate_id,
        seq.last_sequence - c.n + row_number() OVER w,
        seq.sequence_base,
        i.event_type, i.schema_version, i.topic, i.payload, i.payload_bytes, i.headers, i.deliver_after,
        greatest(now(), coalesce(i.deliver_after, now()))
-FROM numbered i
+FROM parted i
 JOIN counts c USING (aggregate_type, aggregate_id)
 JOIN seq USING (aggregate_type, aggregate_id){{join}}
 WINDOW w AS (PARTITION BY i.aggregate_type, i.aggregate_id ORDER BY i.ord)

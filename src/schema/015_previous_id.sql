@@ -27,3 +27,6 @@ ALTER TABLE {{schema}}.events ADD COLUMN IF NOT EXISTS previous_id bigint;
 ALTER TABLE {{schema}}.aggregate_sequences ADD COLUMN IF NOT EXISTS last_id bigint;
 ALTER TABLE {{schema}}.aggregate_sequences ADD COLUMN IF NOT EXISTS last_id_sequence bigint;
 ALTER TABLE {{schema}}.aggregate_sequences ADD COLUMN IF NOT EXISTS prior_id bigint;
+-- A batch's row ids of the aggregate, drawn under the row's lock (the last one is last_id): the
+-- statement reads them back from its own UPDATE. Kept until the next batch overwrites it.
+ALTER TABLE {{schema}}.aggregate_sequences ADD COLUMN IF NOT EXISTS batch_ids bigint[];

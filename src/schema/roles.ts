@@ -91,7 +91,7 @@ const GRANTS: Readonly<Record<RuntimeRole, TableGrants>> = {
       'INSERT (id, previous_id, event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base, event_type, ' +
       'schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at), SELECT (event_id, sequence)',
     aggregate_sequences:
-      'SELECT, INSERT, UPDATE (last_sequence, written_at, last_id, last_id_sequence, prior_id)',
+      'SELECT, INSERT, UPDATE (last_sequence, written_at, last_id, last_id_sequence, prior_id, batch_ids)',
     partitions: 'SELECT (partition, sleeping)',
     sequence_floor: 'SELECT',
     // src/producer/backpressure-sql.ts (maxPending).

@@ -124,7 +124,7 @@ describe('postgres.js specifics', () => {
     const preparedCount = (tx: postgres.TransactionSql) =>
       tx
         .unsafe(`SELECT count(*)::int AS n FROM pg_prepared_statements
-          WHERE statement LIKE '%.events (event_id%' AND statement NOT LIKE '%pg_prepared_statements%'`)
+          WHERE statement LIKE '%.events (id, previous_id, event_id%' AND statement NOT LIKE '%pg_prepared_statements%'`)
         .then((r) => Number(r[0]!['n']));
     const unprepared = postgres(DATABASE_URL, { max: 1, prepare: false, onnotice: () => undefined });
     const fresh = postgres(DATABASE_URL, { max: 1, onnotice: () => undefined });

@@ -224,6 +224,37 @@ describe('the chained ordering gate', () => {
     expect(Date.now() - started).toBeLessThan(5_000);
   });
 
+  it('writers creating one aggregate at once draw its ids in sequence order, single events and batches alike', async () => {
+    const db = await createTestDb('chained_gate_create', { max: 12 });
+    dbs.push(db);
+    const S = `"${db.schema}"`;
+    for (let round = 0; round < 25; round++) {
+      const id = `new-${round}`;
+      // Six transactions, each started before any writes: every one finds no sequence row.
+      await Promise.all(
+        Array.from({ length: 6 }, (_, w) =>
+          inTransaction(db.pool, async (tx) => {
+            await tx.query('SELECT 1');
+            if (w % 2 === 0) await enqueue(tx, event(id, w), { schema: db.schema });
+            else
+              await enqueue(tx, [event(id, w), event(`${id}-other`, w), event(id, w)], { schema: db.schema });
+          }),
+        ),
+      );
+      const { rows } = await db.pool.query<{ sequence: number; previous_id: string; id: string }>(
+        `SELECT e.id::text AS id, e.sequence::int AS sequence, e.previous_id::text AS previous_id
+         FROM ${S}.events e WHERE e.aggregate_id = $1 ORDER BY e.id`,
+        [id],
+      );
+      expect(
+        rows.map((r) => r.sequence),
+        `round ${round}`,
+      ).toEqual(rows.map((_, i) => i + 1));
+      // Each names the one before it.
+      expect(rows.map((r) => r.previous_id)).toEqual(['0', ...rows.slice(0, -1).map((r) => r.id)]);
+    }
+  });
+
   it('upgrades a live outbox: events of the producer before version 15, pending across the migration and interleaved with new ones, are delivered in order', async () => {
     const schema = `t_chained_upgrade_${randomBytes(4).toString('hex')}`;
     const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 10 });

@@ -15,9 +15,9 @@ describe('table-mode statement text', () => {
   it('is unchanged without NOTIFY', () => {
     const s = enqueueStatements('"outbox"', null);
     expect(Object.fromEntries(Object.entries(s).map(([k, v]) => [k, digest(v)]))).toEqual({
-      one: '29ad77b3cd18427702ba2160a7d801ed62ffc505eded2a1be50dee4b7fd88cb9',
+      one: '4215ece91228bdaf16da7b48977c2d9a8992bffd220a180efc078fd5877a166a',
       oneKnown: '231b66782539ec585f1f9899e65dc08c1dec8dd69f7b78af59b3d3db14d85a3e',
-      many: 'ef4217c9308a65cb678ef5fd2eb30a0df58ee02e4d99fb7df0b71a16e3681dab',
+      many: 'd7c8e73c90886eab2586225984e3b166eee846f49ef3072b59468825b17ca921',
       oneVersioned: '1d15415d33a6f7478d36b563f21f68d1e53475227fd405949665e9c7b07a56c8',
       manyVersioned: 'e86fde87261e7308e544a5a16ee365fb59ca37b79bac289360cc7d64ae4dbf35',
     });
@@ -26,9 +26,9 @@ describe('table-mode statement text', () => {
   it('is unchanged with NOTIFY', () => {
     const s = enqueueStatements('"outbox"', 'txo_outbox');
     expect(Object.fromEntries(Object.entries(s).map(([k, v]) => [k, digest(v)]))).toEqual({
-      one: '7d4166d771170641663f6ca8de2e9b207b7a12ae4fe31e916ec3717135b82585',
+      one: '3d03615a88df5b4980adb44c50d302ff12b477ec68c0fc7101b23b800ac7130e',
       oneKnown: 'b17bafb8311b843c5ab288003d1aa284673cfbdedc5aa0f699c9c01b9510ac95',
-      many: '0080b699086b2a6081c62e7e140e64c329cd0a9f376f82ab6e937ea82c97fbf7',
+      many: '9b92611daf69c38feacd48cb63020fad7f2aca6574f505768e9d35ce1e5ae91c',
       oneVersioned: 'a13da57aa71d5058e75ac995603151e4bd9b653f098078a6a53553062be7f22a',
       manyVersioned: 'c301b45f16fa947f7ffc7212e145b9a85ed1e193ec9635c730073234c794ccc5',
     });
