@@ -57,6 +57,15 @@ const NEXT_ID = `nextval('{{schema}}.events_id_seq'::regclass)`;
  */
 const CHAIN_END = 'CASE WHEN s.last_id_sequence = s.last_sequence THEN s.last_id END';
 
+/** The UPDATE that hands out an existing aggregate's next sequence and its event's row id. */
+const CHAIN_BUMP = `
+  UPDATE {{schema}}.aggregate_sequences s
+  SET last_sequence = s.last_sequence + 1, written_at = now(),
+      prior_id = ${CHAIN_END}, last_id = ${NEXT_ID}, last_id_sequence = s.last_sequence + 1
+  WHERE s.aggregate_type = $2::text AND s.aggregate_id = $3::text
+  RETURNING s.last_sequence, s.sequence_base, s.last_id, s.prior_id
+`;
+
 /**
  * Table mode's sequence CTEs of one event, for any aggregate: `part` and `seq` as in
  * {@link ONE_SEQUENCE_CTES}, `seq` also with the event's row id (`last_id`) and its previous
@@ -65,13 +74,7 @@ const CHAIN_END = 'CASE WHEN s.last_id_sequence = s.last_sequence THEN s.last_id
 const ONE_CHAIN_CTES = `
 WITH part AS (
   SELECT {{schema}}.partition_of($2::text, $3::text) AS p
-), bumped AS (
-  UPDATE {{schema}}.aggregate_sequences s
-  SET last_sequence = s.last_sequence + 1, written_at = now(),
-      prior_id = ${CHAIN_END}, last_id = ${NEXT_ID}, last_id_sequence = s.last_sequence + 1
-  WHERE s.aggregate_type = $2::text AND s.aggregate_id = $3::text
-  RETURNING s.last_sequence, s.sequence_base, s.last_id, s.prior_id
-), created AS (
+), bumped AS (${CHAIN_BUMP}), created AS (
   INSERT INTO {{schema}}.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence, sequence_base,
                                                    last_id, last_id_sequence, prior_id)
   SELECT $2::text, $3::text, f.floor + 1, f.floor, ${NEXT_ID}, f.floor + 1, 0
@@ -111,13 +114,7 @@ WITH seq AS (
 
 /** {@link ONE_CHAIN_CTES} of an aggregate this process has seen a sequence row of: the UPDATE alone. */
 const KNOWN_CHAIN_CTES = `
-WITH seq AS (
-  UPDATE {{schema}}.aggregate_sequences s
-  SET last_sequence = s.last_sequence + 1, written_at = now(),
-      prior_id = ${CHAIN_END}, last_id = ${NEXT_ID}, last_id_sequence = s.last_sequence + 1
-  WHERE s.aggregate_type = $2::text AND s.aggregate_id = $3::text
-  RETURNING s.last_sequence, s.sequence_base, s.last_id, s.prior_id
-), part AS (
+WITH seq AS (${CHAIN_BUMP}), part AS (
   SELECT {{schema}}.partition_of($2::text, $3::text) AS p
 )`;
 
