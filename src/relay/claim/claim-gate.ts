@@ -30,7 +30,6 @@ export function gateClaim(rows: readonly ClaimRow[]): Gate[] {
   const gates = new Array<Gate>(rows.length);
   // The rows of each aggregate, as a chain of indexes: the first one's index per aggregate
   // (by type, then id: no key string per row), and for each row the next row of its aggregate.
-  // Most aggregates have one row in a claim: gated at once, with no list.
   const first = new Map<string, Map<string, number>>();
   const next = new Int32Array(rows.length).fill(-1);
   const last = new Int32Array(rows.length);
@@ -52,15 +51,12 @@ export function gateClaim(rows: readonly ClaimRow[]): Gate[] {
       last[head] = i;
     }
   }
+  // One list for every aggregate; most have one row in a claim, which needs no sort.
   const list: number[] = [];
   for (const head of heads) {
-    if (next[head] === -1) {
-      gateAggregate(rows, [head], gates);
-      continue;
-    }
     list.length = 0;
     for (let i = head; i !== -1; i = next[i]!) list.push(i);
-    list.sort((a, b) => bySequenceThenId(rows[a]!, rows[b]!));
+    if (list.length > 1) list.sort((a, b) => bySequenceThenId(rows[a]!, rows[b]!));
     gateAggregate(rows, list, gates);
   }
   return gates;

@@ -76,7 +76,7 @@ export class Claimer {
     const gates = gateClaim(claimed);
     const from = start === undefined ? undefined : BigInt(start.from);
     /** The lowest previous event below the scan's start that a held chained row waits for. */
-    let reach: string | undefined;
+    let reach: bigint | undefined;
     const messages: OutboxMessage[] = [];
     const held: ClaimRow[] = [];
     const repeats: ClaimRow[] = [];
@@ -89,9 +89,9 @@ export class Claimer {
         // passed its id; skipped by the floor), in the table and due (not in flight, or its row
         // would not have come back): the floor reaches back to it, and the aggregate is not held
         // back, so that the next claim finds it at once instead of at the next full scan.
-        if (below(row, from) && (reach === undefined || BigInt(row.previous_id!) < BigInt(reach)))
-          reach = row.previous_id!;
-        else if (!below(row, from)) held.push(row);
+        const previous = below(row, from);
+        if (previous === undefined) held.push(row);
+        else if (reach === undefined || previous < reach) reach = previous;
       }
       // Gated by sequence: a second event with a sequence this relay published or has in flight
       // (the claim's snapshot may predate that outcome). The next claim sees it, and marks this a
@@ -103,14 +103,8 @@ export class Claimer {
         held.push(row);
       else messages.push(toMessage(row));
     }
-    if (start) {
-      const first = claimed[0]?.id;
-      p.floor?.claimed(
-        start,
-        reach !== undefined && (first === undefined || BigInt(reach) < BigInt(first)) ? reach : first,
-        ms,
-      );
-    }
+    // A previous event reached for lies below the scan's start, so below its first row.
+    if (start) p.floor?.claimed(start, reach === undefined ? claimed[0]?.id : reach.toString(), ms);
     const fence = { relayId: p.relayId, partitions, epochs };
     // A repeat holds nothing back: its aggregate's later events passed in this claim already.
     await p.faults.repeated(client, repeats, fence);
@@ -122,13 +116,12 @@ export class Claimer {
   }
 }
 
-/** A held chained row waits for a previous event below `from`, where the claim's scan started. */
-function below(row: ClaimRow, from: bigint | undefined): boolean {
-  return (
-    from !== undefined &&
-    row.previous_id !== null &&
-    row.waits &&
-    row.withheld !== true &&
-    BigInt(row.previous_id) < from
-  );
+/**
+ * The previous event a held chained row waits for, when it lies below `from`, where the claim's
+ * scan started; else undefined.
+ */
+function below(row: ClaimRow, from: bigint | undefined): bigint | undefined {
+  if (from === undefined || row.previous_id === null || !row.waits || row.withheld === true) return undefined;
+  const previous = BigInt(row.previous_id);
+  return previous < from ? previous : undefined;
 }
