@@ -28,7 +28,6 @@ SELECT e.event_id::text AS event_id, e.partition, e.aggregate_type, e.aggregate_
        (SELECT count(*) FROM {{schema}}.events x
         WHERE x.aggregate_type = e.aggregate_type AND x.aggregate_id = e.aggregate_id
           AND x.sequence > e.sequence)::int AS later,
-       g.delivered_sequence::text AS delivered_sequence,
        CASE WHEN e.previous_id IS NULL THEN ${SEQUENCE_DELIVERED}::text END AS gate_delivered,
        CASE WHEN isfinite(g.blocked_until) THEN g.blocked_until END AS blocked_until,
        coalesce(g.blocked_until = 'infinity', false) AS blocked_forever,

@@ -163,7 +163,6 @@ interface HotRow {
   head_dead_at: Date | null;
   earlier: number;
   later: number;
-  delivered_sequence: string | null;
   /** It names its previous event (015_previous_id.sql): the gate reads no progress for it. */
   chained: boolean;
   /** Gated by sequence: its aggregate's delivered sequence as the gate reads it (SEQUENCE_DELIVERED). */

@@ -1,3 +1,5 @@
+import { CHAIN_END_GONE } from '../core/gate-sql.js';
+
 /**
  * The pruner's statements (docs/schema.md, Bounded tables); `{{schema}}` is the validated,
  * quoted schema name. Every delete is one bounded batch in a short transaction of its own,
@@ -37,7 +39,7 @@ ORDER BY {{key}} OFFSET $1 - 1 LIMIT 1`;
  * head). `s` the sequence row, `g` its progress row (left-joined).
  */
 const FULLY_DELIVERED = `
-  AND ((s.last_id_sequence = s.last_sequence AND NOT EXISTS (SELECT 1 FROM {{schema}}.events e WHERE e.id = s.last_id))
+  AND ((s.last_id_sequence = s.last_sequence AND ${CHAIN_END_GONE})
        OR g.delivered_sequence >= s.last_sequence)
   AND (g.blocked_until IS NULL OR g.blocked_until <= now())`;
 
