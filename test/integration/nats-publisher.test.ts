@@ -535,6 +535,41 @@ describe('natsPublisher pipeline', () => {
     expect(subjectCount(info, subject)).toBe(5000);
   });
 
+  it('stores every byte of a batch that spans many socket writes and chunks, UTF-8 subjects and headers included', async () => {
+    const pub = publisher({ url: NATS_URL, stream: STREAM, maxInFlight: 64 });
+    // Sizes from 0 to 300 KB: messages straddle the 64 KB writes and the 256 KB chunks, and
+    // some are larger than a chunk on their own.
+    const sizes = [0, 1, 65_000, 70_000, 200, 262_000, 300_000, 5, 64 * 1024, 131_000, 17, 256 * 1024];
+    const batch = sizes.map((size, i) =>
+      makeMessage({
+        topic: `${PREFIX}.bytes.ü${i}`,
+        aggregateId: `bytes-é-${i}`,
+        payload: randomBytes(size),
+        contentType: 'application/octet-stream',
+        headers: { 'x-note': `naïve ${i} ✓` },
+      }),
+    );
+    const outcomes = await pub.publish(batch, never());
+    expect(outcomes.filter((o) => !o.ok)).toEqual([]);
+    const consumer = await jetstream(nc).consumers.get(STREAM, { filter_subjects: `${PREFIX}.bytes.>` });
+    const seen = new Map<string, { subject: string; data: Uint8Array; note: string | undefined }>();
+    const messages = await consumer.consume();
+    for await (const m of messages) {
+      seen.set(m.headers?.get('Nats-Msg-Id') ?? '', {
+        subject: m.subject,
+        data: m.data,
+        note: m.headers?.get('x-note'),
+      });
+      if (seen.size === batch.length) break;
+    }
+    for (const m of batch) {
+      const got = seen.get(m.eventId);
+      expect(got?.subject).toBe(m.topic);
+      expect(Buffer.compare(Buffer.from(got?.data ?? []), Buffer.from(m.payload))).toBe(0);
+      expect(decodeURIComponent(got?.note ?? '')).toBe(m.headers['x-note']);
+    }
+  });
+
   it('fails only the messages whose PubAck times out, and frees their slots', async () => {
     const silent = `${LOOSE}-mute`;
     const sub = nc.subscribe(`${silent}.>`, { callback: () => undefined });

@@ -42,6 +42,7 @@ import {
   noStreamCaptures,
   timedOut,
 } from './classify.js';
+import { HpubWriter } from './hpub-writer.js';
 import { JetStreamProbe, LinkProbe } from './link.js';
 import { pubAckOutcome, replySubject, replyToken } from './puback.js';
 import type { PipelineItem } from './wire.js';
@@ -89,6 +90,8 @@ export class AckPipeline {
   readonly #onNoResponders: () => void;
   readonly #headers = new EncodedHeaders();
   readonly #publishOptions: PublishOptions = { headers: this.#headers, reply: '' };
+  /** Writes the publishes as protocol bytes, in 64 KB socket writes. */
+  readonly #writer: HpubWriter;
   /** token → message awaiting its PubAck, in send order (= deadline order). */
   readonly #pending = new Map<number, Pending>();
   /** Fails the publishes past their deadline (no PubAck within timeoutMs). */
@@ -117,6 +120,7 @@ export class AckPipeline {
     this.#timeoutMs = options.timeoutMs;
     this.#slots = new Slots(options.maxInFlight);
     this.#onNoResponders = options.onNoResponders ?? (() => undefined);
+    this.#writer = new HpubWriter(nc);
     this.#probe = new LinkProbe(nc, options.timeoutMs);
     this.#jetStream = new JetStreamProbe(nc, options.timeoutMs);
     this.#subscribe();
@@ -187,6 +191,15 @@ export class AckPipeline {
   }
 
   async #sendAll(run: Run, abort: CallAbort): Promise<void> {
+    try {
+      await this.#sendEach(run, abort);
+    } finally {
+      this.#writer.flush();
+    }
+  }
+
+  /** Writes the run's items in turn, each once it has a slot; the caller flushes the last. */
+  async #sendEach(run: Run, abort: CallAbort): Promise<void> {
     const { items } = run;
     let now = performance.now();
     if (this.#cannotSend(run, 0, false)) return;
@@ -195,6 +208,8 @@ export class AckPipeline {
       const item = items[i]!;
       if (isOutcome(item)) continue;
       if (!this.#slots.tryAcquire()) {
+        // What is written goes out before waiting: its PubAcks are what free the slots.
+        this.#writer.flush();
         // Waits its turn for a slot; none while closed or disconnected.
         const granted = !this.#closed && !this.#down && (await acquireSlot(this.#slots, abort));
         if (run.done) {
@@ -233,10 +248,15 @@ export class AckPipeline {
   #send(run: Run, index: number, item: PipelineItem, now: number): void {
     const token = this.#counter;
     this.#counter = token >= 0x3fffffff ? 0 : token + 1;
-    this.#headers.bytes = item.headers;
-    this.#publishOptions.reply = replySubject(this.#replyPrefix, token);
+    const reply = replySubject(this.#replyPrefix, token);
     try {
-      this.#nc.publish(item.subject, item.payload, this.#publishOptions);
+      if (!this.#writer.write(item.subject, reply, item.headers, item.payload)) {
+        // The client's own path, and its own error when it refuses (max_payload, closed …).
+        this.#writer.flush();
+        this.#headers.bytes = item.headers;
+        this.#publishOptions.reply = reply;
+        this.#nc.publish(item.subject, item.payload, this.#publishOptions);
+      }
     } catch (error) {
       // Refused by the client before sending: max_payload with headers, closed connection …
       this.#slots.release();
