@@ -151,6 +151,7 @@ export class AckPipeline {
   /** The connection dropped: every pending publish fails now, as the broker's fault. */
   disconnected(cause?: unknown): void {
     this.#down = true;
+    this.#writer.disconnected();
     this.#failPending((subject) => failed(connectionLost(subject, cause), true));
     for (const p of this.#probing.values())
       p.run.settle(p.index, failed(connectionLost(p.subject, cause), true));
@@ -250,7 +251,7 @@ export class AckPipeline {
     this.#counter = token >= 0x3fffffff ? 0 : token + 1;
     const reply = replySubject(this.#replyPrefix, token);
     try {
-      if (!this.#writer.write(item.subject, reply, item.headers, item.payload)) {
+      if (!this.#writer.write(token, item.subject, reply, item.headers, item.payload)) {
         // The client's own path, and its own error when it refuses (max_payload, closed …).
         this.#writer.flush();
         this.#headers.bytes = item.headers;
@@ -305,6 +306,7 @@ export class AckPipeline {
       return;
     }
     this.#pending.delete(token);
+    this.#writer.acked(token);
     this.#slots.release();
     if (msg.data.length === 0 && msg.headers?.code === 503) {
       this.#noResponders(pending);
