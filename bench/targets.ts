@@ -22,7 +22,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { DATABASE_URL, machine } from './lib.js';
+import { DATABASE_URL, fmtMs, machine } from './lib.js';
 import {
   LEAN_RELAY,
   LEAN_RELAY_SAME_HEADERS,
@@ -193,8 +193,8 @@ try {
         const r = await heldSteadyRun(pool, { rate: w6.rate, seconds: w6.seconds, held });
         steady.push(r);
         log(
-          `${label(held)}: achieved ${r.achievedRate.toFixed(0)} events/s, claim p50 ${r.claim.p50} p99 ${r.claim.p99} ` +
-            `mean ${r.claim.mean} max ${r.claim.max}, ${r.batches} batches, catch-up ${r.catchUpSeconds.toFixed(2)} s, ${r.deadRows} dead rows`,
+          `${label(held)}: achieved ${r.achievedRate.toFixed(0)} events/s, claim p50 ${fmtMs(r.claim.p50)} ` +
+            `p99 ${fmtMs(r.claim.p99)} mean ${fmtMs(r.claim.mean)} max ${fmtMs(r.claim.max)}, ${r.batches} batches, catch-up ${r.catchUpSeconds.toFixed(2)} s, ${r.deadRows} dead rows`,
         );
       }
       log(
@@ -206,7 +206,7 @@ try {
           const r = await heldDrainRun(pool, { events, aggregates, payloadBytes: 300 }, held);
           drain.push(r);
           log(
-            `${label(held)}: ${r.perSecond.toFixed(0)} events/s, claim p50 ${r.claim.p50} p99 ${r.claim.p99}, ` +
+            `${label(held)}: ${r.perSecond.toFixed(0)} events/s, claim p50 ${fmtMs(r.claim.p50)} p99 ${fmtMs(r.claim.p99)}, ` +
               `CPU ${JSON.stringify(r.cpu)}, ${r.deadRows} dead rows`,
           );
         }
