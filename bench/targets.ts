@@ -9,15 +9,16 @@
  * figures of every run, the command and the machine. Written to bench/results/targets-<time>.md
  * and stdout.
  *
- *   npx tsx bench/targets.ts                       # full sizes, about 50 minutes (W6: 2 × 600 s)
- *   npx tsx bench/targets.ts --quick               # about 10 minutes: 10,000 events, 5 s W2 runs, W6 20 s
+ *   npx tsx bench/targets.ts                       # full sizes, about 45 minutes (W6: 2 × 600 s)
+ *   npx tsx bench/targets.ts --quick               # about 11 minutes: 10,000 events, 5 s W2 runs, W6 20 s
  *   npx tsx bench/targets.ts --only W1,W2          # some parts (W1, W2, W3, W6)
- *   EVENTS=2000 AGGREGATES=200 RUNS=1 SECONDS=2 W3_SECONDS=1 W3_ROUNDS=1 W6_SECONDS=10 \
+ *   EVENTS=2000 AGGREGATES=200 RUNS=1 SECONDS=2 W3_SECONDS=1 W3_ROUNDS=1 W6_SECONDS=10 W6_PAIRS=1 \
  *     npx tsx bench/targets.ts                     # a check that it runs (figures meaningless)
  *
- * Sizes from the environment, over the profile: EVENTS, AGGREGATES, RUNS (W1 and W6's drain),
- * RATES, CDC_RATES, SECONDS (W2), W3_SECONDS, W3_ROUNDS, W6_RATE, W6_SECONDS, W6_PAIRS (drain
- * pairs, not held and held). The relay processes run the built package: `npm run build` first.
+ * Sizes from the environment, over the profile: EVENTS, AGGREGATES (W1 and W6's drain), RUNS (W1
+ * runs and W2 rounds), RATES, CDC_RATES, SECONDS (W2), W3_SECONDS, W3_ROUNDS, W6_RATE, W6_SECONDS,
+ * W6_PAIRS (W6's drain pairs, not held and held). The relay processes run the built package:
+ * `npm run build` first.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -41,14 +42,19 @@ import {
   w3Rows,
   w6Rows,
 } from './targets-table.js';
-import { type DrainContender, drainPairReport, drainPairs } from './workloads/drain-pair.js';
+import {
+  type DrainContender,
+  type DrainFigures,
+  drainPairReport,
+  drainPairs,
+} from './workloads/drain-pair.js';
 import {
   type HeldDrainRun,
   type HeldSteadyRun,
   heldDrainRun,
   heldSteadyRun,
 } from './workloads/held-snapshot.js';
-import { txOutboxLatencySystem } from './workloads/latency.js';
+import { type LatencyResult, txOutboxLatencySystem } from './workloads/latency.js';
 import {
   type LatencyContender,
   latencyPairReport,
@@ -126,9 +132,13 @@ try {
       { name: LEAN_RELAY_SAME_HEADERS, system: () => leanRelaySystem({ headers: 'same' }) },
     ];
     const options = { events, aggregates, runs, contenders, log };
-    const figures = await drainPairs(pool, options);
-    for (const line of ['', ...drainPairReport(figures, options)]) log(line);
-    rows.push(...w1Rows(figures, events));
+    let figures: Map<string, DrainFigures> = new Map();
+    try {
+      figures = await drainPairs(pool, options);
+      log('', ...drainPairReport(figures, options));
+    } finally {
+      rows.push(...w1Rows(figures, events)); // n/a where it failed
+    }
   });
   await part('W2 latency', async () => {
     const contenders: LatencyContender[] = [
@@ -151,9 +161,13 @@ try {
     const modes = parseModes('separate/steady');
     const allRates = [...new Set([...rates, ...cdcRates])];
     const options = { rates: allRates, seconds: size('SECONDS'), runs, modes, contenders, log };
-    const results = await latencyPairs(pool, options);
-    for (const line of ['', ...latencyPairReport(results, options)]) log(line);
-    rows.push(...w2Rows(results, modes[0]!.name, rates, cdcRates));
+    let results: Map<string, LatencyResult[]> = new Map();
+    try {
+      results = await latencyPairs(pool, options);
+      log('', ...latencyPairReport(results, options));
+    } finally {
+      rows.push(...w2Rows(results, modes[0]!.name, rates, cdcRates));
+    }
   });
   await part('W3 producer', async () => {
     const w3 = { seconds: size('W3_SECONDS'), rounds: size('W3_ROUNDS') };
