@@ -48,7 +48,13 @@ function backendCpuUs(pid: number): number {
 
 export async function producerRuns(
   pool: pg.Pool,
-  options: { seconds: number; rounds: number; connections?: number },
+  options: {
+    seconds: number;
+    rounds: number;
+    connections?: number;
+    /** Only these variants (default: all; the others' figures stay empty). */
+    variants?: readonly ProducerVariant[];
+  },
 ): Promise<ProducerRuns> {
   const connections = options.connections ?? 8;
   const ctx = await benchContext(pool);
@@ -165,7 +171,7 @@ export async function producerRuns(
 
     const result = perVariant();
     for (let r = 0; r < options.rounds; r++) {
-      for (const v of PRODUCER_VARIANTS) {
+      for (const v of options.variants ?? PRODUCER_VARIANTS) {
         const draining = v === 'business + enqueue, relay draining meanwhile';
         if (draining) await startRelay();
         result[v].push(await round(v));
