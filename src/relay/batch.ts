@@ -10,4 +10,10 @@ export interface SourceBatch {
   readonly scanned: number;
   readonly partitions: number[];
   readonly epochs: string[];
+  /**
+   * Every message is a chained event (its row names its aggregate's previous event): delivered,
+   * it needs no progress write, and the outcome statement can be the lean one
+   * (RECORD_CHAINED_DELIVERED_SQL). Unset: not known (the full statement).
+   */
+  readonly chained?: boolean;
 }

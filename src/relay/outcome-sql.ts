@@ -53,6 +53,23 @@ WITH ${PARTITION_FENCE}, delivered AS (
 SELECT (SELECT count(*) FROM delivered)::int AS delivered, (SELECT count(*) FROM failed)::int AS failed,
        (SELECT count(*) FROM fence)::int AS held`;
 
+/**
+ * {@link RECORD_OUTCOME_SQL} for a batch whose every event was delivered and names its previous
+ * one (`previous_id` set, never changed after the insert): such a delivery writes nothing but its
+ * DELETE, so the statement is that DELETE under the same fence, with the same counts, and none of
+ * the failure and progress CTEs (measured: about a tenth of the outcome's PostgreSQL CPU for
+ * 1,000 events). Parameters `$1`…`$4` of the full statement. Not with the history (its rows
+ * come from the full statement's RETURNING).
+ */
+export const RECORD_CHAINED_DELIVERED_SQL = `
+WITH ${PARTITION_FENCE}, delivered AS (
+  DELETE FROM {{schema}}.events e
+  WHERE e.id = ANY ($4::bigint[]) AND e.partition = ANY (ARRAY(SELECT partition FROM fence))
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM delivered)::int AS delivered, 0 AS failed,
+       (SELECT count(*) FROM fence)::int AS held`;
+
 /** The `delivered` CTE's RETURNING in {@link RECORD_OUTCOME_SQL}, widened for the history. */
 const DELIVERED_RETURNING = 'RETURNING e.aggregate_type, e.aggregate_id, e.sequence, e.previous_id\n)';
 

@@ -20,6 +20,11 @@ export class Recorder {
     private readonly counters: RelayCounters,
     /** Parameters after the eight of every outcome statement (the history's publisher name). */
     private readonly extraValues: readonly unknown[] = [],
+    /**
+     * The lean statement (RECORD_CHAINED_DELIVERED_SQL) for a batch of chained events all
+     * delivered; none: always `statement` (the history keeps its rows through it).
+     */
+    private readonly chainedStatement?: Statement,
   ) {}
 
   async record(verdict: Verdict): Promise<void> {
@@ -27,20 +32,28 @@ export class Recorder {
     if (delivered.length === 0 && failures.length === 0) return;
     const client = await this.session.get();
     const started = performance.now();
-    const { rows: result } = await client.query<{ delivered: number; failed: number; held: number }>({
-      ...this.statement,
-      values: [
-        this.relayId,
-        claimed.partitions,
-        claimed.epochs,
-        bigintArray(delivered),
-        failures.map((f) => f.id),
-        failures.map((f) => f.status),
-        failures.map((f) => f.delayMs),
-        failures.map((f) => f.error),
-        ...this.extraValues,
-      ],
-    });
+    const lean = this.chainedStatement !== undefined && failures.length === 0 && claimed.chained === true;
+    const { rows: result } = await client.query<{ delivered: number; failed: number; held: number }>(
+      lean
+        ? {
+            ...this.chainedStatement,
+            values: [this.relayId, claimed.partitions, claimed.epochs, bigintArray(delivered)],
+          }
+        : {
+            ...this.statement,
+            values: [
+              this.relayId,
+              claimed.partitions,
+              claimed.epochs,
+              bigintArray(delivered),
+              failures.map((f) => f.id),
+              failures.map((f) => f.status),
+              failures.map((f) => f.delayMs),
+              failures.map((f) => f.error),
+              ...this.extraValues,
+            ],
+          },
+    );
     this.counters.watches.record.add(performance.now() - started);
     const recorded = result[0];
     this.counters.recorded(recorded?.delivered ?? 0, failures);

@@ -50,11 +50,15 @@ LEFT JOIN LATERAL (
 ) b ON true
 -- A row behind an event in flight cannot pass: its payload is not sent. A chained row is when its
 -- previous event is one of the ids in flight ($5); a row gated by sequence, when its aggregate
--- has an event in flight ($8: no key is built for the others).
+-- has an event in flight ($8: no key is built for the others). OFFSET 0 keeps it a subquery,
+-- evaluated once a row: pulled up, its expression is copied into each of the three columns that
+-- read it, each with a hash table of its own of the ids in flight (measured: 0.3–0.9 ms of the
+-- 5–8 ms of backend CPU of a 1,000-row claim with 2,000 ids in flight).
 CROSS JOIN LATERAL (
   SELECT CASE WHEN e.previous_id IS NULL
               THEN (e.aggregate_type || chr(31) || e.aggregate_id) IN (SELECT unnest($8::text[]))
               ELSE e.previous_id IN (SELECT unnest($5::bigint[])) END AS withheld
+  OFFSET 0
 ) x
 -- No partition held under a live lease: a one-time filter skips the scan altogether.
 WHERE EXISTS (SELECT 1 FROM mine)

@@ -79,6 +79,8 @@ export class Claimer {
     let reach: bigint | undefined;
     const messages: OutboxMessage[] = [];
     const held: ClaimRow[] = [];
+    /** Every message passed is a chained event (see SourceBatch.chained). */
+    let chained = true;
     const repeats: ClaimRow[] = [];
     for (let i = 0; i < claimed.length; i++) {
       const row = claimed[i]!;
@@ -101,7 +103,10 @@ export class Claimer {
         p.holdBack.repeats(aggregateKeyOf(row.aggregate_type, row.aggregate_id), Number(row.sequence))
       )
         held.push(row);
-      else messages.push(toMessage(row));
+      else {
+        messages.push(toMessage(row));
+        if (row.previous_id === null) chained = false;
+      }
     }
     // A previous event reached for lies below the scan's start, so below its first row.
     if (start) p.floor?.claimed(start, reach === undefined ? claimed[0]?.id : reach.toString(), ms);
@@ -112,7 +117,7 @@ export class Claimer {
     p.faults.observe(claimed, gates);
     // In the background: this batch does not wait for it.
     p.faults.probe(fence);
-    return { messages, partitions, epochs, scanned: claimed.length };
+    return { messages, partitions, epochs, scanned: claimed.length, chained };
   }
 }
 

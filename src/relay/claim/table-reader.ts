@@ -2,7 +2,7 @@ import type { Logger } from '../../logger.js';
 import type { PartitionLeases } from '../leases.js';
 import type { ResolvedRelayOptions } from '../options.js';
 import type { RefusedAggregates } from '../outage.js';
-import { outcomeStatement } from '../outcome-sql.js';
+import { outcomeStatement, RECORD_CHAINED_DELIVERED_SQL } from '../outcome-sql.js';
 import { Recorder } from '../record.js';
 import { RelaySession, relaySessionSettings, relayStatement } from '../session.js';
 import type { RelayCounters } from '../stats.js';
@@ -83,6 +83,9 @@ export class TableReader {
       o.logger,
       p.counters,
       o.history ? [o.publisher.name] : [],
+      o.history
+        ? undefined
+        : relayStatement('outcome_chained', RECORD_CHAINED_DELIVERED_SQL, o.schema, o.quotedSchema),
     );
     this.pipeline = new Pipeline(claimer, recorder, holdBack);
   }
