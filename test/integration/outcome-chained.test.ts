@@ -11,7 +11,7 @@ import { outcomeStatement, RECORD_CHAINED_DELIVERED_SQL } from '../../src/relay/
 import { Recorder } from '../../src/relay/record.js';
 import { RelaySession, relaySessionSettings, relayStatement } from '../../src/relay/session.js';
 import { RelayCounters } from '../../src/relay/stats.js';
-import type { Failure } from '../../src/relay/verdicts.js';
+import type { Failure, Verdict } from '../../src/relay/verdicts.js';
 import { createTestDb, inTransaction, type TestDb } from '../helpers/db.js';
 import { logRecorder } from '../helpers/log-recorder.js';
 
@@ -98,6 +98,16 @@ function batch(epoch: string, chained: boolean | undefined): SourceBatch {
   };
 }
 
+/** The verdict of a batch claimed under `epoch`: `delivered` published, `failures` not. */
+function verdict(
+  epoch: string,
+  chained: boolean | undefined,
+  delivered: string[],
+  failures: Failure[] = [],
+): Verdict {
+  return { claimed: batch(epoch, chained), delivered, failures, unavailable: 0, refused: new Set() };
+}
+
 async function remaining(ids: readonly string[]): Promise<number> {
   const { rows } = await db.pool.query<{ n: number }>(
     `SELECT count(*)::int AS n FROM ${s}.events WHERE id = ANY ($1::bigint[])`,
@@ -110,13 +120,7 @@ describe('the outcome of a batch of chained events all delivered', () => {
   it('is the lean statement: a fenced DELETE, no progress row', async () => {
     const { recorder: rec, names, lines } = recorder();
     const ids = await write('lean-1', 5);
-    await rec.record({
-      claimed: batch('1', true),
-      delivered: ids,
-      failures: [],
-      unavailable: 0,
-      refused: new Set(),
-    });
+    await rec.record(verdict('1', true, ids));
     expect(names).toEqual([`txo_outcome_chained_${db.schema}`]);
     expect(await remaining(ids)).toBe(0);
     const progress = await db.pool.query(
@@ -131,13 +135,7 @@ describe('the outcome of a batch of chained events all delivered', () => {
     const ids = await write('lean-2', 3);
     await db.pool.query(`UPDATE ${s}.partitions SET epoch = 2`);
     try {
-      await rec.record({
-        claimed: batch('1', true),
-        delivered: ids,
-        failures: [],
-        unavailable: 0,
-        refused: new Set(),
-      });
+      await rec.record(verdict('1', true, ids));
       expect(await remaining(ids)).toBe(3);
       expect(lines.some((l) => l.level === 'warn' && l.msg.startsWith('outcome fenced'))).toBe(true);
     } finally {
@@ -164,13 +162,7 @@ describe('the outcome of a batch of chained events all delivered', () => {
       refused: new Set(),
     });
     const ids2 = await write('lean-4', 2);
-    await rec.record({
-      claimed: batch('1', undefined),
-      delivered: ids2,
-      failures: [],
-      unavailable: 0,
-      refused: new Set(),
-    });
+    await rec.record(verdict('1', undefined, ids2));
     expect(names).toEqual([`txo_outcome_${db.schema}`, `txo_outcome_${db.schema}`]);
     expect(await remaining([...ids.slice(0, 3), ...ids2])).toBe(0);
     // The failure blocks its aggregate until its retry: the full statement's progress write.
