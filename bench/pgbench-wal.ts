@@ -1,13 +1,15 @@
 /**
  * W3 under pgbench: a business INSERT plus (a) a bare INSERT of the same payload, (b) the
  * producer's WAL-mode statement (`via: 'wal'`, the known-aggregate path; and with a caller version: the
- * message only), (c) its table-mode
- * statement, as pgbench scripts generated from the statements' real text (the parameters written
+ * message only), (c) its table-mode statement (the known-aggregate path, and with a caller
+ * version: the event row only), as pgbench scripts generated from the statements' real text (the parameters written
  * in as literals, the aggregate id from pgbench). `-M prepared -c 8 -j 2 -T <seconds>`, interleaved
  * rounds; prints each round's TPS and the medians. A pgbench reads `:name` as a variable even
  * inside a string, so the message prefix is spelled with chr(58).
  *
- *   npx tsx bench/pgbench-wal.ts [--seconds 10] [--rounds 3]
+ * `--schema` names the scratch schema (dropped at the end), for runs side by side.
+ *
+ *   npx tsx bench/pgbench-wal.ts [--seconds 10] [--rounds 3] [--schema bench_pgbench_wal]
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -23,9 +25,15 @@ import { migrate } from '../src/schema/migrate.js';
 import { DATABASE_URL } from './lib.js';
 
 const { values: args } = parseArgs({
-  options: { seconds: { type: 'string', default: '10' }, rounds: { type: 'string', default: '3' } },
+  options: {
+    seconds: { type: 'string', default: '10' },
+    rounds: { type: 'string', default: '3' },
+    schema: { type: 'string', default: 'bench_pgbench_wal' },
+  },
 });
-const SCHEMA = 'bench_pgbench_wal';
+const SCHEMA = args.schema;
+if (!/^[a-z_][a-z0-9_]*$/.test(SCHEMA))
+  throw new Error(`--schema ${SCHEMA}: lower-case letters, digits and _ only`);
 const S = `"${SCHEMA}"`;
 const SLOT = `txo_${SCHEMA}`;
 const AGGREGATES = 4000;
@@ -68,20 +76,26 @@ try {
     .replaceAll('$1::bytea', `'\\x${encodeWalBody(event).toString('hex')}'::bytea`)
     .replaceAll('$4::bigint', ':aid::bigint')
     .replaceAll(`'${eventsPrefix(SCHEMA)}'`, `('tx-outbox' || chr(58) || '${SCHEMA}')`);
-  const table = aggregate(enqueueStatements(S, wakeChannel(SCHEMA)).oneKnown)
-    .replaceAll('$1::uuid', 'gen_random_uuid()')
-    .replaceAll('$4::text', `'order.placed'::text`)
-    .replaceAll('$5::int', '1::int')
-    .replaceAll('$6::text', `'bench.order.placed'::text`)
-    .replaceAll('$7::jsonb', `'${json}'::jsonb`)
-    .replaceAll('$8::bytea', 'NULL::bytea')
-    .replaceAll('$9::jsonb', `'{}'::jsonb`)
-    .replaceAll('$10::timestamptz', 'NULL::timestamptz');
+  const tableParams = (sql: string) =>
+    aggregate(sql)
+      .replaceAll('$1::uuid', 'gen_random_uuid()')
+      .replaceAll('$4::text', `'order.placed'::text`)
+      .replaceAll('$5::int', '1::int')
+      .replaceAll('$6::text', `'bench.order.placed'::text`)
+      .replaceAll('$7::jsonb', `'${json}'::jsonb`)
+      .replaceAll('$8::bytea', 'NULL::bytea')
+      .replaceAll('$9::jsonb', `'{}'::jsonb`)
+      .replaceAll('$10::timestamptz', 'NULL::timestamptz')
+      .replaceAll('$11::bigint', ':aid::bigint');
+  const tableStatements = enqueueStatements(S, wakeChannel(SCHEMA));
+  const table = tableParams(tableStatements.oneKnown);
+  const tableVersioned = tableParams(tableStatements.oneVersioned);
   const scripts: Record<string, string> = {
     'business + bare INSERT': `INSERT INTO ${S}.bare (payload) VALUES ('${json}')`,
     'business + WAL-mode enqueue statement': wal,
     'business + WAL-mode enqueue statement, caller version': walVersioned,
     'business + table-mode enqueue statement': table,
+    'business + table-mode enqueue statement, caller version': tableVersioned,
   };
   const dir = mkdtempSync(join(tmpdir(), 'txo-pgbench-'));
   const files = Object.entries(scripts).map(([name, sql], i) => {
