@@ -96,11 +96,11 @@ INSERT INTO {{schema}}.events (id, previous_id, event_id, partition, aggregate_t
 OVERRIDING SYSTEM VALUE
 SELECT seq.last_id, seq.prior_id, $1::uuid, part.p, $2, $3, seq.last_sequence, seq.sequence_base, $4::text, $5::int, $6::text,
        $7::jsonb, $8::bytea, $9::jsonb, $10::timestamptz, greatest(now(), coalesce($10::timestamptz, now()))
-FROM seq CROSS JOIN part{{join}}
+FROM seq CROSS JOIN part{{wakeOne}}
 RETURNING sequence::text AS sequence`;
 
 /** One event with the next gap-free sequence of its aggregate, for any aggregate. */
-const INSERT_ONE = `${ONE_CHAIN_CTES}{{wake}}${INSERT_CHAINED_ONE}`;
+const INSERT_ONE = `${ONE_CHAIN_CTES}${INSERT_CHAINED_ONE}`;
 
 /** The CTEs of INSERT_ONE_KNOWN: `seq` from the UPDATE alone (no row: no row), and `part`. */
 export const KNOWN_SEQUENCE_CTES = `
@@ -124,7 +124,7 @@ WITH seq AS (${CHAIN_BUMP}), part AS (
  * every event). No row (the aggregate was pruned since): no event either — `enqueue` then runs
  * INSERT_ONE, whose UPDATE finds nothing after the same wait and inserts the row above the floor.
  */
-const INSERT_ONE_KNOWN = `${KNOWN_CHAIN_CTES}{{wake}}${INSERT_CHAINED_ONE}`;
+const INSERT_ONE_KNOWN = `${KNOWN_CHAIN_CTES}${INSERT_CHAINED_ONE}`;
 
 /** The partition of one event's aggregate ($2, $3), for the caller-version statements. */
 export const PART_CTE = `
@@ -133,12 +133,12 @@ WITH part AS (
 )`;
 
 /** One event with the caller's sequence ($11); nothing returned (the caller knows it; RETURNING cost 3 %). */
-const INSERT_ONE_VERSIONED = `${PART_CTE}{{wake}}
+const INSERT_ONE_VERSIONED = `${PART_CTE}
 INSERT INTO {{schema}}.events (event_id, partition, aggregate_type, aggregate_id, sequence, sequence_base,
   event_type, schema_version, topic, payload, payload_bytes, headers, deliver_after, next_attempt_at)
 SELECT $1::uuid, part.p, $2, $3, $11::bigint, 0, $4::text, $5::int, $6::text, $7::jsonb, $8::bytea, $9::jsonb,
        $10::timestamptz, greatest(now(), coalesce($10::timestamptz, now()))
-FROM part{{join}}`;
+FROM part{{wakeOne}}`;
 
 /** A batch with the callers' sequences ($11): arrays in, the event rows only. */
 const INSERT_MANY_VERSIONED = `
@@ -297,12 +297,16 @@ export interface EnqueueStatements {
  * transaction for a repeated channel and payload.
  */
 export function enqueueStatements(quotedSchema: string, channel: string | null): EnqueueStatements {
-  const wakeOne =
+  // One event: the check is a filter on its one row, a subquery of `part` (no CTE of its own, no
+  // join: `part` stays inlined). It passes whatever it finds; pg_notify runs only for a sleeping
+  // owner. Evaluated once, for the event's row; if the statement writes no row (a pruned
+  // aggregate's known-path statement), at most a NOTIFY its retry would send anyway.
+  const wakeOneFilter =
     channel === null
       ? ''
-      : `, wake AS (
-  SELECT pg_notify('${channel}', '') FROM {{schema}}.partitions t, part WHERE t.partition = part.p AND t.sleeping
-)`;
+      : `
+WHERE (SELECT count(pg_notify('${channel}', '')) FROM {{schema}}.partitions t
+       WHERE t.partition = part.p AND t.sleeping) >= 0`;
   const wakeMany =
     channel === null
       ? ''
@@ -311,14 +315,18 @@ export function enqueueStatements(quotedSchema: string, channel: string | null):
   WHERE t.sleeping AND t.partition IN (SELECT p FROM parted) LIMIT 1
 )`;
   const join = channel === null ? '' : ' LEFT JOIN wake ON true';
-  const fill = (sql: string, wake: string) =>
-    sql.replaceAll('{{wake}}', wake).replaceAll('{{join}}', join).replaceAll('{{schema}}', quotedSchema);
+  const fill = (sql: string) =>
+    sql
+      .replaceAll('{{wake}}', wakeMany)
+      .replaceAll('{{join}}', join)
+      .replaceAll('{{wakeOne}}', wakeOneFilter)
+      .replaceAll('{{schema}}', quotedSchema);
   return {
-    one: fill(INSERT_ONE, wakeOne),
-    oneKnown: fill(INSERT_ONE_KNOWN, wakeOne),
-    many: fill(INSERT_MANY, wakeMany),
-    oneVersioned: fill(INSERT_ONE_VERSIONED, wakeOne),
-    manyVersioned: fill(INSERT_MANY_VERSIONED, wakeMany),
+    one: fill(INSERT_ONE),
+    oneKnown: fill(INSERT_ONE_KNOWN),
+    many: fill(INSERT_MANY),
+    oneVersioned: fill(INSERT_ONE_VERSIONED),
+    manyVersioned: fill(INSERT_MANY_VERSIONED),
   };
 }
 

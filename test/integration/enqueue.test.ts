@@ -211,6 +211,56 @@ describe('wake-up', () => {
       await db.pool.query(`UPDATE "${db.schema}".partitions SET sleeping = false`);
     }
   });
+
+  it("NOTIFYs only when its own partition's owner sleeps: new-aggregate, known-aggregate and caller-version statements", async () => {
+    type Tx = Parameters<typeof enqueue>[0];
+    // Every partition but the event's sleeps, or the event's alone.
+    const sleep = (aggregateId: string, own: boolean) =>
+      db.pool.query(
+        `UPDATE "${db.schema}".partitions SET sleeping = ((partition = "${db.schema}".partition_of('w', $1)) = $2)`,
+        [aggregateId, own],
+      );
+    let version = 0;
+    try {
+      for (const own of [false, true]) {
+        const id = `own-${own}`;
+        await sleep(id, own);
+        const paths = [
+          // An aggregate the process has not written, then the same one again (the known-aggregate statement).
+          (tx: Tx) =>
+            enqueue(
+              tx,
+              { aggregateType: 'w', aggregateId: id, type: 't', payload: 1 },
+              { schema: db.schema },
+            ),
+          (tx: Tx) =>
+            enqueue(
+              tx,
+              { aggregateType: 'w', aggregateId: id, type: 't', payload: 2 },
+              { schema: db.schema },
+            ),
+        ];
+        for (const path of paths)
+          expect(await notificationsDuring(() => inTransaction(db.pool, path))).toBe(own ? 1 : 0);
+        // A caller version: the event row only.
+        const versioned = `own-v-${own}`;
+        await sleep(versioned, own);
+        version += 1;
+        const n = await notificationsDuring(() =>
+          inTransaction(db.pool, (tx) =>
+            enqueue(
+              tx,
+              { aggregateType: 'w', aggregateId: versioned, type: 't', payload: 3, sequence: version },
+              { schema: db.schema },
+            ),
+          ),
+        );
+        expect(n).toBe(own ? 1 : 0);
+      }
+    } finally {
+      await db.pool.query(`UPDATE "${db.schema}".partitions SET sleeping = false`);
+    }
+  });
 });
 
 describe('enqueue refuses bad input, naming the field, and writes nothing', () => {
