@@ -19,10 +19,10 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { enqueueStatements, wakeChannel } from '../src/producer/enqueue-sql.js';
 import { walStatements } from '../src/producer/enqueue-wal-sql.js';
-import { prepareEvent } from '../src/producer/event.js';
 import { encodeWalBody, eventsPrefix } from '../src/producer/wal-message.js';
 import { migrate } from '../src/schema/migrate.js';
 import { DATABASE_URL } from './lib.js';
+import { aggregateLiterals, BENCH_PAYLOAD_JSON, benchEvent, eventLiterals } from './workloads/pgbench-wal.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -58,36 +58,12 @@ try {
   await pool.query(`CREATE INDEX ON ${S}.ev_index (id) WHERE status = 'pending'`);
   await copy('ev_checked', 'INCLUDING ALL');
 
-  const payload = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };
-  const json = JSON.stringify(payload);
-  const event = prepareEvent(
-    { aggregateType: 'order', aggregateId: 'c1', type: 'order.placed', topic: 'bench.order.placed', payload },
-    'event',
-    { maxPayloadBytes: 1 << 20, newEventId: () => '0190f6a2-7b3c-7def-8123-456789abcdef', traceHeaders: {} },
-  );
-  const body = `'\\x${encodeWalBody(event).toString('hex')}'::bytea`;
+  const json = BENCH_PAYLOAD_JSON;
+  const body = `'\\x${encodeWalBody(benchEvent()).toString('hex')}'::bytea`;
   // The aggregate number is the one parameter ($1 of the script); the rest written in as literals.
-  const table = (sql: string) =>
-    sql
-      .trim()
-      .replaceAll('$2::text', `'order'::text`)
-      .replaceAll('$3::text', `('c' || $1::int)::text`)
-      .replaceAll('$2,', `'order',`)
-      .replaceAll('$3,', `('c' || $1::int),`)
-      .replaceAll('$1::uuid', 'gen_random_uuid()')
-      .replaceAll('$4::text', `'order.placed'::text`)
-      .replaceAll('$5::int', '1::int')
-      .replaceAll('$6::text', `'bench.order.placed'::text`)
-      .replaceAll('$7::jsonb', `'${json}'::jsonb`)
-      .replaceAll('$8::bytea', 'NULL::bytea')
-      .replaceAll('$9::jsonb', `'{}'::jsonb`)
-      .replaceAll('$10::timestamptz', 'NULL::timestamptz')
-      .replaceAll('$11::bigint', '$1::int::bigint');
+  const table = (sql: string) => eventLiterals(sql, '$1::int').replaceAll('$11::bigint', '$1::int::bigint');
   const wal = (sql: string) =>
-    sql
-      .trim()
-      .replaceAll('$2::text', `'order'::text`)
-      .replaceAll('$3::text', `('c' || $1::int)::text`)
+    aggregateLiterals(sql, '$1::int')
       .replaceAll('$1::bytea', body)
       .replaceAll('$4::bigint', '$1::int::bigint');
   const row = (t: string) =>

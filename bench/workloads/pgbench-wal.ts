@@ -34,37 +34,56 @@ export type PgbenchRuns = Array<{ readonly name: string; readonly tps: number[] 
 export const PGBENCH_SCHEMA = 'bench_pgbench_wal';
 const AGGREGATES = 4000;
 
-/** The scripts' statements after the business INSERT, by name, parameters written in. */
-function statements(schema: string): Record<string, string> {
-  const S = `"${schema}"`;
-  const payload = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };
-  const json = JSON.stringify(payload);
-  const event = prepareEvent(
-    { aggregateType: 'order', aggregateId: 'c1', type: 'order.placed', topic: 'bench.order.placed', payload },
+/** The bench's event: a ~250-byte JSON order of aggregate `order`/`c1`. */
+export const BENCH_PAYLOAD = { sku: 'ABC-123', quantity: 2, note: 'x'.repeat(200) };
+export const BENCH_PAYLOAD_JSON = JSON.stringify(BENCH_PAYLOAD);
+export const benchEvent = () =>
+  prepareEvent(
+    {
+      aggregateType: 'order',
+      aggregateId: 'c1',
+      type: 'order.placed',
+      topic: 'bench.order.placed',
+      payload: BENCH_PAYLOAD,
+    },
     'event',
     { maxPayloadBytes: 1 << 20, newEventId: () => '0190f6a2-7b3c-7def-8123-456789abcdef', traceHeaders: {} },
   );
-  const aggregate = (sql: string) =>
-    sql
-      .trim()
-      .replaceAll('$2::text', `'order'::text`)
-      .replaceAll('$3::text', `('c' || :aid)::text`)
-      .replaceAll('$2,', `'order',`)
-      .replaceAll('$3,', `('c' || :aid),`);
+
+/** A producer statement's aggregate parameters written in: type `order`, id `'c' || <number>` (SQL). */
+export function aggregateLiterals(sql: string, number: string): string {
+  return sql
+    .trim()
+    .replaceAll('$2::text', `'order'::text`)
+    .replaceAll('$3::text', `('c' || ${number})::text`)
+    .replaceAll('$2,', `'order',`)
+    .replaceAll('$3,', `('c' || ${number}),`);
+}
+
+/** A table-mode statement's parameters written in as the bench's event (a random event id). */
+export function eventLiterals(sql: string, number: string): string {
+  return aggregateLiterals(sql, number)
+    .replaceAll('$1::uuid', 'gen_random_uuid()')
+    .replaceAll('$4::text', `'order.placed'::text`)
+    .replaceAll('$5::int', '1::int')
+    .replaceAll('$6::text', `'bench.order.placed'::text`)
+    .replaceAll('$7::jsonb', `'${BENCH_PAYLOAD_JSON}'::jsonb`)
+    .replaceAll('$8::bytea', 'NULL::bytea')
+    .replaceAll('$9::jsonb', `'{}'::jsonb`)
+    .replaceAll('$10::timestamptz', 'NULL::timestamptz');
+}
+
+/** The scripts' statements after the business INSERT, by name, parameters written in. */
+function statements(schema: string): Record<string, string> {
+  const S = `"${schema}"`;
+  const json = BENCH_PAYLOAD_JSON;
+  const event = benchEvent();
+  const aggregate = (sql: string) => aggregateLiterals(sql, ':aid');
   const message = (sql: string) =>
     aggregate(sql)
       .replaceAll('$1::bytea', `'\\x${encodeWalBody(event).toString('hex')}'::bytea`)
       .replaceAll(`'${eventsPrefix(schema)}'`, `('tx-outbox' || chr(58) || '${schema}')`);
-  const row = (sql: string) =>
-    aggregate(sql)
-      .replaceAll('$1::uuid', 'gen_random_uuid()')
-      .replaceAll('$4::text', `'order.placed'::text`)
-      .replaceAll('$5::int', '1::int')
-      .replaceAll('$6::text', `'bench.order.placed'::text`)
-      .replaceAll('$7::jsonb', `'${json}'::jsonb`)
-      .replaceAll('$8::bytea', 'NULL::bytea')
-      .replaceAll('$9::jsonb', `'{}'::jsonb`)
-      .replaceAll('$10::timestamptz', 'NULL::timestamptz');
+  const row = (sql: string) => eventLiterals(sql, ':aid');
   const table = enqueueStatements(S, wakeChannel(schema));
   const wal = walStatements(schema, S);
   return {
