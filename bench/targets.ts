@@ -9,8 +9,8 @@
  * figures of every run, the command and the machine. Written to bench/results/targets-<time>.md
  * and stdout.
  *
- *   npx tsx bench/targets.ts                       # full sizes, about 45 minutes (W6: 2 × 600 s)
- *   npx tsx bench/targets.ts --quick               # about 11 minutes: 10,000 events, 5 s W2 runs, W6 20 s
+ *   npx tsx bench/targets.ts                       # full sizes, about 35 minutes (33 measured; W6: 2 × 600 s)
+ *   npx tsx bench/targets.ts --quick               # about 6 minutes: 10,000 events, 5 s W2 runs, W6 20 s
  *   npx tsx bench/targets.ts --only W1,W2          # some parts (W1, W2, W3, W6)
  *   EVENTS=2000 AGGREGATES=200 RUNS=1 SECONDS=2 W3_SECONDS=1 W3_ROUNDS=1 W6_SECONDS=10 W6_PAIRS=1 \
  *     npx tsx bench/targets.ts                     # a check that it runs (figures meaningless)
