@@ -106,31 +106,24 @@ export function leanHeaderBlock(event: LeanEvent, source: string, stream: string
 }
 
 /**
- * One NATS connection's lean publisher: `publish(events)` sends the batch and resolves with the
- * number of publishes JetStream refused once every PubAck is in. One batch at a time.
+ * The PubAcks of one batch at a time on ONE wildcard subscription `<inbox>.*`: the reply token of
+ * a batch's message `index` is `base + index` in base 36, and an ack table indexed by it counts
+ * each reply once. Tokens grow across batches, so a late reply to an earlier batch is ignored.
  */
-export class LeanJetStream {
-  readonly #nc: NatsConnection;
-  readonly #stream: string;
-  readonly #source: string;
+class PubAckBatches {
   readonly #replyPrefix: string;
-  readonly #headers = new RawHeaders();
-  readonly #options: PublishOptions;
   #acked = new Uint8Array(1024);
-  /** Token of the current batch's first message; tokens grow across batches (stale replies are ignored). */
+  /** Token of the current batch's first message. */
   #base = 0;
+  /** Messages of the current batch whose replies count; 0 between batches. */
   #count = 0;
   #settled = 0;
   #failures = 0;
   #finish: (() => void) | undefined;
 
-  private constructor(nc: NatsConnection, stream: string, source: string) {
-    this.#nc = nc;
-    this.#stream = stream;
-    this.#source = source;
+  constructor(nc: NatsConnection) {
     const inbox = createInbox();
     this.#replyPrefix = `${inbox}.`;
-    this.#options = { headers: this.#headers, reply: '' };
     const from = this.#replyPrefix.length;
     nc.subscribe(`${inbox}.*`, {
       callback: (_error: Error | null, msg: Msg) => {
@@ -142,6 +135,65 @@ export class LeanJetStream {
         if (this.#settled === this.#count) this.#finish?.();
       },
     });
+  }
+
+  /** The reply subject of the current batch's message `index`. */
+  reply(index: number): string {
+    return this.#replyPrefix + (this.#base + index).toString(36);
+  }
+
+  /**
+   * Awaits the replies to the current batch's first `count` messages, which `send` sends (or
+   * finishes sending); resolves with how many JetStream refused, rejects after `timeoutMs`
+   * without every PubAck. The next batch's tokens start after these.
+   */
+  async settle(count: number, timeoutMs: number, send: () => void): Promise<number> {
+    if (this.#acked.length < count) this.#acked = new Uint8Array(count);
+    else this.#acked.fill(0, 0, count);
+    this.#count = count;
+    this.#settled = 0;
+    this.#failures = 0;
+    const done = new Promise<void>((resolve) => {
+      this.#finish = resolve;
+    });
+    send();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`lean publish: ${count - this.#settled} of ${count} PubAcks missing`)),
+        timeoutMs,
+      );
+    });
+    try {
+      await Promise.race([done, timeout]);
+    } finally {
+      clearTimeout(timer);
+      this.#finish = undefined;
+      this.#base += count;
+      this.#count = 0;
+    }
+    return this.#failures;
+  }
+}
+
+/**
+ * One NATS connection's lean publisher: `publish(events)` sends the batch and resolves with the
+ * number of publishes JetStream refused once every PubAck is in. One batch at a time.
+ */
+export class LeanJetStream {
+  readonly #nc: NatsConnection;
+  readonly #stream: string;
+  readonly #source: string;
+  readonly #headers = new RawHeaders();
+  readonly #options: PublishOptions;
+  readonly #acks: PubAckBatches;
+
+  private constructor(nc: NatsConnection, stream: string, source: string) {
+    this.#nc = nc;
+    this.#stream = stream;
+    this.#source = source;
+    this.#options = { headers: this.#headers, reply: '' };
+    this.#acks = new PubAckBatches(nc);
   }
 
   static async open(nc: NatsConnection, stream: string, source = 'tx-outbox'): Promise<LeanJetStream> {
@@ -162,36 +214,14 @@ export class LeanJetStream {
   ): Promise<number> {
     const count = events.length;
     if (count === 0) return 0;
-    if (this.#acked.length < count) this.#acked = new Uint8Array(count);
-    else this.#acked.fill(0, 0, count);
-    this.#base += this.#count;
-    this.#count = count;
-    this.#settled = 0;
-    this.#failures = 0;
-    const done = new Promise<void>((resolve) => {
-      this.#finish = resolve;
+    return this.#acks.settle(count, timeoutMs, () => {
+      for (let i = 0; i < count; i += 1) {
+        const event = events[i]!;
+        this.#headers.bytes = headerBlock(event);
+        this.#options.reply = this.#acks.reply(i);
+        this.#nc.publish(event.subject, event.payload, this.#options);
+      }
     });
-    const base = this.#base;
-    for (let i = 0; i < count; i += 1) {
-      const event = events[i]!;
-      this.#headers.bytes = headerBlock(event);
-      this.#options.reply = this.#replyPrefix + (base + i).toString(36);
-      this.#nc.publish(event.subject, event.payload, this.#options);
-    }
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new Error(`lean publish: ${count - this.#settled} of ${count} PubAcks missing`)),
-        timeoutMs,
-      );
-    });
-    try {
-      await Promise.race([done, timeout]);
-    } finally {
-      clearTimeout(timer);
-      this.#finish = undefined;
-    }
-    return this.#failures;
   }
 }
 
@@ -223,43 +253,26 @@ export function msgIdHeader(eventId: string): string {
  * connection in 64 KB pieces as they fill (a socket write each: the server stores the first
  * messages while the last are being written), with no per-message protocol string, header
  * object or payload copy of the client's own; the PubAcks are read as LeanJetStream reads them.
- * A batch: `add()` each message, then `send()`, which resolves with the number of publishes
+ * A batch: `add()` each message, then `send()` in the same tick (replies count from `send` on), which resolves with the number of publishes
  * JetStream refused once every PubAck is in. One batch at a time; subjects are not checked (the
  * relay's rows are the bench's own).
  */
 export class LeanBatchPublisher {
   readonly #protocol: Protocol;
-  readonly #replyPrefix: string;
+  readonly #acks: PubAckBatches;
   /** The batch being written, as protocol bytes; reused (a batch is sent whole before the next). */
   #out = Buffer.allocUnsafe(1 << 20);
   #length = 0;
   /** Bytes of #out already handed to the connection. */
   #sent = 0;
   readonly #flushBytes: number;
-  #acked = new Uint8Array(1024);
-  /** Token of the current batch's first message; tokens grow across batches (stale replies are ignored). */
-  #base = 0;
+  /** Messages added to the current batch. */
   #count = 0;
-  #settled = 0;
-  #failures = 0;
-  #finish: (() => void) | undefined;
 
   private constructor(nc: NatsConnection, flushBytes: number) {
     this.#protocol = protocolOf(nc);
     this.#flushBytes = flushBytes;
-    const inbox = createInbox();
-    this.#replyPrefix = `${inbox}.`;
-    const from = this.#replyPrefix.length;
-    nc.subscribe(`${inbox}.*`, {
-      callback: (_error: Error | null, msg: Msg) => {
-        const index = replyToken(msg.subject, from) - this.#base;
-        if (index < 0 || index >= this.#count || this.#acked[index] !== 0) return;
-        this.#acked[index] = 1;
-        if (!isPubAck(msg.data)) this.#failures += 1;
-        this.#settled += 1;
-        if (this.#settled === this.#count) this.#finish?.();
-      },
-    });
+    this.#acks = new PubAckBatches(nc);
   }
 
   /**
@@ -278,7 +291,7 @@ export class LeanBatchPublisher {
    * ASCII text or bytes; `payload` as text (written UTF-8) or bytes.
    */
   add(subject: string, header: string | Uint8Array, payload: string | Uint8Array): void {
-    const reply = this.#replyPrefix + (this.#base + this.#count).toString(36);
+    const reply = this.#acks.reply(this.#count);
     this.#count += 1;
     const headerBytes = header.length; // ASCII text: one byte a character
     const payloadBytes = typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length;
@@ -314,33 +327,15 @@ export class LeanBatchPublisher {
   async send(timeoutMs = 30_000): Promise<number> {
     const count = this.#count;
     if (count === 0) return 0;
-    if (this.#acked.length < count) this.#acked = new Uint8Array(count);
-    else this.#acked.fill(0, 0, count);
-    this.#failures = 0;
-    const done = new Promise<void>((resolve) => {
-      this.#finish = resolve;
-    });
-    if (this.#length > this.#sent) this.#flush();
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new Error(`lean publish: ${count - this.#settled} of ${count} PubAcks missing`)),
-        timeoutMs,
-      );
-    });
     try {
-      await Promise.race([done, timeout]);
+      return await this.#acks.settle(count, timeoutMs, () => {
+        if (this.#length > this.#sent) this.#flush();
+      });
     } finally {
-      clearTimeout(timer);
-      this.#finish = undefined;
-      // The next batch's tokens start after this one's: a late reply to this batch is ignored.
-      this.#base += count;
       this.#count = 0;
-      this.#settled = 0;
       this.#length = 0;
       this.#sent = 0;
     }
-    return this.#failures;
   }
 
   #reserve(bytes: number): void {
