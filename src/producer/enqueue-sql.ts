@@ -177,6 +177,19 @@ const BATCH_LOCK_CTES = `, parted AS (
 )`;
 
 /**
+ * The end of a batch's `created` CTE: the aggregates of `counts` that `bumped` found no row for,
+ * inserted in key order (the lock order of BATCH_LOCK_CTES), and on a conflict (a writer that
+ * created the row meanwhile) the batch's count added to what it wrote.
+ */
+const CREATE_UNBUMPED = `    FROM counts c
+    WHERE NOT EXISTS (SELECT 1 FROM bumped b WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id)
+    OFFSET 0
+  ) f
+  ORDER BY f.aggregate_type, f.aggregate_id
+  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
+  SET last_sequence = s.last_sequence + excluded.last_sequence - excluded.sequence_base, written_at = now()`;
+
+/**
  * The sequence CTEs of a batch, after its `input` CTE (aggregate_type, aggregate_id, ord …):
  * `parted` (the input with its partition p), `counts`, `locked`, `bumped`, `created` and `seq`
  * (per aggregate: last_sequence after the batch, sequence_base). Shared with the WAL batch.
@@ -191,13 +204,7 @@ export const MANY_SEQUENCE_CTES = `${BATCH_LOCK_CTES}, bumped AS (
   SELECT f.aggregate_type, f.aggregate_id, f.floor + f.n, f.floor
   FROM (
     SELECT c.aggregate_type, c.aggregate_id, c.n, (SELECT last_value FROM {{schema}}.sequence_floor) AS floor
-    FROM counts c
-    WHERE NOT EXISTS (SELECT 1 FROM bumped b WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id)
-    OFFSET 0
-  ) f
-  ORDER BY f.aggregate_type, f.aggregate_id
-  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
-  SET last_sequence = s.last_sequence + excluded.last_sequence - excluded.sequence_base, written_at = now()
+${CREATE_UNBUMPED}
   RETURNING s.aggregate_type, s.aggregate_id, s.last_sequence, s.sequence_base
 ), seq AS (
   SELECT aggregate_type, aggregate_id, last_sequence, sequence_base FROM bumped
@@ -234,13 +241,7 @@ const MANY_CHAIN_CTES = `${BATCH_LOCK_CTES}, bumped AS (
   FROM (
     SELECT c.aggregate_type, c.aggregate_id, c.n, ${batchIds('c.n')} AS a,
            (SELECT last_value FROM {{schema}}.sequence_floor) AS floor
-    FROM counts c
-    WHERE NOT EXISTS (SELECT 1 FROM bumped b WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id)
-    OFFSET 0
-  ) f
-  ORDER BY f.aggregate_type, f.aggregate_id
-  ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE
-  SET last_sequence = s.last_sequence + excluded.last_sequence - excluded.sequence_base, written_at = now(),
+${CREATE_UNBUMPED},
       -- Drawn again, now that the row is locked: the ids drawn for the insert came before the wait.
       prior_id = ${CHAIN_END},
       (batch_ids, last_id) = (SELECT x.a, x.a[cardinality(x.a)]
