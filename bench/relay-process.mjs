@@ -9,6 +9,7 @@ import pg from 'pg';
 // A namespace import: createCdcRelay may be missing from an older build (TXO_BENCH_RELAY_PROCESS).
 import * as txo from '../dist/index.js';
 import { natsPublisher } from '../dist/publishers/nats/index.js';
+import { benchRelayOptions, serveBenchRelay } from './relay-config.mjs';
 
 if (process.env.TXO_BENCH_TRACING) {
   const { registerBenchTracing } = await import('./tracing-sdk.mjs');
@@ -32,12 +33,7 @@ if (cfg.source === 'cdc' && typeof txo.createCdcRelay !== 'function') {
 const relay = (cfg.source === 'cdc' ? txo.createCdcRelay : txo.createRelay)({
   pool,
   publisher,
-  schema: cfg.schema,
-  batchSize: cfg.batchSize ?? 1000,
-  relayId: cfg.relayId,
-  leaseMs: cfg.leaseMs ?? 5000,
-  ...(cfg.history ? { history: cfg.history } : {}),
-  ...(cfg.silenceTimeoutMs ? { silenceTimeoutMs: cfg.silenceTimeoutMs } : {}),
+  ...benchRelayOptions(cfg),
 });
 
 function peakRssMb() {
@@ -46,12 +42,6 @@ function peakRssMb() {
   return Math.round(kb / 1024);
 }
 
-await relay.start();
-process.stdout.write(`${JSON.stringify({ started: relay.id })}\n`);
-process.on('SIGTERM', async () => {
-  await relay.stop({ timeout: 10_000 });
-  await publisher.close();
-  await pool.end();
-  process.stdout.write(`${JSON.stringify({ stats: relay.stats(), peakRssMb: peakRssMb() })}\n`);
-  process.exit(0);
-});
+await serveBenchRelay(relay, publisher, pool, () =>
+  process.stdout.write(`${JSON.stringify({ stats: relay.stats(), peakRssMb: peakRssMb() })}\n`),
+);

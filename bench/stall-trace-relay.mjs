@@ -6,6 +6,7 @@
 // ticker): use it to find stalls, never for figures.
 import { PerformanceObserver, performance } from 'node:perf_hooks';
 import pg from 'pg';
+import { benchRelayOptions, serveBenchRelay } from './relay-config.mjs';
 
 const root = process.env.TXO_TRACE_ROOT;
 const txo = await import(`${root}/dist/index.js`);
@@ -110,17 +111,9 @@ const relay = txo.createRelay({
   logger,
   pool,
   publisher,
-  schema: cfg.schema,
-  batchSize: cfg.batchSize ?? 1000,
-  relayId: cfg.relayId,
-  leaseMs: cfg.leaseMs ?? 5000,
+  ...benchRelayOptions(cfg),
 });
-await relay.start();
-process.stdout.write(`${JSON.stringify({ started: relay.id })}\n`);
-process.on('SIGTERM', async () => {
-  await relay.stop({ timeout: 10_000 });
-  await publisher.close();
-  await pool.end();
+await serveBenchRelay(relay, publisher, pool, () => {
   log('stats', JSON.stringify(relay.stats().timings));
   const pct = (a, q) => {
     const x = [...a].sort((p, q) => p - q);
@@ -149,5 +142,4 @@ process.on('SIGTERM', async () => {
     gcs.length,
   );
   process.stdout.write(`${JSON.stringify({ stats: relay.stats(), peakRssMb: 0 })}\n`);
-  process.exit(0);
 });
